@@ -1,0 +1,63 @@
+"""Status blocks written by the operator: endpoint state, cache summaries, resolution and warm placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from warmstart.api.base import ApiModel, Condition, conditions_schema_extra
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.api.states import CacheState, EndpointState
+
+
+class CacheSummary(ApiModel):
+    """A child cache's progress, mirrored on the endpoint."""
+
+    name: str | None = Field(default=None, description="Name of the ModelDataCacheConfig or ModelImageCache.")
+    state: CacheState | None = Field(default=None, description="State of the cache.")
+    ready_nodes: int = Field(default=0, description="Nodes whose cache is complete.")
+    target_nodes: int = Field(default=0, description="Nodes that should hold the cache.")
+    message: str | None = Field(default=None, description="Human-readable progress or error.")
+
+
+class ResolvedModel(ApiModel):
+    """What the operator resolved the spec to: the source, image and targeting actually used."""
+
+    model_source_config: ModelSourceConfig | None = Field(default=None, description="The resolved weights source.")
+    image: str | None = Field(default=None, description="The resolved inference image.")
+    instance_types: list[str] | None = Field(default=None, description="Target instance types, in preference order.")
+    environment: dict[str, str] | None = Field(default=None, description="Environment added by resolution (JumpStart).")
+    weights_cache_key: str | None = Field(default=None, description="Content key of the weights cache.")
+    image_cache_key: str | None = Field(default=None, description="Content key of the image cache.")
+
+
+class WarmPlacement(ApiModel):
+    """Where the endpoint's pods run: on cache-ready (warm) or unprepared (cold) nodes."""
+
+    warm_pods: int = Field(default=0, description="Pods on nodes whose weights cache is ready.")
+    cold_pods: int = Field(default=0, description="Pods on nodes without a ready weights cache.")
+
+
+class EndpointStatus(ApiModel):
+    """Observed state of an InferenceEndpointConfig or JumpStartModel."""
+
+    state: EndpointState | None = Field(default=None, description="HyperPod-compatible summary, derived from the conditions.")
+    conditions: list[Condition] | None = Field(
+        default=None, description="Ready, WeightsCacheReady, ImageCacheReady, Progressing, Degraded, ...", json_schema_extra=conditions_schema_extra
+    )
+    observed_generation: int | None = Field(default=None, description="Latest generation reconciled.")
+    replicas: int | None = Field(default=None, description="Observed replicas (scale subresource).")
+    available_replicas: int | None = Field(default=None, description="Available replicas of the Deployment.")
+    selector: str | None = Field(default=None, description="Label selector of the pods (scale subresource).")
+    weights_cache_status: CacheSummary | None = Field(default=None, description="The weights cache.")
+    image_cache_status: CacheSummary | None = Field(default=None, description="The image cache.")
+    resolved: ResolvedModel | None = Field(default=None, description="What the spec resolved to.")
+    warm_placement: WarmPlacement | None = Field(default=None, description="Pods on warm versus cold nodes.")
+    deployment_name: str | None = Field(default=None, description="The model Deployment.")
+    gate_opened_at: str | None = Field(default=None, description="When the deployment gate opened (RFC 3339).")
+    waiting_since: str | None = Field(default=None, description="When the endpoint started waiting for the current cache generation.")
+    deployment_status: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible deployment details.")
+    endpoints: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible endpoint details.")
+    metrics_status: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible metrics details.")
+    tls_certificate: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible TLS details.")
