@@ -1,0 +1,1 @@
+"""Thin kopf handlers: read, call render/, apply with server-side apply, write status."""

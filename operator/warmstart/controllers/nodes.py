@@ -1,0 +1,42 @@
+"""An in-memory index of nodes (labels, annotations, readiness), kept by kopf from one watch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the controllers need to know about a node."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    deleting: bool = False
+
+
+@kopf.index("", "v1", "nodes")  # type: ignore[arg-type]
+def node_facts(name: str, labels: Mapping[str, str], annotations: Mapping[str, str], body: Any, **_: Any) -> dict[str, NodeFacts]:
+    """Index nodes by name."""
+    return {
+        name: NodeFacts(
+            name=name,
+            labels=dict(labels),
+            annotations=dict(annotations),
+            unschedulable=bool(body.get("spec", {}).get("unschedulable")),
+            deleting=body.get("metadata", {}).get("deletionTimestamp") is not None,
+        )
+    }
+
+
+def all_nodes(index: Mapping[str, Any]) -> Iterator[NodeFacts]:
+    """Every live node in a `node_facts` index."""
+    for store in index.values():
+        for facts in store:
+            if isinstance(facts, NodeFacts) and not facts.deleting:
+                yield facts

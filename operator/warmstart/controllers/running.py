@@ -1,0 +1,109 @@
+"""`warmstart operator`: run the kopf operator with probes, Prometheus metrics and the watched namespaces."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import threading
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from warmstart.api import GROUP
+from warmstart.controllers import settings as settings_module
+from warmstart.controllers.settings import OperatorSettings
+from warmstart.controllers.storage import Store, load_api_client
+
+#: modules whose import registers handlers with kopf
+HANDLER_MODULES = (
+    "warmstart.controllers.nodes",
+    "warmstart.controllers.endpoints",
+    "warmstart.controllers.weights",
+    "warmstart.controllers.images",
+)
+
+_metrics_started: set[int] = set()
+_metrics_lock = threading.Lock()
+
+
+def register_handlers() -> None:
+    for module in HANDLER_MODULES:
+        importlib.import_module(module)
+
+
+@kopf.on.startup()  # type: ignore[arg-type]
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """kopf's own behaviour: finalizer name, annotation storage, timeouts."""
+    settings.persistence.finalizer = f"{GROUP}/warmstart"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=f"warmstart.{GROUP}")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=f"warmstart.{GROUP}", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.execution.max_workers = 8
+    settings.batching.error_delays = [1, 2, 5, 10, 20]
+
+
+def start_metrics(port: int) -> None:
+    """Serve Prometheus metrics once per process and port."""
+    with _metrics_lock:
+        if port and port not in _metrics_started:
+            start_http_server(port)
+            _metrics_started.add(port)
+
+
+async def run(
+    settings: OperatorSettings,
+    *,
+    kubeconfig: str | None = None,
+    stop_flag: asyncio.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> None:
+    """Run the operator until `stop_flag` is set (or forever)."""
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+    register_handlers()
+    start_metrics(settings.metrics_port)
+    memo = kopf.Memo(store=Store(load_api_client(kubeconfig)), settings=settings)
+    await kopf.operator(
+        standalone=settings.peering is None,
+        peering_name=settings.peering,
+        priority=int(os.environ.get("WARMSTART_PEERING_PRIORITY", "0")) or None,
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
+        memo=memo,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="warmstart operator", description=__doc__)
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    parser.add_argument("--namespace", action="append", default=[], help="namespace to watch (repeatable; default all)")
+    parser.add_argument("--metrics-port", type=int, help="Prometheus port (default 8080)")
+    parser.add_argument("--health-port", type=int, help="liveness port (default 8081)")
+    parser.add_argument("--peering", help="kopf peering name: several replicas, one active")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = settings_module.from_env()
+    overrides: dict[str, Any] = {}
+    if args.namespace:
+        overrides["namespaces"] = args.namespace
+    if args.metrics_port is not None:
+        overrides["metrics_port"] = args.metrics_port
+    if args.health_port is not None:
+        overrides["health_port"] = args.health_port
+    if args.peering:
+        overrides["peering"] = args.peering
+    settings = settings.model_copy(update=overrides)
+    asyncio.run(run(settings, kubeconfig=args.kubeconfig))
+    return 0

@@ -1,0 +1,61 @@
+"""Operator settings from the environment (WARMSTART_*), as the Helm chart sets them."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, Field
+
+from warmstart.render.context import RenderContext
+
+
+class OperatorSettings(BaseModel):
+    """How this operator process runs."""
+
+    namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty means all.")
+    metrics_port: int = Field(default=8080, description="Prometheus metrics port.")
+    health_port: int = Field(default=8081, description="Liveness/readiness port (kopf probes).")
+    resync_seconds: float = Field(default=10.0, description="Interval of the drift-correcting timers.")
+    peering: str | None = Field(default=None, description="kopf peering name for HA; None runs standalone.")
+    render: RenderContext = Field(default_factory=RenderContext)
+
+
+def _json_map(raw: str | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ValueError("expected a JSON object")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
+    """Read WARMSTART_* variables; unset ones keep their defaults."""
+    env = os.environ if env is None else env
+    render: dict[str, object] = {}
+    for field, var in {
+        "operator_image": "WARMSTART_OPERATOR_IMAGE",
+        "image_pull_policy": "WARMSTART_IMAGE_PULL_POLICY",
+        "default_host_path": "WARMSTART_DEFAULT_HOST_PATH",
+        "prepull_priority_class": "WARMSTART_PREPULL_PRIORITY_CLASS",
+        "jumpstart_bucket": "WARMSTART_JUMPSTART_BUCKET",
+        "jumpstart_gated_bucket": "WARMSTART_JUMPSTART_GATED_BUCKET",
+        "jumpstart_region": "WARMSTART_JUMPSTART_REGION",
+    }.items():
+        if env.get(var):
+            render[field] = env[var]
+    render["preload_pod_annotations"] = _json_map(env.get("WARMSTART_PRELOAD_POD_ANNOTATIONS"))
+    render["preload_env"] = _json_map(env.get("WARMSTART_PRELOAD_ENV"))
+    settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
+    if env.get("WARMSTART_NAMESPACES"):
+        settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]
+    for field, var in {"metrics_port": "WARMSTART_METRICS_PORT", "health_port": "WARMSTART_HEALTH_PORT"}.items():
+        if env.get(var):
+            settings[field] = int(env[var])
+    if env.get("WARMSTART_RESYNC_SECONDS"):
+        settings["resync_seconds"] = float(env["WARMSTART_RESYNC_SECONDS"])
+    if env.get("WARMSTART_PEERING"):
+        settings["peering"] = env["WARMSTART_PEERING"]
+    return OperatorSettings.model_validate(settings)

@@ -1,0 +1,224 @@
+"""Building the control-plane binaries from the Go module proxy, once per version, into the user cache.
+
+Layout under ``${XDG_CACHE_HOME:-~/.cache}/warmstart``:
+
+- ``bin/<binary>-<version>/<binary>``: the binary, plus ``build.json`` (wall time, peak RSS, go version);
+- ``src/<build>-<version>/``: the wrapper module (go.mod, go.sum, tools.go) and ``build.log``.
+
+A binary directory appears atomically (built aside, then renamed), so a present directory
+is a complete build and is reused without a look at Go. A file lock keeps two processes
+(say, two pytest sessions) from building the same thing at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+
+from warmstart.localcluster import versions
+
+logger = logging.getLogger(__name__)
+
+
+class BuildError(RuntimeError):
+    """A Go toolchain step failed; the message ends with the tail of its log."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Binaries:
+    """Absolute paths of every binary the local cluster runs."""
+
+    etcd: pathlib.Path
+    kube_apiserver: pathlib.Path
+    kube_controller_manager: pathlib.Path
+    kube_scheduler: pathlib.Path
+    kwok: pathlib.Path
+    helm: pathlib.Path
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """What one toolchain command cost."""
+
+    wall_seconds: float
+    peak_rss_bytes: int
+    """Largest resident set of the command or any one of its child processes (compile, link)."""
+
+
+def cache_root() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(pathlib.Path.home() / ".cache")
+    return pathlib.Path(base) / "warmstart"
+
+
+def binary_path(binary: str, version: str) -> pathlib.Path:
+    return cache_root() / "bin" / f"{binary}-{version}" / binary
+
+
+def missing(builds: tuple[versions.Build, ...] = versions.BUILDS) -> list[versions.Build]:
+    """The builds that have at least one binary not yet in the cache."""
+    return [
+        build
+        for build in builds
+        if not all(binary_path(name, build.version).is_file() for name, _ in build.binaries)
+    ]
+
+
+def ensure_binaries() -> Binaries:
+    """Return the cached binaries, building (slowly, once) whatever is missing."""
+    todo = missing()
+    if todo:
+        with _build_lock():
+            for build in missing(tuple(todo)):  # another process may have built some meanwhile
+                build_one(build)
+
+    def path(name: str, version: str) -> pathlib.Path:
+        return binary_path(name, version)
+
+    return Binaries(
+        etcd=path("etcd", versions.ETCD),
+        kube_apiserver=path("kube-apiserver", versions.KUBERNETES),
+        kube_controller_manager=path("kube-controller-manager", versions.KUBERNETES),
+        kube_scheduler=path("kube-scheduler", versions.KUBERNETES),
+        kwok=path("kwok", versions.KWOK),
+        helm=path("helm", versions.HELM),
+    )
+
+
+def build_one(build: versions.Build) -> None:
+    """Build every binary of ``build`` that is missing from the cache."""
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError("`go` is not on PATH: install Go (1.26 or newer) to build the local cluster")
+    env = _go_env()
+    workdir = cache_root() / "src" / f"{build.name}-{build.version}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / "build.log"
+    go_version = _output([go, "env", "GOVERSION"], cwd=workdir, env=env).strip()
+    if build.recipe is versions.Recipe.WRAPPER:
+        logger.info("preparing the wrapper module for %s %s in %s", build.module, build.version, workdir)
+        _prepare_wrapper(go, build, workdir, env, log_path)
+    for name, package in build.binaries:
+        final = binary_path(name, build.version)
+        if final.is_file():
+            continue
+        logger.info(
+            "building %s %s from Go modules with %s, first time only, ~%d minutes (log: %s)",
+            name, build.version, go_version, build.minutes_cold, log_path,
+        )
+        staging = final.parent.with_name(f".{final.parent.name}.{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        ldflags = " ".join(("-s", "-w", *build.ldflags))
+        if build.recipe is versions.Recipe.WRAPPER:
+            command = [go, "build", "-ldflags", ldflags, "-o", str(staging / name), package]
+            measured = _run([*command], cwd=workdir, env=env, log_path=log_path)
+        else:
+            install_env = {**env, "GOBIN": str(staging)}
+            command = [go, "install", "-ldflags", ldflags, f"{package}@{build.version}"]
+            measured = _run(command, cwd=workdir, env=install_env, log_path=log_path)
+            produced = staging / package.rsplit("/", 1)[-1]
+            if produced != staging / name:
+                produced.rename(staging / name)
+        record = {
+            "binary": name,
+            "package": package,
+            "version": build.version,
+            "go": go_version,
+            "wall_seconds": round(measured.wall_seconds, 1),
+            "peak_rss_bytes": measured.peak_rss_bytes,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (staging / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+        shutil.rmtree(final.parent, ignore_errors=True)
+        staging.rename(final.parent)
+        logger.info(
+            "built %s in %.0f s (peak RSS %.1f GiB) -> %s",
+            name, measured.wall_seconds, measured.peak_rss_bytes / 2**30, final,
+        )
+
+
+def build_records() -> list[dict[str, object]]:
+    """The ``build.json`` of every cached binary, for ``warmstart cluster build --report``."""
+    records: list[dict[str, object]] = []
+    for path in sorted((cache_root() / "bin").glob("*/build.json")):
+        records.append(json.loads(path.read_text()))
+    return records
+
+
+def _prepare_wrapper(
+    go: str, build: versions.Build, workdir: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path
+) -> None:
+    """Write go.mod (require + pinned local replaces) and tools.go, then ``go mod tidy``."""
+    marker = workdir / ".tidy-ok"
+    if marker.is_file():
+        return  # tidy already succeeded for this version
+    info = json.loads(_output([go, "mod", "download", "-json", f"{build.module}@{build.version}"], workdir, env))
+    upstream = json.loads(_output([go, "mod", "edit", "-json", info["GoMod"]], workdir, env))
+    replaces = [
+        f"-replace={r['Old']['Path']}={r['Old']['Path']}@{build.local_replace_version}"
+        for r in upstream.get("Replace") or []
+        if not r["New"].get("Version") and r["New"]["Path"].startswith(build.local_replace_prefix)
+    ]
+    (workdir / "go.mod").unlink(missing_ok=True)
+    _output([go, "mod", "init", f"warmstart.local/{build.name}"], workdir, env)
+    go_directive = upstream.get("Go") or ""
+    edits = [f"-go={go_directive}"] if go_directive else []
+    _output([go, "mod", "edit", *edits, f"-require={build.module}@{build.version}", *replaces], workdir, env)
+    imports = "".join(f'\t_ "{package}"\n' for package in build.packages)
+    tools = "//go:build tools\n\n// Package tools pins the commands this wrapper builds.\npackage tools\n\nimport (\n"
+    (workdir / "tools.go").write_text(tools + imports + ")\n")
+    _run([go, "mod", "tidy"], cwd=workdir, env=env, log_path=log_path)
+    marker.touch()
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GOWORK"] = "off"  # a go.work of the caller must not leak into the wrappers
+    env["GOFLAGS"] = " ".join(filter(None, [env.get("GOFLAGS", ""), "-buildvcs=false"]))
+    return env
+
+
+def _output(command: list[str], cwd: pathlib.Path, env: Mapping[str, str]) -> str:
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BuildError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def _run(command: list[str], cwd: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path) -> Measurement:
+    """Run a long toolchain command, appending its output to ``log_path``, and measure it."""
+    started = time.monotonic()
+    with log_path.open("a") as log:
+        log.write(f"\n$ {' '.join(command)}\n")
+        log.flush()
+        process = subprocess.Popen(command, cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT)
+        # wait4 reports the largest RSS of the child and of every descendant it waited for.
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    elapsed = time.monotonic() - started
+    if process.returncode != 0:
+        tail = log_path.read_text()[-4000:]
+        raise BuildError(f"{' '.join(command)} failed ({process.returncode}); see {log_path}:\n{tail}")
+    return Measurement(wall_seconds=elapsed, peak_rss_bytes=usage.ru_maxrss * 1024)
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    path = cache_root() / "build.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info("another process is building the local cluster; waiting for it (%s)", path)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

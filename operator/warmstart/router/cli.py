@@ -1,0 +1,106 @@
+"""`warmstart router`: parse flags, build the router, its discovery sources and the HTTP server, run.
+
+Outside a cluster::
+
+    warmstart router --backends http://127.0.0.1:9000,http://127.0.0.1:9001 --config router.yaml
+
+In a cluster (what the operator's router Deployment runs)::
+
+    warmstart router --namespace NS --service MODEL_SERVICE --configmap ROUTER_CONFIGMAP
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+
+from aiohttp import web
+
+from warmstart.router import discovery, proxying
+from warmstart.router.config import RouterConfig, parse_strategy
+from warmstart.router.routing import Router
+
+log = logging.getLogger("warmstart.router")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="warmstart router", description="Prefix-aware router for LLM replicas.")
+    p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=8080, help="listen port (default 8080)")
+    p.add_argument("--backends", default="", help="comma-separated replica URLs (outside a cluster)")
+    p.add_argument("--backends-file", help="file of replica URLs, re-read when it changes")
+    p.add_argument("--config", help="RouterConfig YAML/JSON file, re-read when it changes")
+    p.add_argument("--strategy", help="strategy when no --config/--configmap is given (default random)")
+    p.add_argument("--reload-interval", type=float, default=1.0, help="seconds between file checks")
+    p.add_argument("--namespace", help="in-cluster: namespace of the model Service and ConfigMap")
+    p.add_argument("--service", help="in-cluster: model Service whose EndpointSlices list the replicas")
+    p.add_argument("--configmap", help="in-cluster: ConfigMap holding router.yaml")
+    p.add_argument("--port-name", help="in-cluster: EndpointSlice port name to use (default: first port)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def build_sources(args: argparse.Namespace) -> list[discovery.Source]:
+    """File and/or Kubernetes sources from the flags."""
+    sources: list[discovery.Source] = []
+    if args.config or args.backends_file:
+        sources.append(discovery.FileWatcher(args.config, args.backends_file, args.reload_interval))
+    if args.service or args.configmap:
+        if not args.namespace:
+            raise SystemExit("warmstart router: --service/--configmap need --namespace")
+        sources.append(discovery.KubernetesWatcher(_api_client(args.kubeconfig), args.namespace, args.service,
+                                                   args.configmap, port_name=args.port_name))
+    return sources
+
+
+def _api_client(kubeconfig: str | None) -> object:
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    return client.ApiClient()
+
+
+def sources_ctx(router: Router, sources: list[discovery.Source]) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A ``cleanup_ctx`` entry that runs the sources for the application's lifetime."""
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        for source in sources:
+            await source.start(router)
+        yield
+        for source in sources:
+            await source.stop()
+
+    return ctx
+
+
+async def run(args: argparse.Namespace) -> int:
+    config = RouterConfig.from_file(args.config) if args.config else RouterConfig()
+    if args.strategy:
+        config = config.model_copy(update={"strategy": parse_strategy(args.strategy)})
+    router = Router(config, discovery.parse_backends(args.backends))
+    app = proxying.make_app(router)
+    app.cleanup_ctx.append(sources_ctx(router, build_sources(args)))
+    runner, port = await proxying.serve(app, args.host, args.port)
+    log.info("router listening on %s:%d, strategy %s, %d replicas", args.host, port,
+             router.config.strategy.value, len(router.fleet))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.strategy and (args.config or args.configmap):
+        parser().error("--strategy is for runs without --config/--configmap (set it in the config instead)")
+    return asyncio.run(run(args))

@@ -1,0 +1,166 @@
+"""The router's configuration: one validated model, loadable from a file or a ConfigMap's `router.yaml`.
+
+The operator renders this model (dumped by alias, camelCase) into the ConfigMap key
+``router.yaml``; the router reads it back with :meth:`RouterConfig.from_yaml`. Every knob has a
+documented default, so an empty document is a valid configuration (the ``random`` strategy).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+log = logging.getLogger(__name__)
+
+#: The ConfigMap data key that holds the router configuration.
+CONFIGMAP_KEY = "router.yaml"
+
+
+class Strategy(str, enum.Enum):
+    """How the router picks a replica for a request."""
+
+    RANDOM = "random"
+    ROUNDROBIN = "roundrobin"
+    LEASTOUTSTANDING = "leastoutstanding"
+    SESSION = "session"
+    PREFIXAWARE = "prefixaware"
+    KVAWARE = "kvaware"
+
+
+#: Accepted spellings (lower-cased, with '-' read as '_') -> strategy.
+STRATEGY_ALIASES: dict[str, Strategy] = {
+    "random": Strategy.RANDOM,
+    "roundrobin": Strategy.ROUNDROBIN,
+    "round_robin": Strategy.ROUNDROBIN,
+    "leastoutstanding": Strategy.LEASTOUTSTANDING,
+    "least_outstanding_requests": Strategy.LEASTOUTSTANDING,
+    "least_outstanding": Strategy.LEASTOUTSTANDING,
+    "session": Strategy.SESSION,
+    "prefixaware": Strategy.PREFIXAWARE,
+    "prefix_aware": Strategy.PREFIXAWARE,
+    "kvaware": Strategy.KVAWARE,
+    "kv_aware": Strategy.KVAWARE,
+}
+
+
+def parse_strategy(value: str | Strategy) -> Strategy:
+    """Map any accepted spelling of a strategy to its enum member; raise ValueError otherwise."""
+    if isinstance(value, Strategy):
+        return value
+    key = str(value).strip().lower().replace("-", "_")
+    if key not in STRATEGY_ALIASES:
+        accepted = ", ".join(sorted(STRATEGY_ALIASES))
+        raise ValueError(f"unknown routing strategy {value!r}; accepted: {accepted}")
+    return STRATEGY_ALIASES[key]
+
+
+def effective_strategy(strategy: Strategy) -> Strategy:
+    """The strategy actually run: ``kvaware`` is accepted but served by ``prefixaware``."""
+    if strategy is Strategy.KVAWARE:
+        return Strategy.PREFIXAWARE
+    return strategy
+
+
+class RouterConfig(BaseModel):
+    """Routing strategy and knobs for one endpoint's router (ConfigMap key ``router.yaml``)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=True,
+    )
+
+    strategy: Strategy = Field(
+        default=Strategy.RANDOM,
+        validation_alias=AliasChoices("strategy", "routingStrategy"),
+        description="Routing strategy: random, roundrobin, leastoutstanding, session, prefixaware, "
+        "kvaware (served by prefixaware).",
+    )
+    """Routing strategy; any accepted spelling (e.g. ``prefix_aware``) is normalised."""
+
+    block_chars: int = Field(default=256, ge=16, le=65536)
+    """Prefix block size in characters of the rendered prompt (about 64 tokens at ~4 chars/token)."""
+
+    max_blocks: int = Field(default=128, ge=1, le=4096)
+    """At most this many leading blocks of a prompt are hashed (default 128 blocks ~ 8k tokens)."""
+
+    index_capacity_blocks: int = Field(default=16384, ge=1)
+    """Per-replica capacity of the router's approximate prefix index, in blocks (LRU beyond it).
+    Match it to the engine's KV cache: blocks x blockChars / 4 ~ tokens of KV cache."""
+
+    home_blocks: int = Field(default=4, ge=1)
+    """Leading blocks whose hash gives a new prefix its rendezvous home and its spill order."""
+
+    load_epsilon: float = Field(default=0.2, ge=0.0, le=10.0)
+    """Bounded-load factor: a replica is eligible while in-flight < ceil((1+eps) x mean in-flight)."""
+
+    load_min_ceiling: int = Field(default=2, ge=1)
+    """The bounded-load ceiling is never below this many in-flight requests, so affinity survives
+    at low load (where a bound of ceil((1+eps) x mean) would be 1)."""
+
+    max_concurrent_requests: int | None = Field(default=None, ge=1)
+    """Per-replica concurrency cap (``worker.requestLimits.maxConcurrentRequests``); None = no cap."""
+
+    session_header: str = "x-session-id"
+    """Header whose value is the session key for the ``session`` strategy."""
+
+    session_field: str = "user"
+    """Top-level JSON body field used as the session key when the header is absent."""
+
+    connect_timeout_seconds: float = Field(default=2.0, gt=0)
+    """Time allowed to open a connection to a replica."""
+
+    read_timeout_seconds: float = Field(default=300.0, gt=0)
+    """Longest silence allowed while reading a replica's response (between chunks)."""
+
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Largest request body accepted; larger bodies get 413."""
+
+    retries: int = Field(default=1, ge=0, le=3)
+    """How many further candidates are tried when a replica refuses the connection."""
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _normalise_strategy(cls, value: Any) -> Strategy:
+        return parse_strategy(value)
+
+    @property
+    def effective_strategy(self) -> Strategy:
+        """The strategy actually served (``kvaware`` -> ``prefixaware``)."""
+        return effective_strategy(self.strategy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as plain data, camelCase keys (what the ConfigMap holds)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def to_yaml(self) -> str:
+        """The configuration as YAML with camelCase keys."""
+        text: str = yaml.safe_dump(self.to_dict(), sort_keys=True)
+        return text
+
+    @classmethod
+    def from_yaml(cls, text: str) -> RouterConfig:
+        """Parse YAML or JSON text (camelCase or snake_case keys); empty text -> defaults."""
+        data = yaml.safe_load(text) if text.strip() else {}
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ValueError("router configuration must be a mapping")
+        return cls.model_validate(data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> RouterConfig:
+        """Read a YAML or JSON file."""
+        return cls.from_yaml(Path(path).read_text(encoding="utf-8"))
+
+    @classmethod
+    def from_configmap_data(cls, data: dict[str, str] | None) -> RouterConfig:
+        """Read the ``router.yaml`` key of a ConfigMap's data (missing key -> defaults)."""
+        return cls.from_yaml((data or {}).get(CONFIGMAP_KEY, ""))

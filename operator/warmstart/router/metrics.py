@@ -1,0 +1,58 @@
+"""Prometheus metrics of one router instance, in its own registry (no process-wide singletons)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+#: Approximate characters per token, used only to express matched prefixes in tokens.
+CHARS_PER_TOKEN = 4
+
+_FAST_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class RouterMetrics:
+    """Requests, in-flight, spills, matched-prefix tokens and latency histograms."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter(
+            "warmstart_router_requests",
+            "Requests routed, by strategy, replica and outcome (ok, error, aborted, refused, no_replica, bad_request).",
+            ["strategy", "replica", "outcome"],
+            registry=self.registry,
+        )
+        self.inflight = Gauge(
+            "warmstart_router_inflight",
+            "Requests in flight per replica (exact; decremented in one place).",
+            ["replica"],
+            registry=self.registry,
+        )
+        self.spills = Counter(
+            "warmstart_router_spills",
+            "Requests sent past their best replica because it was at the concurrency cap or load bound.",
+            ["strategy"],
+            registry=self.registry,
+        )
+        self.prefix_tokens = Counter(
+            "warmstart_router_prefix_tokens",
+            "Prompt tokens routed (kind=prompt) and those the router expects cached (kind=matched); "
+            "matched/prompt is the router's estimate of the prefix hit ratio. Tokens ~ chars/4.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.decision_seconds = Histogram(
+            "warmstart_router_decision_seconds",
+            "Time to parse the body, hash the prefix and choose a replica.",
+            buckets=_FAST_BUCKETS,
+            registry=self.registry,
+        )
+        self.added_seconds = Histogram(
+            "warmstart_router_added_latency_seconds",
+            "Time the router adds before the upstream request is sent (read, parse, decide, connect).",
+            buckets=_FAST_BUCKETS,
+            registry=self.registry,
+        )
+        self.replicas = Gauge("warmstart_router_replicas", "Replicas currently known.", registry=self.registry)
+        self.config_reloads = Counter(
+            "warmstart_router_config_reloads", "Configuration changes applied.", registry=self.registry
+        )

@@ -1,0 +1,70 @@
+"""The fleet the router forwards to: replica addresses and their exact in-flight counts.
+
+Discovery replaces the set of addresses; the proxy acquires and releases in-flight slots. A
+replica removed while requests are still in flight keeps its object alive until they finish,
+so a release never lands on a different replica and counters stay exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from warmstart.router.strategies import ReplicaLoad, Snapshot
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    """One model replica behind the router."""
+
+    url: str
+    """Base URL, e.g. ``http://10.0.0.7:8000`` (also the replica's name in metrics)."""
+
+    inflight: int = 0
+    """Requests sent to this replica and not yet finished (exact)."""
+
+    served: int = field(default=0)
+    """Requests ever sent to this replica (for status and tests)."""
+
+
+def normalise_url(url: str) -> str:
+    """``h:p`` or ``http://h:p/`` -> ``http://h:p``."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url
+
+
+class Fleet:
+    """The current replicas, keyed by URL."""
+
+    def __init__(self, urls: Iterable[str] = ()) -> None:
+        self._replicas: dict[str, Replica] = {}
+        self.replace(urls)
+
+    def replace(self, urls: Iterable[str]) -> tuple[list[str], list[str]]:
+        """Make the fleet exactly ``urls``; return (added, removed) URLs."""
+        wanted = {normalise_url(url) for url in urls if url.strip()}
+        removed = sorted(set(self._replicas) - wanted)
+        added = sorted(wanted - set(self._replicas))
+        for url in removed:
+            del self._replicas[url]
+        for url in added:
+            self._replicas[url] = Replica(url)
+        return added, removed
+
+    def get(self, url: str) -> Replica | None:
+        return self._replicas.get(url)
+
+    def urls(self) -> list[str]:
+        return sorted(self._replicas)
+
+    def __len__(self) -> int:
+        return len(self._replicas)
+
+    def snapshot(self) -> Snapshot:
+        """What the policy sees: names and in-flight counts, sorted by name."""
+        return Snapshot(tuple(ReplicaLoad(url, self._replicas[url].inflight) for url in sorted(self._replicas)))
+
+    def replicas(self) -> list[Replica]:
+        return [self._replicas[url] for url in sorted(self._replicas)]

@@ -1,0 +1,124 @@
+"""The router's live state: configuration, fleet and policy, and the one place that changes them.
+
+Discovery and config reload call :meth:`Router.apply_config` and :meth:`Router.set_backends`;
+the proxy calls :meth:`Router.decide`. Everything runs on the event loop, so no locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from warmstart.router import strategies
+from warmstart.router.config import RouterConfig, Strategy
+from warmstart.router.metrics import CHARS_PER_TOKEN, RouterMetrics
+from warmstart.router.prefixes import PromptKey, prompt_key
+from warmstart.router.replicas import Fleet
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A routing decision for one request, with its prompt key."""
+
+    key: PromptKey
+    decision: strategies.Decision
+
+
+class Router:
+    """Configuration + fleet + policy; the proxy asks it where to send each request."""
+
+    def __init__(
+        self,
+        config: RouterConfig | None = None,
+        backends: list[str] | None = None,
+        metrics: RouterMetrics | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.metrics = metrics or RouterMetrics()
+        self.fleet = Fleet()
+        self._gauged: set[str] = set()
+        self._rng = rng or random.Random()
+        self.config = config or RouterConfig()
+        self.policy: strategies.Policy = strategies.build(self.config, self._rng)
+        self._note_kvaware(self.config)
+        self.set_backends(backends or [])
+
+    @property
+    def strategy(self) -> Strategy:
+        """The configured strategy (as written; see ``policy.strategy`` for the one served)."""
+        return self.config.strategy
+
+    def apply_config(self, config: RouterConfig) -> bool:
+        """Switch to ``config``; rebuild the policy only when a policy knob changed. True if changed."""
+        if config == self.config:
+            return False
+        old, self.config = self.config, config
+        policy_knobs = {"strategy", "block_chars", "max_blocks", "index_capacity_blocks", "home_blocks",
+                        "load_epsilon", "load_min_ceiling", "max_concurrent_requests"}
+        if any(getattr(old, knob) != getattr(config, knob) for knob in policy_knobs):
+            self.policy = strategies.build(config, self._rng)
+            if isinstance(self.policy, strategies.PrefixAwarePolicy):
+                # a fresh index only costs a little locality; the engines' caches are still warm
+                log.info("prefix index reset by configuration change")
+        self._note_kvaware(config)
+        self.metrics.config_reloads.inc()
+        log.info("router configuration applied: strategy=%s (served as %s)",
+                 config.strategy.value, config.effective_strategy.value)
+        return True
+
+    def set_backends(self, urls: list[str]) -> None:
+        """Make the fleet exactly ``urls`` (from discovery or flags)."""
+        added, removed = self.fleet.replace(urls)
+        for url in removed:
+            self.policy.forget(url)
+            if url in self._gauged:
+                self.metrics.inflight.remove(url)
+                self._gauged.discard(url)
+        for url in added:
+            self.metrics.inflight.labels(url).set(0)
+            self._gauged.add(url)
+        self.metrics.replicas.set(len(self.fleet))
+        if added or removed:
+            log.info("replicas changed: +%d -%d, now %d", len(added), len(removed), len(self.fleet))
+
+    def decide(self, path: str, body: dict[str, Any], session: str | None) -> Routed:
+        """Hash the prompt and ask the policy for ordered candidates (records metrics)."""
+        started = time.perf_counter()
+        config = self.config
+        key = prompt_key(path, body, block_chars=config.block_chars, max_blocks=config.max_blocks, session=session)
+        decision = self.policy.choose(self.fleet.snapshot(), key)
+        self.metrics.decision_seconds.observe(time.perf_counter() - started)
+        if decision.candidates:
+            if decision.spilled:
+                self.metrics.spills.labels(self.policy.strategy.value).inc()
+            self.metrics.prefix_tokens.labels("prompt").inc(key.chars / CHARS_PER_TOKEN)
+            matched_chars = min(decision.matched_blocks * config.block_chars, key.chars)
+            self.metrics.prefix_tokens.labels("matched").inc(matched_chars / CHARS_PER_TOKEN)
+        return Routed(key, decision)
+
+    def status(self) -> dict[str, Any]:
+        """What ``GET /router/status`` returns: strategy, knobs, replicas and in-flight."""
+        fleet = self.fleet.replicas()
+        replicas = [{"url": r.url, "inflight": r.inflight, "served": r.served} for r in fleet]
+        index_entries = None
+        if isinstance(self.policy, strategies.PrefixAwarePolicy):
+            index_entries = self.policy.index.total_entries()
+        return {
+            "strategy": self.config.strategy.value,
+            "effectiveStrategy": self.config.effective_strategy.value,
+            "config": self.config.to_dict(),
+            "backends": replicas,
+            "inflight": sum(r.inflight for r in fleet),
+            "indexEntries": index_entries,
+        }
+
+    @staticmethod
+    def _note_kvaware(config: RouterConfig) -> None:
+        if config.strategy is Strategy.KVAWARE:
+            log.warning("routing strategy 'kvaware' is not implemented; serving it with 'prefixaware' "
+                        "(router-side prefix index instead of engine KV events)")

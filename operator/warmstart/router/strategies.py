@@ -1,0 +1,233 @@
+"""Routing policies: (a snapshot of replicas and their in-flight load, a prompt key) -> ordered candidates.
+
+Every policy is pure apart from its own small memory (a round-robin cursor, the prefix index),
+does no I/O, and is unit-tested on hand-made snapshots. The proxy tries the candidates in order:
+the first is the choice, the next ones are used only when a replica refuses the connection.
+
+``prefixaware`` (the interesting one):
+
+1. Count, per replica, the leading blocks of the prompt it probably holds (:class:`PrefixIndex`).
+2. Rank replicas by the longest match, ties (and no match at all) broken by rendezvous
+   (highest-random-weight) hashing of the prompt's leading ``home_blocks`` blocks. New prefixes
+   thus get a deterministic home that every router replica agrees on, and adding or removing a
+   replica moves only about 1/N of homes.
+3. A replica is eligible while its in-flight count is below both the concurrency cap and the
+   bounded-load ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``.
+   The first eligible replica in the ranking wins; passing over the best one is a *spill*, and
+   spills follow the prefix's rendezvous order, so a hot prefix spreads over as few replicas as
+   its load needs (controlled replication) instead of swamping one.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+from warmstart.router.config import RouterConfig, Strategy
+from warmstart.router.indexes import PrefixIndex
+from warmstart.router.prefixes import PromptKey, stable_hash
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """One replica as the policy sees it."""
+
+    name: str
+    inflight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The fleet at decision time."""
+
+    replicas: tuple[ReplicaLoad, ...]
+
+    @property
+    def total_inflight(self) -> int:
+        return sum(replica.inflight for replica in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Ordered candidates (first = choice) and what the policy knew when it chose."""
+
+    candidates: tuple[str, ...]
+    matched_blocks: int = 0
+    spilled: bool = False
+
+
+class Policy(Protocol):
+    """What every strategy implements."""
+
+    strategy: Strategy
+
+    def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
+        """Order the replicas for this request; empty snapshot -> no candidates."""
+        ...
+
+    def placed(self, replica: str, key: PromptKey) -> None:
+        """The request was sent to ``replica`` (prefix-aware remembers the blocks)."""
+        ...
+
+    def forget(self, replica: str) -> None:
+        """``replica`` left the fleet."""
+        ...
+
+
+def _under_cap(replica: ReplicaLoad, cap: int | None) -> bool:
+    return cap is None or replica.inflight < cap
+
+
+def _cap_first(ordered: list[ReplicaLoad], cap: int | None) -> tuple[str, ...]:
+    """Keep the order, but put replicas at the concurrency cap last (least loaded first)."""
+    under = [replica.name for replica in ordered if _under_cap(replica, cap)]
+    over = sorted((replica for replica in ordered if not _under_cap(replica, cap)), key=lambda r: r.inflight)
+    return tuple(under) + tuple(replica.name for replica in over)
+
+
+class _Stateless:
+    """Shared no-op bookkeeping for policies without memory of placements."""
+
+    def placed(self, replica: str, key: PromptKey) -> None:
+        return None
+
+    def forget(self, replica: str) -> None:
+        return None
+
+
+class RandomPolicy(_Stateless):
+    """Uniformly random replica (the default)."""
+
+    strategy = Strategy.RANDOM
+
+    def __init__(self, cap: int | None, rng: random.Random) -> None:
+        self.cap, self.rng = cap, rng
+
+    def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
+        ordered = list(snapshot.replicas)
+        self.rng.shuffle(ordered)
+        return Decision(_cap_first(ordered, self.cap))
+
+
+class RoundRobinPolicy(_Stateless):
+    """Each replica in turn (by name order)."""
+
+    strategy = Strategy.ROUNDROBIN
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self._cursor = 0
+
+    def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
+        ordered = sorted(snapshot.replicas, key=lambda r: r.name)
+        if not ordered:
+            return Decision(())
+        start = self._cursor % len(ordered)
+        self._cursor += 1
+        return Decision(_cap_first(ordered[start:] + ordered[:start], self.cap))
+
+
+class LeastOutstandingPolicy(_Stateless):
+    """Fewest in-flight requests; ties broken at random."""
+
+    strategy = Strategy.LEASTOUTSTANDING
+
+    def __init__(self, cap: int | None, rng: random.Random) -> None:
+        self.cap, self.rng = cap, rng
+
+    def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
+        ordered = sorted(snapshot.replicas, key=lambda r: (r.inflight, self.rng.random()))
+        return Decision(_cap_first(ordered, self.cap))
+
+
+def rendezvous_order(seed: str | int, names: list[str]) -> list[str]:
+    """Replicas by descending highest-random-weight score for ``seed`` (stable across processes)."""
+    return sorted(names, key=lambda name: (-stable_hash(seed, name), name))
+
+
+class SessionPolicy(_Stateless):
+    """Consistent (rendezvous) hash of the session key; no key -> least outstanding."""
+
+    strategy = Strategy.SESSION
+
+    def __init__(self, cap: int | None, rng: random.Random) -> None:
+        self.cap = cap
+        self._fallback = LeastOutstandingPolicy(cap, rng)
+
+    def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
+        if key.session is None:
+            return self._fallback.choose(snapshot, key)
+        by_name = {replica.name: replica for replica in snapshot.replicas}
+        order = rendezvous_order(key.session, list(by_name))
+        return Decision(_cap_first([by_name[name] for name in order], self.cap))
+
+
+def load_ceiling(snapshot: Snapshot, epsilon: float, min_ceiling: int) -> int:
+    """Bounded-load ceiling: max(min_ceiling, ceil((1+eps) x (in-flight + 1) / replicas))."""
+    if not snapshot.replicas:
+        return min_ceiling
+    mean = (snapshot.total_inflight + 1) / len(snapshot.replicas)
+    return max(min_ceiling, math.ceil((1.0 + epsilon) * mean - 1e-9))
+
+
+class PrefixAwarePolicy:
+    """Longest cached prefix, bounded load, rendezvous homes and spill order (see module doc)."""
+
+    strategy = Strategy.PREFIXAWARE
+
+    def __init__(self, config: RouterConfig, rng: random.Random) -> None:
+        self.cap = config.max_concurrent_requests
+        self.epsilon = config.load_epsilon
+        self.min_ceiling = config.load_min_ceiling
+        self.home_blocks = config.home_blocks
+        self.index = PrefixIndex(config.index_capacity_blocks)
+        self._short = LeastOutstandingPolicy(self.cap, rng)
+
+    def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
+        if not key.blocks:  # shorter than one block: nothing to reuse, balance load instead
+            return self._short.choose(snapshot, key)
+        by_name = {replica.name: replica for replica in snapshot.replicas}
+        home = key.blocks[min(len(key.blocks), self.home_blocks) - 1]
+        rank = {name: position for position, name in enumerate(rendezvous_order(home, list(by_name)))}
+        matched = self.index.match(key.blocks, by_name)
+        ranked = sorted(by_name, key=lambda name: (-matched.get(name, 0), rank[name]))
+        ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
+
+        def eligible(name: str) -> bool:
+            load = by_name[name].inflight
+            return load < ceiling and (self.cap is None or load < self.cap)
+
+        first = [name for name in ranked if eligible(name)]
+        rest = sorted((name for name in ranked if not eligible(name)), key=lambda n: by_name[n].inflight)
+        candidates = tuple(first + rest)
+        if not candidates:
+            return Decision(())
+        return Decision(
+            candidates,
+            matched_blocks=matched.get(candidates[0], 0),
+            spilled=candidates[0] != ranked[0],
+        )
+
+    def placed(self, replica: str, key: PromptKey) -> None:
+        self.index.record(replica, key.blocks)
+
+    def forget(self, replica: str) -> None:
+        self.index.forget(replica)
+
+
+def build(config: RouterConfig, rng: random.Random | None = None) -> Policy:
+    """The policy for ``config.strategy`` (``kvaware`` is served by ``prefixaware``)."""
+    rng = rng or random.Random()
+    cap = config.max_concurrent_requests
+    strategy = config.effective_strategy
+    if strategy is Strategy.ROUNDROBIN:
+        return RoundRobinPolicy(cap)
+    if strategy is Strategy.LEASTOUTSTANDING:
+        return LeastOutstandingPolicy(cap, rng)
+    if strategy is Strategy.SESSION:
+        return SessionPolicy(cap, rng)
+    if strategy is Strategy.PREFIXAWARE:
+        return PrefixAwarePolicy(config, rng)
+    return RandomPolicy(cap, rng)
