@@ -261,6 +261,5 @@ async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
-    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-    bound = sockets[0].getsockname()[1] if sockets else port
-    return runner, int(bound)
+    addresses = runner.addresses
+    return runner, int(addresses[0][1]) if addresses else port
