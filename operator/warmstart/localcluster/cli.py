@@ -1,0 +1,93 @@
+"""The ``warmstart cluster build|up|down|status`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import pathlib
+import shutil
+import sys
+
+from kubernetes import client
+
+from warmstart.localcluster import building, nodes, running
+
+DEFAULT_DIR = pathlib.Path(".cluster")
+
+
+def main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    directory = pathlib.Path(getattr(args, "dir", DEFAULT_DIR))
+    try:
+        if args.command == "build":
+            return _build(args.report)
+        if args.command == "up":
+            cluster = running.up(directory, node_spec=args.nodes, timeout=args.timeout)
+            print(f"export KUBECONFIG={cluster.kubeconfig}")
+            return 0
+        if args.command == "down":
+            stopped = running.down(directory)
+            print(f"stopped: {', '.join(stopped)}" if stopped else f"no cluster running in {directory}")
+            if args.purge:
+                shutil.rmtree(directory, ignore_errors=True)
+            return 0
+        return _status(directory)
+    except (building.BuildError, running.ClusterError) as error:
+        print(f"warmstart cluster {args.command}: {error}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="warmstart cluster", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build the missing binaries from Go modules (first time: ~30 min)")
+    build.add_argument("--report", action="store_true", help="print the recorded build time and memory of each")
+    for name, help_ in (
+        ("up", "start the cluster (idempotent) and create fake GPU nodes"),
+        ("down", "stop every process of the cluster"),
+        ("status", "show component health and nodes"),
+    ):
+        sub = commands.add_parser(name, help=help_)
+        sub.add_argument("--dir", type=pathlib.Path, default=DEFAULT_DIR, help="cluster directory (default .cluster)")
+        if name == "up":
+            sub.add_argument("--nodes", default=nodes.DEFAULT_SPEC, help=f"TYPE=COUNT,... (default {nodes.DEFAULT_SPEC})")
+            sub.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
+        if name == "down":
+            sub.add_argument("--purge", action="store_true", help="also delete the cluster directory")
+    return parser
+
+
+def _build(report: bool) -> int:
+    todo = building.missing()
+    if not todo:
+        print(f"all binaries are built already, under {building.cache_root() / 'bin'}")
+    building.ensure_binaries()
+    if report:
+        for record in building.build_records():
+            rss = int(str(record["peak_rss_bytes"])) / 2**30
+            print(f"{record['binary']:<25} {record['version']:<9} {record['wall_seconds']:>7} s  peak RSS {rss:.2f} GiB")
+    return 0
+
+
+def _status(directory: pathlib.Path) -> int:
+    components = running.status(directory)
+    for component in components:
+        state = "healthy" if component.healthy else ("running, not healthy" if component.running else "stopped")
+        print(f"{component.name:<25} {state:<22} pid {component.pid or '-':<8} log {component.log}")
+    cluster = running.running_cluster(directory)
+    if cluster is None:
+        print(f"no running cluster in {directory}")
+        return 1
+    with cluster.api_client() as api:
+        items = client.CoreV1Api(api).list_node().items
+    print(f"\n{len(items)} nodes:")
+    for node in items:
+        labels = node.metadata.labels or {}
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        gpus = (node.status.allocatable or {}).get("nvidia.com/gpu", "0")
+        nvme = int((node.metadata.annotations or {}).get(nodes.NVME_ANNOTATION, "0")) / 1e12
+        kind = labels.get(nodes.INSTANCE_TYPE_LABEL, "?")
+        print(f"  {node.metadata.name:<28} {kind:<18} {'Ready' if ready else 'NotReady':<9} gpu {gpus:<3} nvme {nvme:.1f} TB")
+    return 0 if all(component.healthy for component in components) else 1
