@@ -1,0 +1,4 @@
+"""Simulated vLLM replicas (prefix KV cache + timing model) and workload generators.
+
+For tests, the demo and the benchmarks; never used on a serving path.
+"""

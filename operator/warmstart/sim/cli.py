@@ -1,0 +1,75 @@
+"""`warmstart sim`: run N simulated vLLM replicas as asyncio servers in one process.
+
+    warmstart sim --replicas 8 --base-port 9000 [--time-scale 0.25] [--cache-tokens 65536]
+
+Replica i listens on base-port + i and is named ``r<i>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from warmstart.sim.engine import EngineParams
+from warmstart.sim.server import SimReplica, serve
+
+log = logging.getLogger("warmstart.sim")
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults = EngineParams()
+    p = argparse.ArgumentParser(prog="warmstart sim", description="Simulated vLLM replicas with prefix caching.")
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--base-port", type=int, default=9000)
+    p.add_argument("--name-prefix", default="r", help="replica i is named <prefix><i>")
+    p.add_argument("--prefill-tokens-per-s", type=float, default=defaults.prefill_tokens_per_s)
+    p.add_argument("--decode-tokens-per-s", type=float, default=defaults.decode_tokens_per_s)
+    p.add_argument("--ttft-overhead-s", type=float, default=defaults.ttft_overhead_s)
+    p.add_argument("--max-running", type=int, default=defaults.max_running)
+    p.add_argument("--block-tokens", type=int, default=defaults.block_tokens)
+    p.add_argument("--cache-tokens", type=int, default=defaults.cache_tokens)
+    p.add_argument("--time-scale", type=float, default=defaults.time_scale,
+                   help="real seconds per model second (0.25 = 4x faster than real time; 0 = no sleeping)")
+    p.add_argument("--scale-factor", type=int, default=1,
+                   help="make each replica N times larger (cache, prefill rate, slots): the ideal bound")
+    p.add_argument("--stream-chunk-tokens", type=int, default=1, help="tokens per SSE chunk after the first")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def params_from(args: argparse.Namespace) -> EngineParams:
+    params = EngineParams(
+        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_tokens_per_s=args.decode_tokens_per_s,
+        ttft_overhead_s=args.ttft_overhead_s, max_running=args.max_running, block_tokens=args.block_tokens,
+        cache_tokens=args.cache_tokens, time_scale=args.time_scale,
+    )
+    return params.scaled(args.scale_factor) if args.scale_factor > 1 else params
+
+
+async def run(args: argparse.Namespace) -> int:
+    params = params_from(args)
+    runners = []
+    for i in range(args.replicas):
+        replica = SimReplica(f"{args.name_prefix}{i}", params, stream_chunk_tokens=args.stream_chunk_tokens)
+        runner, port = await serve(replica, args.host, args.base_port + i)
+        runners.append(runner)
+        log.info("replica %s on http://%s:%d", replica.name, args.host, port)
+    print(f"sim: {args.replicas} replicas ready on ports {args.base_port}-{args.base_port + args.replicas - 1}",
+          flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    for runner in runners:
+        await runner.cleanup()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(run(args))
