@@ -167,7 +167,7 @@ class Engine:
             start = max(now, self._prefill_free_at)
             self._prefill_free_at = start + work * self.params.time_scale
             await asyncio.sleep(self._prefill_free_at - now + self.params.ttft_overhead_s * self.params.time_scale)
-            self.counters.ttfts.append((loop.time() - arrived) / self.params.time_scale)
+            self.counters.ttfts.append((loop.time() - arrived) / (self.params.time_scale or 1.0))
             if len(self.counters.ttfts) > 100_000:
                 del self.counters.ttfts[:50_000]
             yield admitted
