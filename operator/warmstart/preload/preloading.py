@@ -1,0 +1,117 @@
+"""One preload of one key: list, check capacity, resume, fetch, verify, publish. Returns a Result or raises PreloadError."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from warmstart.preload import progress, store
+from warmstart.preload.results import PreloadError, Reason, Result
+from warmstart.preload.sources import Listing, RemoteFile, Source
+
+log = logging.getLogger(__name__)
+
+VERIFY_WORKERS = 2
+
+
+def present(lay: store.Layout, started: float) -> Result | None:
+    """AlreadyPresent if a complete cache of the key exists (manifest + file sizes; no data is read)."""
+    manifest = store.read_manifest(lay)
+    if manifest is None:
+        return None
+    return Result(Reason.ALREADY_PRESENT, f"{lay.final} is complete (manifest of {manifest['completedAt']})",
+                  bytes=int(manifest["totalBytes"]), seconds=time.monotonic() - started, files=len(manifest["files"]))
+
+
+def manifest_entry(file: RemoteFile) -> dict[str, Any]:
+    return {"path": file.path, **file.fingerprint()}
+
+
+def preload(source: Source, lay: store.Layout, *, if_missing: bool = False, expected_bytes: int = 0,
+            statvfs: Callable[[str], os.statvfs_result] = os.statvfs, progress_interval: float = 5.0) -> Result:
+    started = time.monotonic()
+    if if_missing and (result := present(lay, started)) is not None:
+        return result
+    with store.locked(lay):
+        if if_missing and (result := present(lay, started)) is not None:
+            return result  # another preload finished it while we waited for the lock
+        listing = source.listing()
+        log.info("source lists %d files, %s", len(listing.files), progress.human(listing.total_bytes))
+        existing = store.read_manifest(lay)
+        if existing is not None and existing["files"] == sorted((manifest_entry(f) for f in listing.files), key=lambda e: e["path"]):
+            return Result(Reason.ALREADY_PRESENT, f"{lay.final} is complete and matches the source",
+                          bytes=listing.total_bytes, seconds=time.monotonic() - started, files=len(listing.files))
+        staging = store.Staging(lay)
+        kept = _resume(source, staging, listing)
+        staging.sweep(keep={f.path for f in kept})
+        kept_bytes = sum(f.size for f in kept)
+        needed = max(listing.total_bytes, expected_bytes) - kept_bytes
+        capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
+        log.info("capacity: %s to write + %s margin, %s free", progress.human(capacity.needed),
+                 progress.human(capacity.margin), progress.human(capacity.available))
+        todo = [f for f in listing.files if f not in kept]
+        fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval)
+        extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
+        if listing.commit:
+            extra["commit"] = listing.commit
+        staging.publish(store.build_manifest(lay, source.describe(), [manifest_entry(f) for f in listing.files], extra))
+    seconds = time.monotonic() - started
+    rate = progress.human(fetched / seconds) if seconds > 0 else "-"
+    return Result(Reason.DOWNLOADED, f"{len(todo)} of {len(listing.files)} files fetched ({progress.human(fetched)} at {rate}/s), "
+                  f"{len(kept)} kept from an interrupted run; published {lay.final}",
+                  bytes=listing.total_bytes, seconds=seconds, files=len(listing.files))
+
+
+def _resume(source: Source, staging: store.Staging, listing: Listing) -> list[RemoteFile]:
+    """Files an interrupted run already verified, checked again from disk; the others are dropped."""
+    candidates = [f for f in listing.files if staging.journaled(f.path, f.fingerprint())]
+    if not candidates:
+        return []
+    log.info("resuming: re-checking %d files kept from an interrupted run", len(candidates))
+    kept: list[RemoteFile] = []
+    with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS) as pool:
+        checks = {f: pool.submit(source.verifier(f), staging.path(f.path)) for f in candidates}
+        for file, future in checks.items():
+            if future.exception() is None:
+                kept.append(file)
+            else:
+                log.warning("fetching %s again: %s", file.path, future.exception())
+                staging.forget(file.path)
+    return kept
+
+
+def _fetch(source: Source, staging: store.Staging, listing: Listing, todo: list[RemoteFile], kept_bytes: int,
+           interval: float) -> int:
+    """Download `todo` into staging, verifying each file as it lands (while the others still download)."""
+    if hasattr(source, "scratch"):
+        source.scratch = staging.tmp_dir("source")
+    for file in todo:
+        os.makedirs(os.path.dirname(staging.part_path(file.path)), exist_ok=True)
+    failures: list[PreloadError] = []
+    lock = threading.Lock()
+    meter = progress.Progress(listing.total_bytes, interval=interval)
+    meter.done = kept_bytes
+
+    def check(file: RemoteFile) -> None:
+        try:
+            source.verifier(file)(staging.part_path(file.path))
+            staging.commit_file(file.path, file.fingerprint())
+        except Exception as exc:  # noqa: BLE001 - recorded, then raised after every download settles
+            with lock:
+                failures.append(exc if isinstance(exc, PreloadError) else PreloadError(Reason.INTERNAL_ERROR, f"{file.path}: {exc}"))
+            staging.forget(file.path)
+
+    with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS, thread_name_prefix="verify") as verifiers, meter:
+        pending: list[concurrent.futures.Future[None]] = []
+        try:
+            source.fetch(todo, lambda f: staging.part_path(f.path), meter.add, lambda f: pending.append(verifiers.submit(check, f)))
+        finally:
+            concurrent.futures.wait(list(pending))
+    if failures:
+        raise failures[0]
+    return sum(f.size for f in todo)

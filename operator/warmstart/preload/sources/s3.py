@@ -1,0 +1,196 @@
+"""S3 (and S3-compatible stores): list a prefix or one object, and fetch with s3transfer's parallel ranged GETs.
+
+One TransferManager downloads every file: its request pool is shared, so small files run side by side and
+large files are split into `part_size` ranges fetched in parallel. Sizes and ETags from the listing are
+handed to s3transfer up front (no HEAD per object), and every GET carries If-Match on the listed ETag, so
+an object overwritten mid-download fails instead of mixing two versions.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+from boto3.s3.transfer import TransferConfig, create_transfer_manager
+from s3transfer.subscribers import BaseSubscriber
+
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.preload import store, verifying
+from warmstart.preload.results import PreloadError, Reason
+from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location
+
+log = logging.getLogger(__name__)
+
+NOT_FOUND_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
+DENIED_CODES = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
+                "InvalidToken", "ExpiredToken", "AccountProblem"}
+
+
+def endpoint_url(explicit: str | None, env: dict[str, str] | Any) -> str | None:
+    """s3Storage.endpointUrl, else AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else AWS's own."""
+    return explicit or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+
+
+def client(region: str | None, endpoint: str | None, concurrency: int) -> Any:
+    config = botocore.config.Config(
+        max_pool_connections=concurrency + 4,
+        retries={"max_attempts": 5, "mode": "standard"},
+        connect_timeout=10,
+        read_timeout=60,
+        s3={"addressing_style": "path"} if endpoint else None,
+    )
+    return boto3.session.Session().client("s3", region_name=region, endpoint_url=endpoint, config=config)
+
+
+def error(exc: BaseException, what: str) -> PreloadError:
+    """A botocore/s3transfer failure as a PreloadError with a reason."""
+    if isinstance(exc, PreloadError):
+        return exc
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in NOT_FOUND_CODES or status == 404:
+            kind = "bucket" if code == "NoSuchBucket" else "object"
+            return PreloadError(Reason.NOT_FOUND, f"{what}: {kind} not found ({code or status})")
+        if code in DENIED_CODES or status in (401, 403):
+            return PreloadError(Reason.ACCESS_DENIED, f"{what}: access denied ({code or status}); check the pod's IAM role and the bucket policy")
+        if code == "PreconditionFailed" or status == 412:
+            return PreloadError(Reason.NETWORK_ERROR, f"{what}: the object changed during the download; retry")
+        if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"):
+            return PreloadError(Reason.NETWORK_ERROR, f"{what}: server error {code or status}")
+        return PreloadError(Reason.INVALID_SOURCE, f"{what}: {code or status}: {exc}")
+    if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
+        return PreloadError(Reason.ACCESS_DENIED, f"{what}: no AWS credentials found (IRSA/pod identity not configured?)")
+    if isinstance(exc, botocore.exceptions.FlexibleChecksumError):
+        return PreloadError(Reason.CHECKSUM_MISMATCH, f"{what}: the store's checksum does not match the bytes received")
+    if isinstance(exc, botocore.exceptions.BotoCoreError | ConnectionError | TimeoutError):
+        return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, OSError) and store.is_enospc(exc):
+        return PreloadError(Reason.INSUFFICIENT_CAPACITY, f"{what}: the disk filled up during the download: {exc}")
+    return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
+
+
+class _Subscriber(BaseSubscriber):  # type: ignore[misc]
+    def __init__(self, file: RemoteFile, on_bytes: OnBytes, on_done: Callable[[RemoteFile], None],
+                 failures: list[PreloadError], lock: threading.Lock, settled: threading.Semaphore, what: str) -> None:
+        self.file, self.on_bytes, self.on_done_cb, self.failures, self.lock, self.what = file, on_bytes, on_done, failures, lock, what
+        self.settled = settled  # released once per file after its callback ran (s3transfer sets "done" before callbacks)
+
+    def on_queued(self, future: Any, **kwargs: Any) -> None:
+        future.meta.provide_transfer_size(self.file.size)
+        if self.file.etag:
+            future.meta.provide_object_etag(f'"{self.file.etag}"')
+
+    def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+        self.on_bytes(bytes_transferred)
+
+    def on_done(self, future: Any, **kwargs: Any) -> None:
+        try:
+            future.result()
+            self.on_done_cb(self.file)
+        except BaseException as exc:  # noqa: BLE001 - every failure is classified below
+            with self.lock:
+                self.failures.append(error(exc, self.what))
+        finally:
+            self.settled.release()
+
+
+class S3Source:
+    """A prefix (or one object) in a bucket."""
+
+    def __init__(self, bucket: str, location: str, region: str | None, endpoint: str | None, options: Options) -> None:
+        self.bucket, self.location, self.region, self.endpoint, self.options = bucket, location, region, endpoint, options
+        self.client = client(region, endpoint, options.concurrency)
+
+    @classmethod
+    def from_config(cls, config: ModelSourceConfig, options: Options) -> S3Source:
+        if config.s3_storage is None:
+            raise PreloadError(Reason.INVALID_SOURCE, "modelSourceType s3 requires s3Storage")
+        s3 = config.s3_storage
+        return cls(s3.bucket_name, model_location(config), s3.region, endpoint_url(s3.endpoint_url, options.env), options)
+
+    def uri(self, key: str = "") -> str:
+        return f"s3://{self.bucket}/{key or self.location}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "s3", "bucket": self.bucket, "location": self.location, "region": self.region}
+
+    def listing(self) -> Listing:
+        if self.location and not self.location.endswith("/"):
+            try:
+                head = self.client.head_object(Bucket=self.bucket, Key=self.location)
+            except botocore.exceptions.ClientError as exc:
+                mapped = error(exc, self.uri())
+                if mapped.reason != Reason.NOT_FOUND:
+                    raise mapped from exc
+            except Exception as exc:
+                raise error(exc, self.uri()) from exc
+            else:  # modelLocation names one object: the cache holds that one file
+                name = store.safe_relpath(posixpath.basename(self.location))
+                return Listing(files=(RemoteFile(name, int(head["ContentLength"]), self.location, etag=head["ETag"].strip('"')),))
+        prefix = self.location + "/" if self.location and not self.location.endswith("/") else self.location
+        files: list[RemoteFile] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    key = obj["Key"]
+                    if key.endswith("/"):
+                        continue  # a "directory" marker
+                    files.append(RemoteFile(store.safe_relpath(key[len(prefix):]), int(obj["Size"]), key, etag=obj["ETag"].strip('"')))
+        except PreloadError:
+            raise
+        except Exception as exc:
+            raise error(exc, self.uri(prefix)) from exc
+        if not files:
+            raise PreloadError(Reason.NOT_FOUND, f"{self.uri(prefix)}: no objects under this prefix (empty prefix or wrong modelLocation)")
+        return Listing(files=tuple(files))
+
+    def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
+              on_done: Callable[[RemoteFile], None]) -> None:
+        config = TransferConfig(
+            max_concurrency=self.options.concurrency,
+            multipart_chunksize=self.options.part_size,
+            multipart_threshold=self.options.part_size,
+            max_io_queue=1000,
+            preferred_transfer_client="classic",
+        )
+        failures: list[PreloadError] = []
+        lock = threading.Lock()
+        settled = threading.Semaphore(0)
+        submitted = 0
+        manager = create_transfer_manager(self.client, config)
+        try:
+            for file in sorted(files, key=lambda f: -f.size):  # large files first: the tail is small files in parallel
+                sub = _Subscriber(file, on_bytes, on_done, failures, lock, settled, self.uri(file.ref))
+                manager.download(self.bucket, file.ref, part_path(file), subscribers=[sub])
+                submitted += 1
+        finally:
+            manager.shutdown()
+            for _ in range(submitted):
+                settled.acquire()
+        if failures:
+            raise sorted(failures, key=lambda f: f.reason in {Reason.NETWORK_ERROR})[0]
+
+    def part_size_hint(self, file: RemoteFile) -> int | None:
+        """The size of part 1 of a multipart object, as the store reports it (None if it does not)."""
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=file.ref, PartNumber=1)
+            size = int(head["ContentLength"])
+            return size if 0 < size < file.size else None
+        except Exception:  # noqa: BLE001 - a hint only; the derivation from the ETag does without it
+            return None
+
+    def verifier(self, file: RemoteFile) -> Callable[[str], None]:
+        def verify(path: str) -> None:
+            verifying.check_size(path, file.size, self.uri(file.ref))
+            if file.etag:
+                hint = self.part_size_hint(file) if "-" in file.etag else None
+                verifying.s3_etag(path, file.size, file.etag, self.uri(file.ref), hint)
+
+        return verify

@@ -1,0 +1,119 @@
+"""Checking downloaded bytes against what the source says: sizes, S3 ETags (multipart too), sha256, git sha1.
+
+A multipart ETag is the MD5 of the parts' MD5s followed by "-N". To recompute it, the part size the object
+was uploaded with is needed: it is derived from the size and N (the sizes p with (N-1)*p < size <= N*p,
+preferring the ones clients use: whole MiB, 8 MiB doubled) plus the source's hint (S3 HEAD ?partNumber=1),
+and all candidates are hashed in a single pass over the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from warmstart.preload.results import PreloadError, Reason
+
+MIB = 1 << 20
+CHUNK = 8 * MIB
+MAX_CANDIDATES = 6
+COMMON_PART_SIZES_MIB = (8, 16, 5, 10, 15, 25, 32, 50, 64, 100, 128, 256, 512, 1024, 2048, 4096)
+
+
+def check_size(path: str, size: int, name: str) -> None:
+    actual = os.stat(path).st_size
+    if actual != size:
+        raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: size is {actual} bytes, the source says {size}")
+
+
+def part_size_candidates(size: int, parts: int, hint: int | None = None) -> list[int]:
+    """Part sizes that split `size` bytes into exactly `parts` parts, most likely first."""
+    if parts < 1 or size < parts:
+        return []
+    lo = -(-size // parts)
+    hi = size if parts == 1 else (size - 1) // (parts - 1)
+    ordered = [hint] if hint else []
+    ordered.append(-(-lo // MIB) * MIB)
+    ordered += [m * MIB for m in COMMON_PART_SIZES_MIB]
+    ordered += [8 * MIB << k for k in range(12)]
+    ordered.append(lo)
+    out: list[int] = []
+    for c in ordered:
+        if c is not None and lo <= c <= hi and c not in out:
+            out.append(c)
+    return out[:MAX_CANDIDATES]
+
+
+class _PartHasher:
+    """MD5 of each part of one candidate part size, fed the file's bytes in order."""
+
+    def __init__(self, part_size: int) -> None:
+        self.part_size = part_size
+        self.current = hashlib.md5(usedforsecurity=False)
+        self.filled = 0
+        self.digests: list[bytes] = []
+
+    def feed(self, view: memoryview) -> None:
+        while view:
+            take = min(len(view), self.part_size - self.filled)
+            self.current.update(view[:take])
+            self.filled += take
+            view = view[take:]
+            if self.filled == self.part_size:
+                self.digests.append(self.current.digest())
+                self.current, self.filled = hashlib.md5(usedforsecurity=False), 0
+
+    def etag(self) -> str:
+        digests = self.digests + ([self.current.digest()] if self.filled else [])
+        return f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{len(digests)}"
+
+
+def _read_chunks(path: str) -> Any:
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            yield view[:n]
+
+
+def s3_etag(path: str, size: int, etag: str, name: str, part_size_hint: int | None = None) -> None:
+    """Raise ChecksumMismatch unless the file's content gives this S3 ETag (single-part or multipart)."""
+    etag = etag.strip('"').lower()
+    if "-" not in etag:
+        digest = hashlib.md5(usedforsecurity=False)
+        for chunk in _read_chunks(path):
+            digest.update(chunk)
+        if digest.hexdigest() != etag:
+            raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: MD5 {digest.hexdigest()} does not match the ETag {etag}")
+        return
+    try:
+        parts = int(etag.rsplit("-", 1)[1])
+    except ValueError:
+        return  # not an MD5-based ETag (e.g. SSE-KMS or a store of its own): sizes are all we can check
+    hashers = [_PartHasher(p) for p in part_size_candidates(size, parts, part_size_hint)]
+    if not hashers:
+        raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: {size} bytes cannot have the {parts} parts of ETag {etag}")
+    for chunk in _read_chunks(path):
+        for hasher in hashers:
+            hasher.feed(chunk)
+    if not any(h.etag() == etag for h in hashers):
+        tried = ", ".join(str(h.part_size) for h in hashers)
+        raise PreloadError(
+            Reason.CHECKSUM_MISMATCH, f"{name}: content does not match the multipart ETag {etag} (part sizes tried: {tried})"
+        )
+
+
+def sha256(path: str, expected: str, name: str) -> None:
+    digest = hashlib.sha256()
+    for chunk in _read_chunks(path):
+        digest.update(chunk)
+    if digest.hexdigest() != expected.lower():
+        raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: sha256 {digest.hexdigest()} does not match the Hub's {expected}")
+
+
+def git_blob_sha1(path: str, expected: str, name: str) -> None:
+    digest = hashlib.sha1(f"blob {os.stat(path).st_size}\0".encode(), usedforsecurity=False)
+    for chunk in _read_chunks(path):
+        digest.update(chunk)
+    if digest.hexdigest() != expected.lower():
+        raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: git blob id {digest.hexdigest()} does not match the Hub's {expected}")
