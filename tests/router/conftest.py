@@ -1,0 +1,97 @@
+"""Proxy test fixtures: a real router app and real simulated replicas on loopback ports.
+
+Sets up: simulated vLLM replicas (``warmstart.sim``) and the router's aiohttp application, each
+served by a real ``AppRunner`` with handler cancellation, talking over real sockets; an aiohttp
+client session for the test. Deliberately not faked: HTTP, streaming, disconnects, connection
+refusal. Not used: Kubernetes (discovery is tested against the real control plane elsewhere).
+Simulated time runs fast (``time_scale``) and no test asserts on wall-clock durations.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from warmstart.router import proxying
+from warmstart.router.config import RouterConfig
+from warmstart.router.routing import Router
+from warmstart.sim.engine import EngineParams
+from warmstart.sim.server import SimReplica
+from warmstart.sim.server import serve as serve_replica
+
+FAST = EngineParams(time_scale=0.002)
+
+
+@dataclass
+class RunningReplica:
+    replica: SimReplica
+    url: str
+    runner: web.AppRunner
+
+
+@dataclass
+class RunningRouter:
+    router: Router
+    url: str
+    runner: web.AppRunner
+
+
+SimFactory = Callable[..., Awaitable[list[RunningReplica]]]
+RouterFactory = Callable[..., Awaitable[RunningRouter]]
+
+
+@pytest.fixture
+async def sims() -> AsyncIterator[SimFactory]:
+    """``await sims(n, params=..., stream_chunk_tokens=...)`` -> n running replicas."""
+    started: list[RunningReplica] = []
+
+    async def start(count: int, params: EngineParams = FAST, stream_chunk_tokens: int = 1) -> list[RunningReplica]:
+        batch = []
+        for _ in range(count):
+            replica = SimReplica(f"r{len(started)}", params, stream_chunk_tokens=stream_chunk_tokens)
+            runner, port = await serve_replica(replica, "127.0.0.1", 0)
+            running = RunningReplica(replica, f"http://127.0.0.1:{port}", runner)
+            started.append(running)
+            batch.append(running)
+        return batch
+
+    yield start
+    for running in started:
+        await running.runner.cleanup()
+
+
+@pytest.fixture
+async def routers() -> AsyncIterator[RouterFactory]:
+    """``await routers(config, backends)`` -> a running router on a loopback port."""
+    started: list[RunningRouter] = []
+
+    async def start(config: RouterConfig | None = None, backends: list[str] | None = None) -> RunningRouter:
+        router = Router(config or RouterConfig(), backends or [])
+        runner, port = await proxying.serve(proxying.make_app(router), "127.0.0.1", 0)
+        running = RunningRouter(router, f"http://127.0.0.1:{port}", runner)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        await running.runner.cleanup()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        yield session
+
+
+@pytest.fixture
+def refused_url() -> str:
+    """A loopback URL where nothing listens (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
