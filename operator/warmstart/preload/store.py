@@ -36,8 +36,8 @@ PART_SUFFIX = ".warmstart-part"
 TMP_DIR_NAME = ".warmstart-tmp"
 MANIFEST_FORMAT = 1
 
-#: Free space kept beyond the model: the larger of 1 GiB and 5% of the bytes still to write.
-MARGIN_MIN_BYTES = 1 << 30
+#: Free space kept beyond the model: the larger of 1 GB and 5% of the bytes still to write.
+MARGIN_MIN_BYTES = 1_000_000_000  # the operator's placement check uses the same 1 GB and 5%
 MARGIN_FRACTION = 0.05
 
 
