@@ -21,6 +21,7 @@ from warmstart.controllers.storage import Store, load_api_client
 #: modules whose import registers handlers with kopf
 HANDLER_MODULES = (
     "warmstart.controllers.nodes",
+    "warmstart.controllers.sharing",
     "warmstart.controllers.endpoints",
     "warmstart.controllers.weights",
     "warmstart.controllers.images",
@@ -67,10 +68,10 @@ async def run(
 ) -> None:
     """Run the operator until `stop_flag` is set (or forever)."""
     if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig
+        os.environ["KUBECONFIG"] = str(kubeconfig)
     register_handlers()
     start_metrics(settings.metrics_port)
-    memo = kopf.Memo(store=Store(load_api_client(kubeconfig)), settings=settings)
+    memo = kopf.Memo(store=Store(load_api_client(str(kubeconfig) if kubeconfig else None)), settings=settings)
     await kopf.operator(
         standalone=settings.peering is None,
         peering_name=settings.peering,

@@ -1,0 +1,284 @@
+"""The endpoint reconcile: resolve, ensure caches, decide the gate, apply the Deployment, release old caches, status."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from warmstart.api import API_VERSION
+from warmstart.api.caches import MDCC_KIND, MIC_KIND
+from warmstart.api.endpoints import KIND as IEC_KIND
+from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.api.jumpstart import JumpStartModelSpec
+from warmstart.api.base import Condition
+from warmstart.api.statuses import CacheSummary, EndpointStatus, ResolvedModel, WarmPlacement
+from warmstart.api.states import ConditionType, EndpointState
+from warmstart.controllers import metrics, routing, sharing
+from warmstart.controllers.nodes import NodeFacts, all_nodes
+from warmstart.controllers.resolving import ResolutionFailed, resolve
+from warmstart.controllers.storage import Invalid, Store, StorageError
+from warmstart.render import caches, deployments, endpoint_status, gating, keys, labels
+from warmstart.render.conditions import condition, merge_conditions
+from warmstart.render.deployments import Generation
+from warmstart.render.endpoint_status import DeploymentFacts
+from warmstart.render.endpoints import Endpoint
+from warmstart.render.unsupported import unsupported_fields
+
+TIMER_SECONDS = float(os.environ.get("WARMSTART_RESYNC_SECONDS", "10"))
+
+_locks_guard = threading.Lock()
+
+
+def _lock(memo: kopf.Memo, uid: str) -> threading.Lock:
+    with _locks_guard:
+        locks: dict[str, threading.Lock] = memo.setdefault("endpoint_locks", {})
+        return locks.setdefault(uid, threading.Lock())
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
+def _iso(moment: datetime.datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _parse(text: str | None) -> datetime.datetime | None:
+    if not text:
+        return None
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def reconcile(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
+    """Bring the endpoint's children and status in line with its spec; safe to call any number of times."""
+    with _lock(memo, body["metadata"]["uid"]):
+        try:
+            _reconcile(kind, body, memo, indexes)
+        except Invalid as error:
+            raise kopf.PermanentError(f"the API server rejected a child object: {error}") from error
+        except StorageError as error:
+            raise kopf.TemporaryError(f"API call failed: {error}", delay=5) from error
+
+
+def _reconcile(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
+    store: Store = memo.store
+    context = memo.settings.render
+    meta = body["metadata"]
+    generation = int(meta.get("generation", 1))
+    old_status = dict(body.get("status") or {})
+    now = _now()
+    spec_model = _spec_model(kind, body)
+    unsupported = _unsupported_condition(spec_model, generation)
+    try:
+        endpoint = resolve(kind, body, context, memo.setdefault("jumpstart", _jumpstart_cache()))
+    except ResolutionFailed as failure:
+        conds = [*endpoint_status.failed(generation, failure.reason, failure.message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        if failure.retryable:
+            raise kopf.TemporaryError(failure.message, delay=30) from failure
+        return
+
+    wkey, ikey = endpoint.weights_key(), endpoint.image_key()
+    if endpoint.weights_enabled:
+        sharing.attach(store, caches.weights_cache(endpoint), endpoint.ref.uid)
+    if endpoint.image_cache:
+        sharing.attach(store, caches.image_cache(endpoint), endpoint.ref.uid)
+    weights = _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey)) if endpoint.weights_enabled else None
+    image = _summary(indexes, "image_cache_summaries", endpoint, keys.image_cache_name(ikey)) if endpoint.image_cache else None
+
+    resolved_old = old_status.get("resolved") or {}
+    waiting_since = _parse(old_status.get("waitingSince")) if resolved_old.get("weightsCacheKey") == wkey else None
+    waiting_since = waiting_since or now
+    gate = gating.decide(endpoint.weights_enabled, weights, (now - waiting_since).total_seconds(), endpoint.max_deploy_time_seconds)
+
+    deployment = store.get("apps/v1", "Deployment", endpoint.ref.name, endpoint.ref.namespace)
+    if gate.open:
+        deployment = store.apply(deployments.deployment(endpoint, Generation(wkey, ikey), context))
+        store.apply(deployments.service(endpoint))
+    elif deployment is not None and deployment.get("spec", {}).get("replicas") != endpoint.replicas:
+        deployment = store.merge_patch("apps/v1", "Deployment", endpoint.ref.name, {"spec": {"replicas": endpoint.replicas}}, endpoint.ref.namespace)
+    routing.ensure(store, endpoint, context)
+
+    facts = _deployment_facts(deployment)
+    if facts.rolled_out and gate.open:
+        _release_stale(store, endpoint, indexes, wkey, ikey)
+    placement = _placement(endpoint, wkey, indexes)
+    conds = [*endpoint_status.conditions(generation, gate, weights, endpoint.weights_enabled, image, endpoint.image_cache, facts), *unsupported]
+    conds.append(condition(ConditionType.RESOLVED, True, "Resolved", f"source {endpoint.source.model_source_type.value}, image {endpoint.worker.image}", generation))
+    state = endpoint_status.state(conds, facts)
+    status = EndpointStatus(
+        state=state,
+        replicas=facts.replicas if deployment is not None else 0,
+        available_replicas=facts.available,
+        selector=deployments.selector_string(endpoint),
+        weights_cache_status=weights,
+        image_cache_status=image,
+        resolved=ResolvedModel(
+            model_source_config=endpoint.source,
+            image=endpoint.worker.image,
+            instance_types=endpoint.instance_types,
+            environment=endpoint.resolved_env or None,
+            weights_cache_key=wkey,
+            image_cache_key=ikey,
+        ),
+        warm_placement=placement,
+        deployment_name=endpoint.ref.name if deployment is not None else None,
+        waiting_since=_iso(waiting_since) if not gate.open or gate.degraded else old_status.get("waitingSince"),
+        gate_opened_at=old_status.get("gateOpenedAt") or (_iso(now) if gate.open else None),
+    ).to_api()
+    status.pop("conditions", None)
+    _write_status(store, kind, body, old_status, status, conds, now)
+    _export_metrics(endpoint, state, placement)
+
+
+def _spec_model(kind: str, body: Mapping[str, Any]) -> InferenceEndpointConfigSpec | JumpStartModelSpec | None:
+    try:
+        if kind == IEC_KIND:
+            return InferenceEndpointConfigSpec.model_validate(body.get("spec", {}))
+        return JumpStartModelSpec.model_validate(body.get("spec", {}))
+    except ValueError:
+        return None
+
+
+def _unsupported_condition(spec: InferenceEndpointConfigSpec | JumpStartModelSpec | None, generation: int) -> list[Condition]:
+    fields = unsupported_fields(spec) if spec is not None else []
+    if not fields:
+        return [condition(ConditionType.UNSUPPORTED_FIELDS, False, "AllFieldsSupported", "", generation)]
+    message = "accepted but not implemented by warmstart, so they have no effect: " + ", ".join(fields)
+    return [condition(ConditionType.UNSUPPORTED_FIELDS, True, "FieldsIgnored", message, generation)]
+
+
+def _jumpstart_cache() -> Any:
+    from warmstart.controllers.resolving import JumpStartCache
+
+    return JumpStartCache.empty()
+
+
+def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: str) -> CacheSummary:
+    found = sharing.lookup(indexes[index], (endpoint.ref.namespace, name))
+    return found[0] if found else CacheSummary(name=name)
+
+
+def _deployment_facts(deployment: Mapping[str, Any] | None) -> DeploymentFacts:
+    if deployment is None:
+        return DeploymentFacts()
+    spec, status = deployment.get("spec", {}), deployment.get("status") or {}
+    desired = int(spec.get("replicas", 1))
+    replicas, updated, available = (int(status.get(k, 0) or 0) for k in ("replicas", "updatedReplicas", "availableReplicas"))
+    current = int(status.get("observedGeneration", 0)) >= int(deployment["metadata"].get("generation", 0))
+    failed = next(
+        (c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"),
+        None,
+    )
+    rolled_out = current and updated >= desired and replicas == updated and available >= desired
+    return DeploymentFacts(True, desired, replicas, updated, available, current, rolled_out, failed)
+
+
+def _release_stale(store: Store, endpoint: Endpoint, indexes: Mapping[str, Any], wkey: str, ikey: str) -> None:
+    """After a completed rollout, let go of caches of earlier generations (or of caching turned off)."""
+    uid = endpoint.ref.uid
+    keep_weights = keys.weights_cache_name(wkey) if endpoint.weights_enabled else None
+    keep_image = keys.image_cache_name(ikey) if endpoint.image_cache else None
+    for name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)) - {keep_weights}:
+        sharing.release(store, MDCC_KIND, name, endpoint.ref.namespace, uid)
+    for name in set(sharing.lookup(indexes["image_caches_by_parent"], uid)) - {keep_image}:
+        sharing.release(store, MIC_KIND, name, endpoint.ref.namespace, uid)
+
+
+def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> WarmPlacement:
+    """Count the endpoint's scheduled pods on weights-warm versus cold nodes."""
+    pods = sharing.lookup(indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.kind.lower()))
+    nodes: dict[str, NodeFacts] = {n.name: n for n in all_nodes(indexes["node_facts"])}
+    label = labels.weights_ready_label(wkey)
+    warm = cold = 0
+    for _pod, node in pods:
+        if not node:
+            continue
+        facts = nodes.get(node)
+        if endpoint.weights_enabled and facts is not None and facts.labels.get(label) == labels.READY:
+            warm += 1
+        else:
+            cold += 1
+    return WarmPlacement(warm_pods=warm, cold_pods=cold)
+
+
+def _write_status(
+    store: Store, kind: str, body: Mapping[str, Any], old: dict[str, Any], new: dict[str, Any], conds: list[Condition], now: datetime.datetime
+) -> None:
+    """Patch /status only when something changed; post an Event when the state changes."""
+    old_conditions = [Condition.model_validate(c) for c in old.get("conditions") or []]
+    merged = merge_conditions(old_conditions, conds, _iso(now))
+    new = {**new, "conditions": [c.to_api() for c in merged], "observedGeneration": int(body["metadata"].get("generation", 1))}
+    comparable_old = {k: v for k, v in old.items() if k in new or k in _OWNED}
+    if comparable_old == new:
+        return
+    patch: dict[str, Any] = {k: None for k in _OWNED if k in old and k not in new}
+    patch.update(new)
+    meta = body["metadata"]
+    store.merge_patch(API_VERSION, kind, meta["name"], {"status": patch}, meta["namespace"], subresource="status")
+    if old.get("state") != new.get("state"):
+        ready = next((c for c in merged if c.type == ConditionType.READY), None)
+        message = ready.message if ready else ""
+        event_type = "Warning" if new.get("state") == EndpointState.DEPLOYMENT_FAILED.value else "Normal"
+        kopf.event(dict(body), type=event_type, reason=str(new.get("state")), message=message[:1000])
+
+
+_OWNED = (
+    "state",
+    "conditions",
+    "observedGeneration",
+    "replicas",
+    "availableReplicas",
+    "selector",
+    "weightsCacheStatus",
+    "imageCacheStatus",
+    "resolved",
+    "warmPlacement",
+    "deploymentName",
+    "waitingSince",
+    "gateOpenedAt",
+)
+
+
+def _export_metrics(endpoint: Endpoint, state: EndpointState, placement: WarmPlacement) -> None:
+    ns, name = endpoint.ref.namespace, endpoint.ref.name
+    metrics.ENDPOINT_PODS.labels(ns, name, "warm").set(placement.warm_pods)
+    metrics.ENDPOINT_PODS.labels(ns, name, "cold").set(placement.cold_pods)
+    for candidate in EndpointState:
+        metrics.ENDPOINT_STATE.labels(ns, name, candidate.value).set(1 if candidate == state else 0)
+
+
+def delete(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
+    """Finalizer: remove the Deployment, Service and router, and release the caches (shared ones survive)."""
+    store: Store = memo.store
+    meta = body["metadata"]
+    ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+    with _lock(memo, uid):
+        try:
+            store.merge_patch(API_VERSION, kind, name, {"status": {"state": EndpointState.DELETION_IN_PROGRESS.value}}, ns, subresource="status")
+            routing.remove(store, ns, name)
+            store.delete("apps/v1", "Deployment", name, ns)
+            store.delete("v1", "Service", name, ns)
+            for cache_name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)):
+                sharing.release(store, MDCC_KIND, cache_name, ns, uid)
+            for cache_name in set(sharing.lookup(indexes["image_caches_by_parent"], uid)):
+                sharing.release(store, MIC_KIND, cache_name, ns, uid)
+        except StorageError as error:
+            raise kopf.TemporaryError(f"releasing children failed: {error}", delay=5) from error
+    _forget_metrics(ns, name)
+    kopf.info(dict(body), reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
+
+
+def _forget_metrics(ns: str, name: str) -> None:
+    for candidate in EndpointState:
+        with contextlib.suppress(KeyError):
+            metrics.ENDPOINT_STATE.remove(ns, name, candidate.value)
+    for placement in ("warm", "cold"):
+        with contextlib.suppress(KeyError):
+            metrics.ENDPOINT_PODS.remove(ns, name, placement)

@@ -1,0 +1,88 @@
+"""Shared, reference-counted caches: endpoints attach to and release MDCCs and MICs by server-side apply.
+
+Each parent applies its own entry of `spec.parentReferences` and `metadata.ownerReferences` (both list-maps keyed by
+uid) with its own field manager, so two endpoints can attach and release concurrently without read-modify-write
+races. The parent that removes the last reference deletes the cache; if the operator is down, Kubernetes garbage
+collection does it through the owner references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, MIC_KIND, MIC_PLURAL
+from warmstart.api.statuses import CacheSummary
+from warmstart.controllers.storage import Store
+from warmstart.render import caches
+
+Manifest = dict[str, Any]
+
+
+def _summary(name: str, status: Mapping[str, Any]) -> CacheSummary:
+    return CacheSummary.model_validate({**{k: v for k, v in status.items() if k in ("state", "readyNodes", "targetNodes", "message")}, "name": name})
+
+
+@kopf.index(GROUP, VERSION, MDCC_PLURAL)  # type: ignore[arg-type]
+def weights_cache_summaries(namespace: str, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
+    """(namespace, name) -> status summary of every MDCC."""
+    return {(namespace, name): _summary(name, status)}
+
+
+@kopf.index(GROUP, VERSION, MIC_PLURAL)  # type: ignore[arg-type]
+def image_cache_summaries(namespace: str, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
+    """(namespace, name) -> status summary of every MIC."""
+    return {(namespace, name): _summary(name, status)}
+
+
+def _parents(spec: Mapping[str, Any]) -> list[str]:
+    return [str(p.get("uid")) for p in spec.get("parentReferences") or [] if p.get("uid")]
+
+
+@kopf.index(GROUP, VERSION, MDCC_PLURAL)  # type: ignore[arg-type]
+def weights_caches_by_parent(name: str, spec: Mapping[str, Any], **_: Any) -> dict[str, str]:
+    """parent uid -> names of the MDCCs it references."""
+    return {uid: name for uid in _parents(spec)}
+
+
+@kopf.index(GROUP, VERSION, MIC_PLURAL)  # type: ignore[arg-type]
+def image_caches_by_parent(name: str, spec: Mapping[str, Any], **_: Any) -> dict[str, str]:
+    """parent uid -> names of the MICs it references."""
+    return {uid: name for uid in _parents(spec)}
+
+
+def lookup(index: Mapping[Any, Any], key: Any) -> list[Any]:
+    """All values of a kopf index under one key (empty when absent)."""
+    try:
+        return list(index[key])
+    except KeyError:
+        return []
+
+
+def attach(store: Store, manifest: Manifest, parent_uid: str) -> Manifest:
+    """Create the cache or add this parent's references to it."""
+    writer = Store(store.api, field_manager=caches.parent_field_manager(parent_uid))
+    return writer.apply(manifest)
+
+
+def release(store: Store, kind: str, name: str, namespace: str, parent_uid: str) -> bool:
+    """Drop this parent's references; delete the cache when no parent is left. True when the cache is gone."""
+    current = store.get(API_VERSION, kind, name, namespace)
+    if current is None:
+        return True
+    writer = Store(store.api, field_manager=caches.parent_field_manager(parent_uid))
+    remaining = [p for p in current.get("spec", {}).get("parentReferences") or [] if p.get("uid") != parent_uid]
+    if len(remaining) == len(current.get("spec", {}).get("parentReferences") or []) and remaining:
+        return False
+    result = writer.apply(caches.detached(current))
+    left = [p for p in result.get("spec", {}).get("parentReferences") or [] if p.get("uid") != parent_uid]
+    if not left:
+        store.delete(API_VERSION, kind, name, namespace)
+        return True
+    return False
+
+
+CACHE_KINDS = {"weights": MDCC_KIND, "image": MIC_KIND}

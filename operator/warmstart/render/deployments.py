@@ -1,0 +1,235 @@
+"""The model Deployment and its Service: warm-node preferences, the cache volume and the cold-node fallback."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from warmstart.api.workers import Worker
+from warmstart.render import labels
+from warmstart.render.context import RenderContext
+from warmstart.render.endpoints import Endpoint
+
+Manifest = dict[str, Any]
+
+WEIGHTS_WARM_WEIGHT = 100
+IMAGE_WARM_WEIGHT = 30
+#: the first of `instanceTypes` gets this weight, the next one less, never below 1
+INSTANCE_TYPE_TOP_WEIGHT = 10
+CACHE_MOUNT = "/warmstart-cache"
+HF_TOKEN_DIR = "/var/run/secrets/warmstart/hf"
+SOURCE_MOUNT = "/mnt/source"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Which cache generation the pods use (the content keys), decided by the gate."""
+
+    weights_key: str
+    image_key: str
+
+
+def pod_selector(endpoint: Endpoint) -> dict[str, str]:
+    return {labels.ENDPOINT_LABEL: endpoint.ref.name, labels.ENDPOINT_KIND_LABEL: endpoint.ref.kind.lower()}
+
+
+def selector_string(endpoint: Endpoint) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(pod_selector(endpoint).items()))
+
+
+def _warm_term(label: str, weight: int) -> Manifest:
+    return {"weight": weight, "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [labels.READY]}]}}
+
+
+def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
+    """Required: the target nodes. Preferred: weights-warm, then image-warm, then the instance-type order."""
+    preferred = []
+    if endpoint.weights_enabled:
+        preferred.append(_warm_term(labels.weights_ready_label(generation.weights_key), WEIGHTS_WARM_WEIGHT))
+    if endpoint.image_cache:
+        preferred.append(_warm_term(labels.image_ready_label(generation.image_key), IMAGE_WARM_WEIGHT))
+    for rank, instance_type in enumerate(endpoint.instance_types or []):
+        if len(endpoint.instance_types or []) < 2:
+            break
+        weight = max(INSTANCE_TYPE_TOP_WEIGHT - rank, 1)
+        preferred.append({"weight": weight, "preference": {"matchExpressions": [{"key": labels.INSTANCE_TYPE, "operator": "In", "values": [instance_type]}]}})
+    if endpoint.node_affinity is not None:
+        preferred += [p.to_api() for p in endpoint.node_affinity.preferred_during_scheduling_ignored_during_execution or []]
+    node_affinity: Manifest = {}
+    required = endpoint.targeting().node_affinity
+    if required and required.required_during_scheduling_ignored_during_execution:
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required.required_during_scheduling_ignored_during_execution.to_api()
+    if preferred:
+        node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    return {"nodeAffinity": node_affinity} if node_affinity else {}
+
+
+def _env(worker: Worker) -> list[Manifest]:
+    return [e.to_api() for e in worker.environment_variables or []]
+
+
+def preload_init_container(endpoint: Endpoint, generation: Generation, context: RenderContext) -> Manifest:
+    """`warmstart preload --if-missing`: milliseconds on a warm node, the normal download on a cold one."""
+    args = [
+        "preload",
+        "--if-missing",
+        "--source-json",
+        json.dumps(endpoint.source.to_api(), sort_keys=True, separators=(",", ":")),
+        "--key",
+        generation.weights_key,
+        "--root",
+        CACHE_MOUNT,
+        "--termination-log",
+        "/dev/termination-log",
+    ]
+    mounts: list[Manifest] = [{"name": endpoint.worker.model_volume_mount.name, "mountPath": f"{CACHE_MOUNT}/warmstart"}]
+    hf = endpoint.source.hugging_face_model
+    if hf and hf.token_secret_ref:
+        args += ["--hf-token-file", f"{HF_TOKEN_DIR}/token"]
+        mounts.append({"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True})
+    if endpoint.source.fsx_storage or endpoint.source.kubernetes_volume:
+        args += ["--mount-root", SOURCE_MOUNT]
+        mounts.append({"name": "model-source", "mountPath": SOURCE_MOUNT, "readOnly": True})
+    return {
+        "name": "warmstart-preload",
+        "image": context.operator_image,
+        "imagePullPolicy": context.image_pull_policy,
+        "args": args,
+        "env": [{"name": k, "value": v} for k, v in sorted(context.preload_env.items())],
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "File",
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+    }
+
+
+def _volumes(endpoint: Endpoint) -> list[Manifest]:
+    name = endpoint.worker.model_volume_mount.name
+    if endpoint.weights_enabled:
+        model: Manifest = {"name": name, "hostPath": {"path": f"{endpoint.host_path.rstrip('/')}/warmstart", "type": "DirectoryOrCreate"}}
+    else:
+        model = {"name": name, "emptyDir": {}}
+    volumes = [model]
+    hf = endpoint.source.hugging_face_model
+    if hf and hf.token_secret_ref:
+        volumes.append(
+            {"name": "hf-token", "secret": {"secretName": hf.token_secret_ref.name, "items": [{"key": hf.token_secret_ref.key, "path": "token"}]}}
+        )
+    if endpoint.source.kubernetes_volume:
+        volumes.append({"name": "model-source", "persistentVolumeClaim": {"claimName": endpoint.source.kubernetes_volume.claim_name, "readOnly": True}})
+    fsx = endpoint.source.fsx_storage
+    if fsx:
+        volumes.append(
+            {
+                "name": "model-source",
+                "csi": {
+                    "driver": "fsx.csi.aws.com",
+                    "readOnly": True,
+                    "volumeAttributes": {"fileSystemId": fsx.file_system_id, "dnsname": fsx.dns_name or "", "mountname": fsx.mount_name or ""},
+                },
+            }
+        )
+    return volumes
+
+
+def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
+    worker = endpoint.worker
+    port = worker.model_invocation_port
+    container: Manifest = {
+        "name": "worker",
+        "image": worker.image,
+        "ports": [{"name": port.name, "containerPort": port.container_port, "protocol": "TCP"}],
+        "volumeMounts": [
+            {
+                "name": worker.model_volume_mount.name,
+                "mountPath": worker.model_volume_mount.mount_path,
+                "subPath": f"weights/{generation.weights_key}",
+                "readOnly": True,
+            }
+        ],
+        "resources": worker.resources.to_api(),
+    }
+    for key, value in (("args", worker.args), ("command", worker.command), ("workingDir", worker.working_dir)):
+        if value:
+            container[key] = value
+    env = _env(worker)
+    if env:
+        container["env"] = env
+    if worker.probes:
+        container.update(worker.probes.to_api())
+    return container
+
+
+def deployment(endpoint: Endpoint, generation: Generation, context: RenderContext) -> Manifest:
+    """The model Deployment: rolls with maxUnavailable 0, so an update never drops serving capacity."""
+    selector = pod_selector(endpoint)
+    pod_labels = {**labels.managed({labels.COMPONENT: "model-server"}), **selector, **((endpoint.kubernetes.labels or {}) if endpoint.kubernetes else {})}
+    annotations = {
+        f"{labels.CACHE_PREFIX}/weights-key": generation.weights_key,
+        f"{labels.CACHE_PREFIX}/image-key": generation.image_key,
+        **((endpoint.kubernetes.annotations or {}) if endpoint.kubernetes else {}),
+    }
+    pod_spec: Manifest = {
+        "affinity": affinity(endpoint, generation),
+        "initContainers": [preload_init_container(endpoint, generation, context)],
+        "containers": [_worker_container(endpoint, generation)],
+        "volumes": _volumes(endpoint),
+    }
+    kube = endpoint.kubernetes
+    if kube and kube.service_account_name:
+        pod_spec["serviceAccountName"] = kube.service_account_name
+    if kube and kube.node_selector:
+        pod_spec["nodeSelector"] = dict(kube.node_selector)
+    if kube and kube.tolerations:
+        pod_spec["tolerations"] = list(kube.tolerations)
+    if kube and kube.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
+    if not pod_spec["affinity"]:
+        del pod_spec["affinity"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": endpoint.ref.name,
+            "namespace": endpoint.ref.namespace,
+            "labels": {**labels.managed({labels.COMPONENT: "model-server"}), **selector},
+            "ownerReferences": [_controller_ref(endpoint)],
+        },
+        "spec": {
+            "replicas": endpoint.replicas,
+            "selector": {"matchLabels": selector},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
+        },
+    }
+
+
+def service(endpoint: Endpoint) -> Manifest:
+    """The model Service on the invocation port."""
+    port = endpoint.worker.model_invocation_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": endpoint.ref.name,
+            "namespace": endpoint.ref.namespace,
+            "labels": {**labels.managed({labels.COMPONENT: "model-server"}), **pod_selector(endpoint)},
+            "ownerReferences": [_controller_ref(endpoint)],
+        },
+        "spec": {
+            "selector": pod_selector(endpoint),
+            "ports": [{"name": port.name, "port": port.container_port, "targetPort": port.name, "protocol": "TCP"}],
+        },
+    }
+
+
+def _controller_ref(endpoint: Endpoint) -> Manifest:
+    ref = endpoint.ref
+    return {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
+        "kind": ref.kind,
+        "name": ref.name,
+        "uid": ref.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

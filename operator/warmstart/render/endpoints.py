@@ -1,0 +1,161 @@
+"""One pipeline for both endpoint kinds: an IEC or a resolved JumpStartModel becomes an `Endpoint`.
+
+Everything downstream (caches, gate, Deployment, router, status) reads only this model, so the two kinds cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from warmstart.api import API_VERSION
+from warmstart.api.base import ParentReference
+from warmstart.api.blocks import DEFAULT_HOST_PATH, IntelligentRoutingSpec, KubernetesSettings, WeightsCache
+from warmstart.api.caches import NodeTargeting
+from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.api.jumpstart import JumpStartModelSpec
+from warmstart.api.scheduling import NodeAffinity
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.api.states import RoutingStrategy
+from warmstart.api.workers import EnvironmentVariable, ModelInvocationPort, ModelVolumeMount, Resources, Worker
+from warmstart.placement import instance_type_affinity
+from warmstart.render import keys
+
+JUMPSTART_PORT = 8080
+JUMPSTART_MOUNT = "/opt/ml/model"
+
+
+class ObjectRef(BaseModel):
+    """Identity of the endpoint object."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    name: str
+    namespace: str
+    uid: str
+    generation: int = 1
+
+    def parent(self) -> ParentReference:
+        return ParentReference(api_version=API_VERSION, kind=self.kind, name=self.name, uid=self.uid)
+
+
+class Endpoint(BaseModel):
+    """The resolved, kind-independent view of an endpoint."""
+
+    ref: ObjectRef
+    model_name: str
+    source: ModelSourceConfig
+    worker: Worker
+    instance_types: list[str] | None = None
+    node_affinity: NodeAffinity | None = None
+    replicas: int = 1
+    max_deploy_time_seconds: int = 3600
+    weights_cache: WeightsCache | None = None
+    image_cache: bool = False
+    routing: IntelligentRoutingSpec | None = None
+    kubernetes: KubernetesSettings | None = None
+    resolved_env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def weights_enabled(self) -> bool:
+        return bool(self.weights_cache and self.weights_cache.enabled)
+
+    @property
+    def host_path(self) -> str:
+        return self.weights_cache.host_path if self.weights_cache else DEFAULT_HOST_PATH
+
+    @property
+    def routing_enabled(self) -> bool:
+        return bool(self.routing and self.routing.enabled)
+
+    @property
+    def routing_strategy(self) -> RoutingStrategy:
+        return self.routing.routing_strategy if self.routing else RoutingStrategy.RANDOM
+
+    def targeting(self) -> NodeTargeting:
+        """The nodes the caches cover: the required part of the endpoint's placement."""
+        if self.node_affinity is not None:
+            required = self.node_affinity.required_during_scheduling_ignored_during_execution
+            affinity = NodeAffinity(required_during_scheduling_ignored_during_execution=required) if required else None
+            return NodeTargeting(node_affinity=affinity)
+        if self.instance_types:
+            return NodeTargeting(node_affinity=instance_type_affinity(self.instance_types))
+        return NodeTargeting()
+
+    def weights_key(self) -> str:
+        return keys.weights_key(self.source, self.host_path)
+
+    def image_key(self) -> str:
+        return keys.image_key(self.worker.image, self.targeting())
+
+
+def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
+    """An InferenceEndpointConfig as an Endpoint."""
+    cache = spec.model_cache_config
+    worker = spec.worker
+    if spec.environment_variables:
+        merged = [*(worker.environment_variables or []), *spec.environment_variables]
+        worker = worker.model_copy(update={"environment_variables": merged})
+    instance_types = spec.instance_types or ([spec.instance_type] if spec.instance_type else None)
+    return Endpoint(
+        ref=ref,
+        model_name=spec.model_name,
+        source=spec.model_source_config,
+        worker=worker,
+        instance_types=instance_types,
+        node_affinity=spec.node_affinity,
+        replicas=spec.replicas,
+        max_deploy_time_seconds=spec.max_deploy_time_in_seconds,
+        weights_cache=cache.weights_cache if cache else None,
+        image_cache=bool(cache and cache.image_cache and cache.image_cache.enabled),
+        routing=spec.intelligent_routing_spec,
+        kubernetes=spec.kubernetes,
+    )
+
+
+class JumpStartResolution(BaseModel):
+    """What a JumpStart model id and version resolve to (filled by the controller from the manifest)."""
+
+    bucket: str
+    prefix: str
+    region: str
+    image: str
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpStartResolution) -> Endpoint:
+    """A resolved JumpStartModel as an Endpoint: S3 weights, the default image and environment."""
+    source = ModelSourceConfig.model_validate(
+        {
+            "modelSourceType": "s3",
+            "s3Storage": {"bucketName": resolution.bucket, "region": resolution.region},
+            "modelLocation": resolution.prefix,
+        }
+    )
+    env = {**resolution.env, **{e.name: e.value or "" for e in spec.environment_variables or [] if e.value_from is None}}
+    extra = [e for e in spec.environment_variables or [] if e.value_from is not None]
+    variables = [EnvironmentVariable(name=k, value=v) for k, v in sorted(env.items())] + extra
+    worker = Worker(
+        image=spec.server.image or resolution.image,
+        environment_variables=variables,
+        model_invocation_port=ModelInvocationPort(container_port=JUMPSTART_PORT),
+        model_volume_mount=ModelVolumeMount(name="model-weights", mount_path=JUMPSTART_MOUNT),
+        resources=Resources(),
+        request_limits=spec.request_limits,
+    )
+    name = spec.model.model_id.lower().replace("_", "-").replace(".", "-")[:63].strip("-")
+    return Endpoint(
+        ref=ref,
+        model_name=name,
+        source=source,
+        worker=worker,
+        instance_types=[spec.server.instance_type],
+        replicas=spec.replicas,
+        max_deploy_time_seconds=spec.max_deploy_time_in_seconds,
+        weights_cache=spec.model_cache_config.weights_cache if spec.model_cache_config else None,
+        image_cache=bool(spec.model_cache_config and spec.model_cache_config.image_cache and spec.model_cache_config.image_cache.enabled),
+        routing=spec.intelligent_routing_spec,
+        kubernetes=spec.kubernetes,
+        resolved_env=resolution.env,
+    )

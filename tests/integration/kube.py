@@ -1,0 +1,64 @@
+"""Small helpers for integration tests: kubectl against the real cluster, CRD installation and polling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def kubectl(kubeconfig: str, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run kubectl; with check=False the caller inspects returncode and stderr."""
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", kubeconfig, *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+    return result
+
+
+def apply(kubeconfig: str, manifest: dict[str, Any] | str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest)
+    args = ["apply", "-f", "-"] + (["-n", namespace] if namespace else [])
+    return kubectl(kubeconfig, *args, stdin=text, check=check)
+
+
+def get(kubeconfig: str, resource: str, name: str, namespace: str) -> dict[str, Any] | None:
+    result = kubectl(kubeconfig, "get", resource, name, "-n", namespace, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    value: dict[str, Any] = json.loads(result.stdout)
+    return value
+
+
+def install_crds(kubeconfig: str) -> None:
+    """Apply crds/ server-side and wait until every CRD is Established."""
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(ROOT / "crds"))
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float = 90.0, interval: float = 0.5, what: str = "condition") -> T:
+    """Poll until `probe` returns something truthy; fail with the last value after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+def seed_manifest() -> dict[str, Any]:
+    """The seed InferenceEndpointConfig from ARCHITECTURE.md, verbatim."""
+    text = (ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text()
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc
