@@ -1,0 +1,44 @@
+# syntax=docker/dockerfile:1
+# warmstart: one image for every role (`warmstart operator|preload|router|sim|plan`), plus a static busybox that the
+# image pre-pull DaemonSet copies into target images that may have no shell (operator/warmstart/render/daemonsets.py).
+# CI has no Docker engine: scripts/check-dockerfile.sh lints this file and performs the same install in a clean venv.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# --- builder: the project and its pinned dependencies in a self-contained venv ---------------------------------------
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/warmstart
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+RUN /opt/warmstart/bin/pip install --no-cache-dir . \
+    && /opt/warmstart/bin/warmstart --help > /dev/null
+
+# --- noop: a statically linked busybox (no libc needed), used as `busybox true` / `busybox sleep` -------------------
+FROM ${PYTHON_IMAGE} AS noop
+# busybox-static follows the Debian release of the base image; its version moves with security updates.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends busybox-static \
+    && rm -rf /var/lib/apt/lists/* \
+    && /bin/busybox true
+
+# --- final: non-root, nothing but Python, the venv and busybox -----------------------------------------------------
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="warmstart" \
+      org.opencontainers.image.description="Kubernetes operator for LLM inference: node-local weights and image caches, prefix-aware routing" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PATH=/opt/warmstart/bin:${PATH} \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/tmp
+COPY --from=builder /opt/warmstart /opt/warmstart
+COPY --from=noop /bin/busybox /usr/local/bin/busybox
+# the same uid/gid as the pods' securityContext (chart values, render/daemonsets.py NON_ROOT_UID)
+USER 65532:65532
+WORKDIR /tmp
+ENTRYPOINT ["warmstart"]
+CMD ["--help"]
