@@ -1,0 +1,54 @@
+# warmstart developer entry points. Everything runs from a local .venv created on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+CLUSTER_DIR ?= .cluster
+
+.PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status lint bench clean
+
+$(BIN)/warmstart: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(BIN)/warmstart
+
+## demo: local control plane + CRDs + operator + the seed example, warm vs cold placement, router comparison
+demo: $(BIN)/warmstart
+	$(BIN)/warmstart demo --dir $(CLUSTER_DIR)
+
+## test: every test (unit, real-control-plane integration, e2e); reuses a running cluster if WARMSTART_KUBECONFIG is set
+test: $(BIN)/warmstart
+	$(BIN)/pytest -q
+
+test-unit: $(BIN)/warmstart
+	$(BIN)/pytest -q tests/unit
+
+## crds: regenerate crds/ (and the chart's copy) from the API model
+crds: $(BIN)/warmstart
+	$(BIN)/warmstart crds --out crds
+	$(BIN)/warmstart crds --out charts/warmstart/crds
+
+cluster-build: $(BIN)/warmstart
+	$(BIN)/warmstart cluster build
+
+cluster-up: $(BIN)/warmstart
+	$(BIN)/warmstart cluster up --dir $(CLUSTER_DIR)
+	@echo "export KUBECONFIG=$(abspath $(CLUSTER_DIR))/kubeconfig WARMSTART_KUBECONFIG=$(abspath $(CLUSTER_DIR))/kubeconfig"
+
+cluster-down: $(BIN)/warmstart
+	$(BIN)/warmstart cluster down --dir $(CLUSTER_DIR)
+
+cluster-status: $(BIN)/warmstart
+	$(BIN)/warmstart cluster status --dir $(CLUSTER_DIR)
+
+lint: $(BIN)/warmstart
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+
+bench: $(BIN)/warmstart
+	$(BIN)/python bench/preload.py
+	$(BIN)/python bench/routing.py
+	$(BIN)/python bench/operator_scale.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info bench/out
