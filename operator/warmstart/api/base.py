@@ -9,15 +9,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 
+def api_config(*rules: dict[str, str]) -> ConfigDict:
+    """The model config of every API model, with optional CEL rules (`x-kubernetes-validations`) on the object."""
+    config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=False)
+    if rules:
+        config["json_schema_extra"] = {"x-kubernetes-validations": [dict(rule) for rule in rules]}
+    return config
+
+
 class ApiModel(BaseModel):
     """Base of every API model: camelCase on the wire, snake_case in Python, unknown fields ignored."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="ignore",
-        use_enum_values=False,
-    )
+    model_config = api_config()
 
     def to_api(self) -> dict[str, Any]:
         """The object as the API server stores it: aliases, no unset optionals."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from warmstart.api.base import ApiModel, Condition, ParentReference, SecretKeyRef, conditions_schema_extra
@@ -16,7 +18,7 @@ MIC_KIND = "ModelImageCache"
 MIC_PLURAL = "modelimagecaches"
 
 
-def _parents_extra(schema: dict[str, object]) -> None:
+def _parents_extra(schema: dict[str, Any]) -> None:
     schema["x-kubernetes-list-type"] = "map"
     schema["x-kubernetes-list-map-keys"] = ["uid"]
 

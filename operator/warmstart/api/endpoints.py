@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from warmstart.api.base import ApiModel
+from warmstart.api.base import ApiModel, api_config
 from warmstart.api.blocks import (
     AutoScalingSpec,
     IntelligentRoutingSpec,
@@ -71,7 +71,7 @@ class InferenceEndpointConfigSpec(ApiModel):
     pd_spec: dict[str, Any] | None = Field(default=None, description="Prefill/decode disaggregation (not implemented).")
     initial_replica_count: int | None = Field(default=None, alias="InitialReplicaCount", ge=0, description="Legacy initial replica count.")
 
-    model_config = ApiModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": [TARGETING_EXCLUSIVE]}}
+    model_config = api_config(TARGETING_EXCLUSIVE)
 
 
 class InferenceEndpointConfig(ApiModel):

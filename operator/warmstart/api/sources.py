@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from warmstart.api.base import ApiModel, SecretKeyRef
+from warmstart.api.base import ApiModel, SecretKeyRef, api_config
 
 NO_DOTDOT = "!self.matches('(^|/)[.][.](/|$)')"
 
@@ -107,19 +107,15 @@ class ModelSourceConfig(ApiModel):
         default=None, description="Accepted for compatibility: pre-fetch the model into RAM before the server loads it."
     )
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {"rule": "self.modelSourceType != 's3' || has(self.s3Storage)", "message": "modelSourceType s3 requires s3Storage"},
-                {"rule": "self.modelSourceType != 'fsx' || has(self.fsxStorage)", "message": "modelSourceType fsx requires fsxStorage"},
-                {
-                    "rule": "self.modelSourceType != 'huggingface' || has(self.huggingFaceModel)",
-                    "message": "modelSourceType huggingface requires huggingFaceModel",
-                },
-                {
-                    "rule": "self.modelSourceType != 'kubernetesVolume' || has(self.kubernetesVolume)",
-                    "message": "modelSourceType kubernetesVolume requires kubernetesVolume",
-                },
-            ]
-        }
-    }
+    model_config = api_config(
+        {"rule": "self.modelSourceType != 's3' || has(self.s3Storage)", "message": "modelSourceType s3 requires s3Storage"},
+        {"rule": "self.modelSourceType != 'fsx' || has(self.fsxStorage)", "message": "modelSourceType fsx requires fsxStorage"},
+        {
+            "rule": "self.modelSourceType != 'huggingface' || has(self.huggingFaceModel)",
+            "message": "modelSourceType huggingface requires huggingFaceModel",
+        },
+        {
+            "rule": "self.modelSourceType != 'kubernetesVolume' || has(self.kubernetesVolume)",
+            "message": "modelSourceType kubernetesVolume requires kubernetesVolume",
+        },
+    )

@@ -19,28 +19,28 @@ from warmstart.controllers import reconciling
 from warmstart.render import labels as label_keys
 
 
-@kopf.index("", "v1", "pods", labels={label_keys.ENDPOINT_LABEL: kopf.PRESENT})  # type: ignore[arg-type]
-def endpoint_pods(namespace: str, name: str, labels: Mapping[str, str], spec: Mapping[str, Any], body: Any, **_: Any) -> dict[tuple[str, str, str], tuple[str, str]]:
+@kopf.index("", "v1", "pods", labels={label_keys.ENDPOINT_LABEL: kopf.PRESENT})
+def endpoint_pods(namespace: str | None, name: str, labels: Mapping[str, str], spec: Mapping[str, Any], body: Any, **_: Any) -> dict[tuple[str, str, str], tuple[str, str]]:
     """(namespace, endpoint, kind) -> (pod, node) for every scheduled, live endpoint pod."""
     node = spec.get("nodeName") or ""
     if body.get("metadata", {}).get("deletionTimestamp") or body.get("status", {}).get("phase") in ("Succeeded", "Failed"):
         return {}
-    return {(namespace, labels[label_keys.ENDPOINT_LABEL], labels.get(label_keys.ENDPOINT_KIND_LABEL, "")): (name, node)}
+    return {(namespace or "", labels[label_keys.ENDPOINT_LABEL], labels.get(label_keys.ENDPOINT_KIND_LABEL, "")): (name, node)}
 
 
 def _handlers(kind: str, plural: str) -> None:
-    @kopf.on.resume(GROUP, VERSION, plural)  # type: ignore[arg-type]
-    @kopf.on.create(GROUP, VERSION, plural)  # type: ignore[arg-type]
-    @kopf.on.update(GROUP, VERSION, plural)  # type: ignore[arg-type]
+    @kopf.on.resume(GROUP, VERSION, plural)
+    @kopf.on.create(GROUP, VERSION, plural)
+    @kopf.on.update(GROUP, VERSION, plural)
     def reconcile_on_change(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.reconcile(kind, body, memo, indexes)
 
-    @kopf.timer(GROUP, VERSION, plural, interval=reconciling.TIMER_SECONDS, initial_delay=reconciling.TIMER_SECONDS)  # type: ignore[arg-type]
+    @kopf.timer(GROUP, VERSION, plural, interval=reconciling.TIMER_SECONDS, initial_delay=reconciling.TIMER_SECONDS)
     def reconcile_on_timer(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         if not body.get("metadata", {}).get("deletionTimestamp"):
             reconciling.reconcile(kind, body, memo, indexes)
 
-    @kopf.on.delete(GROUP, VERSION, plural)  # type: ignore[arg-type]
+    @kopf.on.delete(GROUP, VERSION, plural)
     def release_on_delete(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.delete(kind, body, memo, indexes)
 

@@ -20,7 +20,7 @@ class NodeFacts:
     deleting: bool = False
 
 
-@kopf.index("", "v1", "nodes")  # type: ignore[arg-type]
+@kopf.index("", "v1", "nodes")
 def node_facts(name: str, labels: Mapping[str, str], annotations: Mapping[str, str], body: Any, **_: Any) -> dict[str, NodeFacts]:
     """Index nodes by name."""
     return {

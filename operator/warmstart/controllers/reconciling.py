@@ -55,7 +55,7 @@ def _parse(text: str | None) -> datetime.datetime | None:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def reconcile(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
+def reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
     """Bring the endpoint's children and status in line with its spec; safe to call any number of times."""
     with _lock(memo, body["metadata"]["uid"]):
         try:
@@ -66,7 +66,7 @@ def reconcile(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapp
             raise kopf.TemporaryError(f"API call failed: {error}", delay=5) from error
 
 
-def _reconcile(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
+def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
     store: Store = memo.store
     context = memo.settings.render
     meta = body["metadata"]
@@ -209,7 +209,7 @@ def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> War
 
 
 def _write_status(
-    store: Store, kind: str, body: Mapping[str, Any], old: dict[str, Any], new: dict[str, Any], conds: list[Condition], now: datetime.datetime
+    store: Store, kind: str, body: kopf.Body, old: dict[str, Any], new: dict[str, Any], conds: list[Condition], now: datetime.datetime
 ) -> None:
     """Patch /status only when something changed; post an Event when the state changes."""
     old_conditions = [Condition.model_validate(c) for c in old.get("conditions") or []]
@@ -226,7 +226,7 @@ def _write_status(
         ready = next((c for c in merged if c.type == ConditionType.READY), None)
         message = ready.message if ready else ""
         event_type = "Warning" if new.get("state") == EndpointState.DEPLOYMENT_FAILED.value else "Normal"
-        kopf.event(dict(body), type=event_type, reason=str(new.get("state")), message=message[:1000])
+        kopf.event(body, type=event_type, reason=str(new.get("state")), message=message[:1000])
 
 
 _OWNED = (
@@ -254,7 +254,7 @@ def _export_metrics(endpoint: Endpoint, state: EndpointState, placement: WarmPla
         metrics.ENDPOINT_STATE.labels(ns, name, candidate.value).set(1 if candidate == state else 0)
 
 
-def delete(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
+def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
     """Finalizer: remove the Deployment, Service and router, and release the caches (shared ones survive)."""
     store: Store = memo.store
     meta = body["metadata"]
@@ -272,7 +272,7 @@ def delete(kind: str, body: Mapping[str, Any], memo: kopf.Memo, indexes: Mapping
         except StorageError as error:
             raise kopf.TemporaryError(f"releasing children failed: {error}", delay=5) from error
     _forget_metrics(ns, name)
-    kopf.info(dict(body), reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
+    kopf.info(body, reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
 
 
 def _forget_metrics(ns: str, name: str) -> None:

@@ -87,7 +87,7 @@ def _resolve_jumpstart(spec: JumpStartModelSpec, context: RenderContext) -> Jump
             spec.server.instance_type,
             spec.model.accept_eula,
             s3,
-            bucket=context.jumpstart_bucket,
+            content_bucket=context.jumpstart_bucket,
             gated_bucket=context.jumpstart_gated_bucket,
         )
     except jumpstart.EulaNotAccepted as error:
@@ -96,6 +96,11 @@ def _resolve_jumpstart(spec: JumpStartModelSpec, context: RenderContext) -> Jump
         raise ResolutionFailed("ModelNotFound", str(error)) from error
     except jumpstart.VersionNotFound as error:
         raise ResolutionFailed("VersionNotFound", str(error)) from error
+    except (jumpstart.UnsupportedInstanceType, jumpstart.SpecError) as error:
+        raise ResolutionFailed(type(error).__name__, str(error)) from error
     except (BotoCoreError, ClientError) as error:
         raise ResolutionFailed("JumpStartUnavailable", f"cannot read the JumpStart manifest: {error}", retryable=True) from error
-    return JumpStartResolution(bucket=result.bucket, prefix=result.prefix, region=result.region, image=result.image, env=dict(result.env))
+    image = spec.server.image or result.image
+    if not image:
+        raise ResolutionFailed("ImageNotResolved", f"JumpStart has no image for {spec.model.model_id} on {spec.server.instance_type}: set spec.server.image")
+    return JumpStartResolution(bucket=result.bucket, prefix=result.key, region=result.region, image=image, env=dict(result.env))

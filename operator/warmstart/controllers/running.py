@@ -36,7 +36,7 @@ def register_handlers() -> None:
         importlib.import_module(module)
 
 
-@kopf.on.startup()  # type: ignore[arg-type]
+@kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """kopf's own behaviour: finalizer name, annotation storage, timeouts."""
     settings.persistence.finalizer = f"{GROUP}/warmstart"

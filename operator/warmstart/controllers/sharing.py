@@ -26,29 +26,29 @@ def _summary(name: str, status: Mapping[str, Any]) -> CacheSummary:
     return CacheSummary.model_validate({**{k: v for k, v in status.items() if k in ("state", "readyNodes", "targetNodes", "message")}, "name": name})
 
 
-@kopf.index(GROUP, VERSION, MDCC_PLURAL)  # type: ignore[arg-type]
-def weights_cache_summaries(namespace: str, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
+@kopf.index(GROUP, VERSION, MDCC_PLURAL)
+def weights_cache_summaries(namespace: str | None, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
     """(namespace, name) -> status summary of every MDCC."""
-    return {(namespace, name): _summary(name, status)}
+    return {(namespace or "", name): _summary(name, status)}
 
 
-@kopf.index(GROUP, VERSION, MIC_PLURAL)  # type: ignore[arg-type]
-def image_cache_summaries(namespace: str, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
+@kopf.index(GROUP, VERSION, MIC_PLURAL)
+def image_cache_summaries(namespace: str | None, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
     """(namespace, name) -> status summary of every MIC."""
-    return {(namespace, name): _summary(name, status)}
+    return {(namespace or "", name): _summary(name, status)}
 
 
 def _parents(spec: Mapping[str, Any]) -> list[str]:
     return [str(p.get("uid")) for p in spec.get("parentReferences") or [] if p.get("uid")]
 
 
-@kopf.index(GROUP, VERSION, MDCC_PLURAL)  # type: ignore[arg-type]
+@kopf.index(GROUP, VERSION, MDCC_PLURAL)
 def weights_caches_by_parent(name: str, spec: Mapping[str, Any], **_: Any) -> dict[str, str]:
     """parent uid -> names of the MDCCs it references."""
     return {uid: name for uid in _parents(spec)}
 
 
-@kopf.index(GROUP, VERSION, MIC_PLURAL)  # type: ignore[arg-type]
+@kopf.index(GROUP, VERSION, MIC_PLURAL)
 def image_caches_by_parent(name: str, spec: Mapping[str, Any], **_: Any) -> dict[str, str]:
     """parent uid -> names of the MICs it references."""
     return {uid: name for uid in _parents(spec)}
