@@ -55,18 +55,23 @@ class HubServer:
             def do_GET(self) -> None:
                 server.handle(self, head=False)
 
+        # The Hub, and a "CDN" on another origin that LFS files redirect to (as the real Hub does).
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.cdn = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        for httpd in (self.httpd, self.cdn):
+            httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.cdn_url = f"http://127.0.0.1:{self.cdn.server_address[1]}"
 
     def start(self) -> HubServer:
-        self.thread.start()
+        for httpd in (self.httpd, self.cdn):
+            threading.Thread(target=httpd.serve_forever, daemon=True).start()
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        for httpd in (self.httpd, self.cdn):
+            httpd.shutdown()
+            httpd.server_close()
 
     def add(self, repo_id: str, repo: Repo) -> None:
         self.repos[repo_id] = repo
@@ -184,6 +189,6 @@ class HubServer:
             if filename in repo.corrupt:
                 self.blobs[sha] = data
             headers = {**base, "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)), "ETag": f'"{git_blob_sha1(data)}"',
-                       "Location": f"{self.url}/lfs/{sha}", "Content-Length": "0"}
+                       "Location": f"{self.cdn_url}/lfs/{sha}", "Content-Length": "0"}
             return self._send(h, 302, headers, b"", head)
         return self._data(h, data, {**base, "ETag": f'"{git_blob_sha1(files[filename])}"'}, head)
