@@ -1,0 +1,253 @@
+"""The Helm chart: lint, golden `helm template` output, least-privilege RBAC, CRDs, schema errors, operator settings.
+
+Runs the real helm binary (built once from Go modules by warmstart.localcluster, helm alone, about 2 minutes cold).
+Regenerate the golden files with UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from warmstart.controllers import settings as settings_module
+from warmstart.localcluster import building, versions
+from warmstart.render import daemonsets, priority
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "warmstart"
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "chart"
+KUBE_VERSION = "1.31.0"
+
+#: one values set per golden file; "ha" turns on everything optional
+VALUES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "ha": {
+        "replicaCount": 2,
+        "watchNamespaces": ["team-a", "team-b"],
+        "image": {"repository": "example.com/ml/warmstart", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
+        "serviceAccount": {"roleArn": "arn:aws:iam::123456789012:role/warmstart-operator"},
+        "jumpstart": {"region": "us-east-1", "bucket": "my-jumpstart-mirror", "gatedBucket": "my-gated-mirror"},
+        "cache": {"defaultHostPath": "/mnt/nvme"},
+        "preload": {"env": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}, "podAnnotations": {"team": "ml"}},
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+        "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "priorityClassName": "system-cluster-critical",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> pathlib.Path:
+    """The helm binary of the local cluster's toolchain, built (helm only) if missing."""
+    path = building.binary_path("helm", versions.HELM)
+    if not path.is_file():
+        building.build_one(versions.HELM_BUILD)
+    return path
+
+
+def run_helm(helm: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=check, timeout=120)
+
+
+def template(helm: pathlib.Path, values: dict[str, Any], tmp_path: pathlib.Path) -> str:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    return run_helm(
+        helm, "template", "warmstart", str(CHART), "--namespace", "warmstart-system", "--kube-version", KUBE_VERSION,
+        "--values", str(values_file),
+    ).stdout  # fmt: skip
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate keys (a label set twice is a template bug that YAML would hide)."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+    duplicated = {key for key in keys if keys.count(key) > 1}
+    assert not duplicated, f"duplicate keys {duplicated} at line {node.start_mark.line + 1}"
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.load_all(text, Loader=_StrictLoader) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_helm_lint_passes_for_every_values_set(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    for name, values in VALUES.items():
+        values_file = tmp_path / f"{name}.yaml"
+        values_file.write_text(yaml.safe_dump(values))
+        result = run_helm(helm, "lint", str(CHART), "--strict", "--values", str(values_file), "--kube-version", KUBE_VERSION, check=False)
+        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_helm_template_matches_golden(helm: pathlib.Path, tmp_path: pathlib.Path, name: str) -> None:
+    rendered = template(helm, VALUES[name], tmp_path)
+    golden = GOLDEN / f"{name}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(rendered)
+    assert golden.is_file(), f"missing {golden}: run with UPDATE_GOLDEN=1"
+    assert rendered == golden.read_text(), f"helm template differs from {golden}: review, then UPDATE_GOLDEN=1"
+    assert documents(rendered)
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_rbac_has_no_wildcards(helm: pathlib.Path, tmp_path: pathlib.Path, name: str) -> None:
+    docs = documents(template(helm, VALUES[name], tmp_path))
+    roles = by_kind(docs, "ClusterRole") + by_kind(docs, "Role")
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("verbs", "resources", "apiGroups", "resourceNames", "nonResourceURLs"):
+                assert not any("*" in item for item in rule.get(field, [])), f"{role['metadata']['name']}: {field} {rule}"
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+
+def _rules(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    granted: dict[tuple[str, str], set[str]] = {}
+    for role in by_kind(docs, "ClusterRole"):
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
+def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    granted = _rules(documents(template(helm, {}, tmp_path)))
+    assert granted[("", "nodes")] == {"get", "list", "watch", "patch"}
+    assert granted[("", "pods")] == {"get", "list", "watch"}
+    full = {"get", "list", "watch", "create", "patch", "update", "delete"}
+    for key in [("batch", "jobs"), ("apps", "daemonsets"), ("apps", "deployments"), ("", "services"), ("", "configmaps")]:
+        assert granted[key] == full, key
+    group = "inference.sagemaker.aws.amazon.com"
+    for plural in ("inferenceendpointconfigs", "jumpstartmodels", "modeldatacacheconfigs", "modelimagecaches"):
+        assert {"get", "list", "watch", "patch"} <= granted[(group, plural)]
+        assert {"patch", "update"} <= granted[(group, f"{plural}/status")]
+        assert {"patch", "update"} <= granted[(group, f"{plural}/finalizers")]
+    assert {"create"} <= granted[("", "events")]
+    assert {"create"} <= granted[("scheduling.k8s.io", "priorityclasses")]
+    # the router's Role reads EndpointSlices: the operator must hold that to grant it
+    assert {"get", "list", "watch"} <= granted[("discovery.k8s.io", "endpointslices")]
+    assert ("", "secrets") not in granted
+
+
+def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    docs = documents(template(helm, VALUES["ha"], tmp_path))
+    bindings = by_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert [b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")] == ["warmstart-cluster"]
+    peerings = by_kind(docs, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+    assert _rules(docs)[("kopf.dev", "kopfpeerings")] >= {"get", "list", "watch", "patch"}
+
+
+def test_chart_crds_are_the_generated_crds(helm: pathlib.Path) -> None:
+    top = {p.name: p.read_bytes() for p in (ROOT / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert top, "no top-level CRDs"
+    assert {name: chart.get(name) for name in top} == top, "charts/warmstart/crds differs from crds/: copy them (make crds)"
+    assert set(chart) - set(top) == {"kopf.dev_peerings.yaml"}, "only kopf's peering CRDs may be extra"
+
+
+def test_operator_deployment_is_locked_down(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    (deployment,) = by_kind(documents(template(helm, {}, tmp_path)), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == daemonsets.NON_ROOT_UID
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # standalone: never two operators at once
+
+
+def _env(deployment: dict[str, Any]) -> dict[str, str]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    docs = documents(template(helm, VALUES["ha"], tmp_path))
+    (deployment,) = by_kind(docs, "Deployment")
+    settings = settings_module.from_env(_env(deployment))
+    assert settings.namespaces == ["team-a", "team-b"]
+    assert settings.peering == "warmstart"
+    assert settings.metrics_port == 8080 and settings.health_port == 8081
+    assert settings.render.operator_image == "example.com/ml/warmstart:0.1.0-rc1"
+    assert settings.render.image_pull_policy == "Always"
+    assert settings.render.default_host_path == "/mnt/nvme"
+    assert settings.render.jumpstart_region == "us-east-1"
+    assert settings.render.jumpstart_bucket == "my-jumpstart-mirror"
+    assert settings.render.jumpstart_gated_bucket == "my-gated-mirror"
+    assert settings.render.preload_env == {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}
+    assert settings.render.preload_pod_annotations == {"team": "ml"}
+    assert settings.render.prepull_priority_class == "warmstart-prepull"
+    (account,) = by_kind(docs, "ServiceAccount")
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/warmstart-operator"}
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+
+
+def test_default_environment_keeps_operator_defaults(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    (deployment,) = by_kind(documents(template(helm, {}, tmp_path)), "Deployment")
+    settings = settings_module.from_env(_env(deployment))
+    assert settings.namespaces == [] and settings.peering is None
+    assert settings.render.operator_image == "warmstart:0.1.0"
+
+
+def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    (chart_class,) = by_kind(documents(template(helm, {}, tmp_path)), "PriorityClass")
+    operator_class = priority.priority_class()
+    for field in ("value", "preemptionPolicy", "globalDefault", "description"):
+        assert chart_class[field] == operator_class[field], field
+    assert chart_class["metadata"]["name"] == operator_class["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"repliaCount": 2}, "additional properties 'repliaCount' not allowed"),
+        ({"jumpstart": {"region": "Oregon"}}, "/jumpstart/region"),
+        ({"cache": {"defaultHostPath": "relative/path"}}, "/cache/defaultHostPath"),
+        ({"serviceAccount": {"roleArn": "my-role"}}, "/serviceAccount/roleArn"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+        ({"preload": {"env": {"RETRIES": 3}}}, "/preload/env/RETRIES"),
+    ],
+)
+def test_bad_values_fail_with_a_clear_message(helm: pathlib.Path, tmp_path: pathlib.Path, values: dict[str, Any], message: str) -> None:
+    values_file = tmp_path / "bad.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    result = run_helm(helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--values", str(values_file), check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_values_schema_is_valid_json_and_closed() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) <= set(schema["properties"])
