@@ -1,0 +1,349 @@
+"""The per-node Jobs of a weights cache: render the preload and cleanup Jobs, and read a Job and its pod back.
+
+Choices (docs/weights-cache.md explains them for users):
+- Pinned with a required node affinity on `metadata.name`, not `spec.nodeName`, so the scheduler still checks the
+  node's capacity and the pod waits instead of failing when the node is full (the DaemonSet controller does the same).
+- `restartPolicy: Never` so every attempt leaves a pod with its own termination message, and a `podFailurePolicy`
+  that fails the Job at once on the preload's permanent exit codes (retrying NotFound is pointless) while pod
+  disruptions (drain, preemption) do not count against `backoffLimit`.
+- Runs as root with every capability dropped, no privilege escalation, RuntimeDefault seccomp and a read-only root
+  filesystem: the NVMe cache root on HyperPod is root-owned, and the only writable mounts are the cache
+  directory `<hostPath>/warmstart` (not the whole NVMe) and an emptyDir `/tmp`.
+- No service-account token is mounted: the preload never calls the Kubernetes API (IRSA / Pod Identity inject their
+  own token volume).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import posixpath
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from warmstart.api import API_VERSION, GROUP
+from warmstart.api.caches import MDCC_KIND, ModelDataCacheConfigSpec
+from warmstart.api.sources import ModelSourceConfig, ModelSourceType
+from warmstart.render import labels
+from warmstart.render.context import RenderContext
+from warmstart.render.weights_status import JobPhase, PreloadJob, PreloadResult
+
+Manifest = dict[str, Any]
+
+CONTAINER = "preload"
+ROLE_PRELOAD = "preload"
+ROLE_CLEANUP = "cleanup"
+ATTEMPT_LABEL = f"{GROUP}/attempt"
+GENERATION_ANNOTATION = f"{GROUP}/generation"
+OWNER_UID_ANNOTATION = f"{GROUP}/model-data-cache-uid"
+
+SOURCE_MOUNT = "/mnt/source"
+HF_TOKEN_DIR = "/var/run/secrets/warmstart/hf"
+HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
+TERMINATION_LOG = "/dev/termination-log"
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+
+#: the cleanup Job is bounded: it deletes one directory
+CLEANUP_DEADLINE_SECONDS = 600
+CLEANUP_BACKOFF_LIMIT = 1
+CLEANUP_TTL_SECONDS = 600
+
+RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The cache a Job belongs to."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PreloadRequest:
+    """One preload attempt of one cache on one node."""
+
+    owner: Owner
+    key: str
+    node: str
+    attempt: int
+    generation: int
+    expected_bytes: int | None = None
+
+
+def _node_hash(node: str) -> str:
+    return hashlib.sha1(node.encode()).hexdigest()[:8]
+
+
+def preload_job_name(key: str, node: str, attempt: int) -> str:
+    """`preload-<key>-<sha1(node)[:8]>-<attempt>`: deterministic, at most 40 characters."""
+    return f"preload-{key}-{_node_hash(node)}-{attempt}"
+
+
+def cleanup_job_name(key: str, node: str) -> str:
+    """`cleanup-<key>-<sha1(node)[:8]>`: one per cache and node."""
+    return f"cleanup-{key}-{_node_hash(node)}"
+
+
+def cache_dir(host_path: str) -> str:
+    """The node directory a Job may touch: `<hostPath>/warmstart`, never the whole NVMe."""
+    return posixpath.join(host_path.rstrip("/") or "/", "warmstart")
+
+
+def _labels(owner: Owner, node: str, role: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return labels.managed(
+        {labels.MDCC_LABEL: owner.name, labels.NODE_LABEL: node, labels.ROLE_LABEL: role, **(extra or {})}
+    )
+
+
+def _pinned(node: str) -> dict[str, Any]:
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def _cache_volume(host_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    path = cache_dir(host_path)
+    volume = {"name": "cache", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+    return volume, {"name": "cache", "mountPath": path}
+
+
+def _source_volumes(source: ModelSourceConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Volumes the source needs: the FSx or PVC source at /mnt/source, the HF token secret."""
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    if source.model_source_type == ModelSourceType.FSX and source.fsx_storage:
+        fsx = source.fsx_storage
+        attributes = {"fileSystemId": fsx.file_system_id}
+        if fsx.dns_name:
+            attributes["dnsname"] = fsx.dns_name
+        if fsx.mount_name:
+            attributes["mountname"] = fsx.mount_name
+        volume = {"name": "source", "csi": {"driver": FSX_CSI_DRIVER, "readOnly": True, "volumeAttributes": attributes}}
+        pairs.append((volume, {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}))
+    if source.model_source_type == ModelSourceType.KUBERNETES_VOLUME and source.kubernetes_volume:
+        claim = {"claimName": source.kubernetes_volume.claim_name, "readOnly": True}
+        pairs.append(({"name": "source", "persistentVolumeClaim": claim}, {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}))
+    hf = source.hugging_face_model
+    if source.model_source_type == ModelSourceType.HUGGINGFACE and hf and hf.token_secret_ref:
+        ref = hf.token_secret_ref
+        secret = {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": 0o400}
+        pairs.append(({"name": "hf-token", "secret": secret}, {"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True}))
+    return pairs
+
+
+def _preload_args(spec: ModelDataCacheConfigSpec, key: str, expected_bytes: int | None) -> list[str]:
+    source = spec.model_source_config
+    source_json = json.dumps(source.to_api(), sort_keys=True, separators=(",", ":"))
+    args = ["preload", "--source-json", source_json, "--key", key, "--root", spec.host_path, "--if-missing"]
+    if source.model_source_type in (ModelSourceType.FSX, ModelSourceType.KUBERNETES_VOLUME):
+        args += ["--mount-root", SOURCE_MOUNT]
+    hf = source.hugging_face_model
+    if source.model_source_type == ModelSourceType.HUGGINGFACE and hf and hf.token_secret_ref:
+        args += ["--hf-token-file", HF_TOKEN_FILE]
+    args += ["--termination-log", TERMINATION_LOG]
+    if expected_bytes:
+        args += ["--expected-bytes", str(expected_bytes)]
+    return args
+
+
+def _pod_spec(
+    spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, extra: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> dict[str, Any]:
+    cache_volume, cache_mount = _cache_volume(spec.host_path)
+    pairs = [(cache_volume, cache_mount), ({"name": "tmp", "emptyDir": {}}, {"name": "tmp", "mountPath": "/tmp"}), *extra]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": ctx.operator_image,
+        "imagePullPolicy": ctx.image_pull_policy,
+        "command": ["warmstart"],
+        "args": args,
+        "env": [{"name": "HOME", "value": "/tmp"}] + [{"name": k, "value": v} for k, v in sorted(ctx.preload_env.items())],
+        "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
+        "volumeMounts": [mount for _, mount in pairs],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+        "securityContext": {
+            "runAsUser": 0,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "affinity": _pinned(node),
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [volume for volume, _ in pairs],
+    }
+    if spec.service_account_name:
+        pod["serviceAccountName"] = spec.service_account_name
+    if spec.tolerate_all_taints:
+        pod["tolerations"] = [{"operator": "Exists"}]
+    return pod
+
+
+def _pod_annotations(spec: ModelDataCacheConfigSpec, ctx: RenderContext) -> dict[str, str]:
+    """Operator-wide annotations, then the cache's own (which win on a clash)."""
+    return {**ctx.preload_pod_annotations, **(spec.pod_annotations or {})}
+
+
+def _owner_reference(owner: Owner) -> dict[str, Any]:
+    """Non-controller: the Job dies with the cache, and the cache stays free for other controllers."""
+    return {"apiVersion": API_VERSION, "kind": MDCC_KIND, "name": owner.name, "uid": owner.uid, "controller": False, "blockOwnerDeletion": False}
+
+
+def preload_job(
+    request: PreloadRequest, spec: ModelDataCacheConfigSpec, ctx: RenderContext, permanent_exit_codes: Collection[int]
+) -> Manifest:
+    """The Job that fills one node's cache: `warmstart preload --if-missing` pinned to the node."""
+    owner = request.owner
+    job_labels = _labels(owner, request.node, ROLE_PRELOAD, {ATTEMPT_LABEL: str(request.attempt)})
+    args = _preload_args(spec, request.key, request.expected_bytes)
+    pod = _pod_spec(spec, request.node, args, ctx, _source_volumes(spec.model_source_config))
+    job_spec: dict[str, Any] = {
+        "backoffLimit": ctx.preload_backoff_limit,
+        "activeDeadlineSeconds": ctx.preload_active_deadline_seconds,
+        "ttlSecondsAfterFinished": ctx.preload_ttl_seconds_after_finished,
+        "template": {"metadata": {"labels": dict(job_labels), "annotations": _pod_annotations(spec, ctx)}, "spec": pod},
+    }
+    rules: list[dict[str, Any]] = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    if permanent_exit_codes:
+        codes = sorted(set(permanent_exit_codes))
+        rules.append({"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": codes}})
+    job_spec["podFailurePolicy"] = {"rules": rules}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": preload_job_name(request.key, request.node, request.attempt),
+            "namespace": owner.namespace,
+            "labels": job_labels,
+            "annotations": {GENERATION_ANNOTATION: str(request.generation)},
+            "ownerReferences": [_owner_reference(owner)],
+        },
+        "spec": job_spec,
+    }
+
+
+def cleanup_job(owner: Owner, key: str, node: str, spec: ModelDataCacheConfigSpec, ctx: RenderContext) -> Manifest:
+    """The Job that removes one node's copy: `warmstart preload --delete <key>`.
+
+    It has no ownerReference: it runs while its cache is being deleted, and a foreground deletion would otherwise
+    garbage-collect it before it ran. The finalizer deletes it; its TTL catches the rest.
+    """
+    job_labels = _labels(owner, node, ROLE_CLEANUP)
+    args = ["preload", "--delete", key, "--root", spec.host_path]
+    pod = _pod_spec(spec, node, args, ctx, [])
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": cleanup_job_name(key, node),
+            "namespace": owner.namespace,
+            "labels": job_labels,
+            "annotations": {OWNER_UID_ANNOTATION: owner.uid},
+        },
+        "spec": {
+            "backoffLimit": CLEANUP_BACKOFF_LIMIT,
+            "activeDeadlineSeconds": CLEANUP_DEADLINE_SECONDS,
+            "ttlSecondsAfterFinished": CLEANUP_TTL_SECONDS,
+            "template": {"metadata": {"labels": dict(job_labels), "annotations": _pod_annotations(spec, ctx)}, "spec": pod},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class IndexedJob:
+    """A weights-cache Job as the operator's index keeps it."""
+
+    role: str
+    owner_uid: str
+    job: PreloadJob
+
+
+def parse_time(raw: str | None) -> dt.datetime | None:
+    if not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _int(raw: Any, default: int = 0) -> int:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return default
+
+
+def read_job(body: Mapping[str, Any]) -> IndexedJob:
+    """What the controller needs of a Job: role, owner, node, attempt, generation and where it stands."""
+    meta = body.get("metadata") or {}
+    job_labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    status = body.get("status") or {}
+    phase, reason, finished = JobPhase.RUNNING, None, None
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") in ("Complete", "SuccessCriteriaMet") and phase == JobPhase.RUNNING:
+            phase, finished = JobPhase.SUCCEEDED, parse_time(cond.get("lastTransitionTime"))
+        elif cond.get("type") == "Failed":
+            phase, reason, finished = JobPhase.FAILED, cond.get("reason"), parse_time(cond.get("lastTransitionTime"))
+    if phase != JobPhase.RUNNING and finished is None:
+        finished = parse_time(status.get("completionTime")) or parse_time(meta.get("creationTimestamp"))
+    owners = [o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("kind") == MDCC_KIND]
+    job = PreloadJob(
+        name=meta.get("name", ""),
+        node=job_labels.get(labels.NODE_LABEL, ""),
+        attempt=_int(job_labels.get(ATTEMPT_LABEL)),
+        generation=_int(annotations.get(GENERATION_ANNOTATION)),
+        uid=meta.get("uid", ""),
+        phase=phase,
+        active=_int(status["ready"]) if status.get("ready") is not None else _int(status.get("active")),
+        failure_reason=reason,
+        finished_at=finished,
+    )
+    owner_uid = owners[0] if owners else annotations.get(OWNER_UID_ANNOTATION, "")
+    return IndexedJob(role=job_labels.get(labels.ROLE_LABEL, ""), owner_uid=owner_uid, job=job)
+
+
+def read_result(pods: Iterable[Mapping[str, Any]], reason_by_exit_code: Mapping[int, str]) -> PreloadResult | None:
+    """The newest terminated preload container's termination message; else a reason from its exit code."""
+    def started(pod: Mapping[str, Any]) -> str:
+        return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+    for pod in sorted(pods, key=started, reverse=True):
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (container.get("state") or {}).get("terminated")
+            if container.get("name") != CONTAINER or not terminated:
+                continue
+            parsed = parse_termination_message(terminated.get("message") or "")
+            if parsed is not None:
+                return parsed
+            code = _int(terminated.get("exitCode"), -1)
+            if code in reason_by_exit_code:
+                return PreloadResult(reason=str(reason_by_exit_code[code]), message=f"exit code {code}")
+    return None
+
+
+def parse_termination_message(message: str) -> PreloadResult | None:
+    """`{"reason": ..., "message": ..., "bytes": N, "seconds": S}` from the preload; None if it is not one."""
+    try:
+        body = json.loads(message)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("reason"), str) or not body["reason"]:
+        return None
+    raw_bytes, raw_seconds = body.get("bytes"), body.get("seconds")
+    return PreloadResult(
+        reason=body["reason"],
+        message=str(body.get("message") or ""),
+        bytes=int(raw_bytes) if isinstance(raw_bytes, (int, float)) else None,
+        seconds=float(raw_seconds) if isinstance(raw_seconds, (int, float)) else None,
+    )

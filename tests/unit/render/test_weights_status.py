@@ -1,0 +1,196 @@
+"""Planning a weights cache: which Jobs to create or delete, which nodes to label, and the status it reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus
+from warmstart.api.states import CacheState, NodeCacheState
+from warmstart.placement import GB, instance_type_affinity
+from warmstart.render import labels
+from warmstart.render import weights_status as planning
+from warmstart.render.weights_status import JobPhase, PreloadJob, PreloadResult
+
+KEY = "0123456789ab"
+READY = {labels.weights_ready_label(KEY): labels.READY}
+NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+RETRYABLE = frozenset({"NetworkError"})
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+def node(name: str, itype: str = "ml.g5.24xlarge", ready: bool = False, nvme: int | None = None) -> Node:
+    found = {labels.INSTANCE_TYPE: itype, **(READY if ready else {})}
+    return Node(name, found, {labels.NVME_CAPACITY_ANNOTATION: str(nvme)} if nvme else {})
+
+
+def spec(**changes: Any) -> ModelDataCacheConfigSpec:
+    doc = {
+        "modelSourceConfig": {"modelSourceType": "s3", "s3Storage": {"bucketName": "bucket", "region": "us-west-2"}},
+        "nodeAffinity": instance_type_affinity(["ml.g5.24xlarge"]).to_api(),
+        **changes,
+    }
+    return ModelDataCacheConfigSpec.model_validate(doc)
+
+
+def job(node_name: str, phase: JobPhase, attempt: int = 1, generation: int = 1, **changes: Any) -> PreloadJob:
+    values: dict[str, Any] = {
+        "name": f"preload-{node_name}-{attempt}", "node": node_name, "attempt": attempt, "generation": generation,
+        "uid": f"uid-{node_name}-{attempt}", "phase": phase, **changes,
+    }
+    return PreloadJob(**values)
+
+
+def run(
+    nodes: list[Node],
+    jobs: list[PreloadJob] = [],  # noqa: B006 - never mutated
+    results: dict[str, PreloadResult] | None = None,
+    status: ModelDataCacheConfigStatus | None = None,
+    generation: int = 1,
+    now: dt.datetime = NOW,
+    **spec_changes: Any,
+) -> planning.Plan:
+    observed = planning.Observed(
+        generation=generation, key=KEY, spec=spec(**spec_changes), status=status or ModelDataCacheConfigStatus(),
+        nodes=nodes, jobs=jobs, results=results or {}, retryable_reasons=RETRYABLE,
+    )
+    return planning.plan(observed, now)
+
+
+def entries(plan: planning.Plan) -> dict[str, NodeCacheStatus]:
+    return {e.node: e for e in plan.status.nodes or []}
+
+
+def test_new_cache_creates_one_job_per_matching_node() -> None:
+    plan = run([node("a"), node("b"), node("c", itype="ml.p5.48xlarge")])
+    assert plan.create == [("a", 1), ("b", 1)]
+    assert plan.status.state == CacheState.PENDING
+    assert (plan.status.target_nodes, plan.status.ready_nodes, plan.status.key) == (2, 0, KEY)
+
+
+def test_running_jobs_mean_downloading_and_create_nothing() -> None:
+    plan = run([node("a"), node("b")], [job("a", JobPhase.RUNNING, active=1), job("b", JobPhase.RUNNING)])
+    assert plan.create == [] and plan.delete == []
+    assert entries(plan)["a"].state == NodeCacheState.DOWNLOADING
+    assert entries(plan)["b"].state == NodeCacheState.PENDING
+    assert plan.status.state == CacheState.DOWNLOADING
+
+
+def test_succeeded_job_labels_node_and_records_bytes_once() -> None:
+    done = job("a", JobPhase.SUCCEEDED)
+    plan = run([node("a")], [done], {done.name: PreloadResult("Downloaded", "ok", 16 * GB, 12.5)})
+    assert plan.label == ["a"]
+    assert plan.status.state == CacheState.READY and plan.status.ready_nodes == 1
+    assert plan.status.model_size_bytes == 16 * GB and plan.status.bytes_done == 16 * GB
+    assert [e.bytes for e, _ in plan.recorded] == [16 * GB]
+    again = run([node("a", ready=True)], [done], status=plan.status)
+    assert again.recorded == [] and again.label == [] and again.create == []
+    assert again.status == plan.status
+
+
+def test_ready_condition_carries_generation_and_keeps_transition_time() -> None:
+    plan = run([node("a", ready=True)], generation=3)
+    ready = plan.status.conditions[0] if plan.status.conditions else None
+    assert ready is not None and ready.status == "True" and ready.observed_generation == 3
+    later = run([node("a", ready=True)], status=plan.status, generation=3, now=NOW + dt.timedelta(hours=1))
+    assert later.status.conditions == plan.status.conditions
+
+
+def test_model_too_big_for_a_node_fails_that_node_without_a_job() -> None:
+    plan = run([node("big", nvme=4000 * GB), node("small", nvme=100 * GB)], modelSizeBytes=200 * GB)
+    assert plan.create == [("big", 1)]
+    small = entries(plan)["small"]
+    assert small.state == NodeCacheState.FAILED and small.reason == "InsufficientCapacity"
+    assert "does not fit" in (small.message or "")
+    assert plan.status.state == CacheState.FAILED and plan.status.bytes_total == 400 * GB
+
+
+def test_permanent_failure_is_reported_once_and_not_retried() -> None:
+    failed = job("a", JobPhase.FAILED, failure_reason="PodFailurePolicy", finished_at=NOW)
+    plan = run([node("a"), node("b", ready=True)], [failed], {failed.name: PreloadResult("NotFound", "no such key")})
+    assert plan.create == [] and plan.delete == []
+    assert entries(plan)["a"].reason == "NotFound"
+    assert plan.status.state == CacheState.FAILED
+    assert plan.status.conditions and plan.status.conditions[0].reason == "NotFound"
+    assert len(plan.recorded) == 1
+    later = run([node("a"), node("b", ready=True)], [failed], status=plan.status, now=NOW + dt.timedelta(hours=2))
+    assert later.recorded == [] and later.create == [] and later.status.state == CacheState.FAILED
+    ttl_gone = run([node("a"), node("b", ready=True)], [], status=plan.status)
+    assert ttl_gone.create == [] and ttl_gone.status.state == CacheState.FAILED
+
+
+def test_spec_change_retries_a_permanent_failure() -> None:
+    failed = job("a", JobPhase.FAILED, generation=1, finished_at=NOW)
+    plan = run([node("a")], [failed], {failed.name: PreloadResult("AccessDenied", "403")}, generation=2)
+    assert plan.delete == [failed.name] and plan.create == [("a", 2)]
+
+
+def test_retryable_failure_waits_for_backoff_then_retries() -> None:
+    failed = job("a", JobPhase.FAILED, finished_at=NOW)
+    plan = run([node("a")], [failed], {failed.name: PreloadResult("NetworkError", "timeout")}, now=NOW + dt.timedelta(seconds=10))
+    assert plan.create == [] and plan.requeue_after == 20.0
+    assert plan.status.state == CacheState.DOWNLOADING
+    due = run([node("a")], [failed], status=plan.status, now=NOW + dt.timedelta(seconds=31))
+    assert due.delete == [failed.name] and due.create == [("a", 2)]
+    assert entries(due)["a"].attempts == 2
+
+
+def test_retries_stop_after_max_attempts() -> None:
+    failed = job("a", JobPhase.FAILED, attempt=planning.MAX_ATTEMPTS, finished_at=NOW)
+    plan = run([node("a")], [failed], {failed.name: PreloadResult("NetworkError", "timeout")}, now=NOW + dt.timedelta(hours=1))
+    assert plan.create == [] and plan.status.state == CacheState.FAILED
+
+
+def test_backoff_doubles_and_caps() -> None:
+    assert [planning.backoff_seconds(a) for a in (1, 2, 3, 10)] == [30.0, 60.0, 120.0, 600.0]
+
+
+def test_node_that_left_loses_its_job_and_its_count() -> None:
+    plan = run([node("a")], [job("a", JobPhase.RUNNING), job("gone", JobPhase.RUNNING)])
+    assert plan.delete == ["preload-gone-1"] and plan.status.target_nodes == 1
+
+
+def test_removed_label_after_recorded_success_reruns_the_preload() -> None:
+    done = job("a", JobPhase.SUCCEEDED)
+    first = run([node("a")], [done], {done.name: PreloadResult("Downloaded", "ok", GB, 1.0)})
+    removed = run([node("a")], [done], status=first.status)
+    assert removed.delete == [done.name] and removed.create == [("a", 2)] and removed.label == []
+
+
+def test_job_created_but_not_yet_in_the_index_is_applied_again_not_renumbered() -> None:
+    first = run([node("a")])
+    assert first.create == [("a", 1)]
+    stale = run([node("a")], [], status=first.status)
+    assert stale.create == [("a", 1)]
+
+
+def test_older_attempts_are_deleted() -> None:
+    jobs = [job("a", JobPhase.FAILED, attempt=1), job("a", JobPhase.RUNNING, attempt=2)]
+    plan = run([node("a")], jobs)
+    assert plan.delete == ["preload-a-1"] and plan.create == []
+
+
+def test_no_matching_node_is_pending_not_ready() -> None:
+    plan = run([node("c", itype="ml.p5.48xlarge")])
+    assert plan.status.state == CacheState.PENDING and plan.status.target_nodes == 0
+    assert plan.status.conditions and plan.status.conditions[0].reason == "NoTargetNodes"
+
+
+def test_unrecorded_lists_finished_jobs_until_status_holds_them() -> None:
+    done = job("a", JobPhase.SUCCEEDED)
+    running = job("b", JobPhase.RUNNING)
+    assert planning.unrecorded([done, running], ModelDataCacheConfigStatus()) == [done]
+    plan = run([node("a"), node("b")], [done, running], {done.name: PreloadResult("Downloaded")})
+    assert planning.unrecorded([done, running], plan.status) == []
+
+
+def test_deleting_status() -> None:
+    status = planning.deleting(ModelDataCacheConfigStatus(state=CacheState.READY), 2, "removing the cache from 3 nodes", NOW)
+    assert status.state == CacheState.DELETING and status.conditions and status.conditions[0].reason == "Deleting"
