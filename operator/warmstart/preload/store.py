@@ -224,7 +224,7 @@ class Staging:
         if entry is None or entry.get("fingerprint") != fingerprint:
             return False
         try:
-            return os.stat(self.path(rel)).st_size == fingerprint["size"]
+            return bool(os.stat(self.path(rel)).st_size == fingerprint["size"])
         except OSError:
             return False
 

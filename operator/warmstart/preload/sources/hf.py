@@ -23,7 +23,7 @@ import httpx2  # noqa: E402
 from huggingface_hub import HfApi, hf_hub_download  # noqa: E402
 from huggingface_hub import errors as hf_errors  # noqa: E402
 from huggingface_hub.hf_api import RepoFile  # noqa: E402
-from huggingface_hub.utils import filter_repo_objects  # noqa: E402
+from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # noqa: E402
 
 from warmstart.api.sources import HuggingFaceModel, ModelSourceConfig  # noqa: E402
 from warmstart.preload import store, verifying  # noqa: E402
@@ -147,7 +147,7 @@ class HubSource:
                 path = hf_hub_download(
                     self.repo, file.ref, revision=self.commit, local_dir=os.path.join(self.scratch or "", "files"),
                     cache_dir=os.path.join(self.scratch or "", "cache"), token=self.token or False,
-                    endpoint=self.endpoint, tqdm_class=counter,  # type: ignore[arg-type]
+                    endpoint=self.endpoint, tqdm_class=counter,
                 )
             except Exception as exc:
                 raise error(exc, what, bool(self.token)) from exc
