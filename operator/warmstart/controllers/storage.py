@@ -63,6 +63,7 @@ _KINDS: dict[str, tuple[str, bool]] = {
     "Role": ("roles", True),
     "RoleBinding": ("rolebindings", True),
     "PriorityClass": ("priorityclasses", False),
+    "CustomResourceDefinition": ("customresourcedefinitions", False),
     "EndpointSlice": ("endpointslices", True),
     "InferenceEndpointConfig": ("inferenceendpointconfigs", True),
     "JumpStartModel": ("jumpstartmodels", True),

@@ -1,0 +1,87 @@
+"""Helpers for endpoint tests: unique kwok nodes, reading endpoint status, and counting pods per node."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from kubernetes import client
+
+from warmstart.localcluster import nodes as kwok_nodes
+
+GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
+
+
+@contextmanager
+def own_nodes(api: client.ApiClient, count: int, *, gpus: int = 8, nvme_bytes: int = 3_800_000_000_000) -> Iterator[tuple[str, list[str]]]:
+    """`count` fresh kwok nodes of a test-unique instance type; yields (instance type, names); deletes them after."""
+    instance_type = f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
+    core = client.CoreV1Api(api)
+    names = []
+    for index in range(count):
+        manifest = kwok_nodes.node_manifest(kwok_nodes.node_name(instance_type, index, "it"), instance_type)
+        manifest["metadata"]["annotations"][kwok_nodes.NVME_ANNOTATION] = str(nvme_bytes)
+        for key in ("capacity", "allocatable"):
+            manifest["status"][key]["nvidia.com/gpu"] = str(gpus)
+        core.create_node(manifest)
+        names.append(manifest["metadata"]["name"])
+    try:
+        yield instance_type, names
+    finally:
+        kwok_nodes.delete_nodes(api, names)
+
+
+def endpoint(api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs") -> dict[str, Any] | None:
+    try:
+        result: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        return result
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def status(api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs") -> dict[str, Any]:
+    body = endpoint(api, namespace, name, plural)
+    return dict((body or {}).get("status") or {})
+
+
+def condition(status_: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status_.get("conditions") or [] if c["type"] == type_), {})
+
+
+def caches(api: client.ApiClient, namespace: str, plural: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+    return items
+
+
+def running_pods_by_node(api: client.ApiClient, namespace: str, selector: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for pod in client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector).items:
+        if pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None:
+            counts[pod.spec.node_name] = counts.get(pod.spec.node_name, 0) + 1
+    return counts
+
+
+def endpoint_manifest(name: str, namespace: str, instance_type: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceEndpointConfig",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "modelName": name,
+            "modelSourceConfig": {"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": f"models/{name}"},
+            "modelCacheConfig": {"weightsCache": {"enabled": True}, "imageCache": {"enabled": True}},
+            "instanceType": instance_type,
+            "worker": {
+                "image": "vllm/vllm-openai:v0.11.0",
+                "modelInvocationPort": {"containerPort": 8000},
+                "modelVolumeMount": {"name": "model-weights", "mountPath": "/opt/ml/model"},
+                "resources": {"limits": {"nvidia.com/gpu": "4"}},
+            },
+        },
+    }
+    body["spec"].update(spec)
+    return body

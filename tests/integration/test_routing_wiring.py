@@ -1,0 +1,80 @@
+"""Routing wiring on the real control plane: the operator renders the router; a strategy change reaches a running router live."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+import endpointing as ep
+import kube
+import operating
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module", autouse=True)
+def crds(cluster: Any) -> None:
+    kube.install_crds(cluster.kubeconfig)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _router_status(port: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/router/status", timeout=2) as response:
+            value: dict[str, Any] = json.loads(response.read())
+            return value
+    except OSError:
+        return None
+
+
+def test_strategy_change_reaches_the_running_router_without_restart(cluster: Any, api_client: client.ApiClient, namespace: str) -> None:
+    with ep.own_nodes(api_client, 2) as (instance_type, _nodes):
+        body = ep.endpoint_manifest(
+            "routed",
+            namespace,
+            instance_type,
+            modelCacheConfig=None,
+            replicas=2,
+            intelligentRoutingSpec={"enabled": True, "routingStrategy": "roundrobin"},
+        )
+        body["spec"]["worker"]["requestLimits"] = {"maxConcurrentRequests": 16}
+        with operating.operator(str(cluster.kubeconfig), [namespace]):
+            client.CustomObjectsApi(api_client).create_namespaced_custom_object(ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", body)
+            kube.wait_for(lambda: kube.get(str(cluster.kubeconfig), "deployment", "routed-router", namespace), what="router Deployment")
+            role = kube.get(str(cluster.kubeconfig), "role", "routed-router", namespace)
+            assert role is not None
+            assert {tuple(r["resources"]) for r in role["rules"]} == {("endpointslices",), ("configmaps",)}
+            assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in role["rules"])
+            kube.wait_for(lambda: ep.status(api_client, namespace, "routed").get("state") == "DeploymentComplete", timeout=120, what="endpoint complete")
+
+            port = _free_port()
+            router = subprocess.Popen(
+                [sys.executable, "-m", "warmstart.cli", "router", "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
+                 "--service", "routed", "--configmap", "routed-router", "--port", str(port), "--host", "127.0.0.1"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )
+            try:
+                first = kube.wait_for(lambda: (s := _router_status(port)) and s.get("strategy") == "roundrobin" and len(s.get("backends", [])) == 2 and s, timeout=60, what="router with 2 replicas")
+                assert first["config"]["maxConcurrentRequests"] == 16
+                client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+                    ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "routed", {"spec": {"intelligentRoutingSpec": {"routingStrategy": "prefixaware"}}}
+                )
+                kube.wait_for(lambda: (s := _router_status(port)) and s.get("strategy") == "prefixaware", timeout=60, what="the live strategy change")
+                assert router.poll() is None, "the router kept running"
+                client.CustomObjectsApi(api_client).patch_namespaced_custom_object(ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "routed", {"spec": {"replicas": 3}})
+                kube.wait_for(lambda: (s := _router_status(port)) and len(s.get("backends", [])) == 3, timeout=60, what="the scale event to reach the router")
+            finally:
+                router.terminate()
+                router.wait(10)
