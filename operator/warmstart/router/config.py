@@ -98,6 +98,11 @@ class RouterConfig(BaseModel):
     home_blocks: int = Field(default=4, ge=1)
     """Leading blocks whose hash gives a new prefix its rendezvous home and its spill order."""
 
+    home_choices: int = Field(default=2, ge=1, le=8)
+    """A prefix cached nowhere goes to the least loaded of its first ``homeChoices`` eligible
+    rendezvous candidates (power of choices): homes stay deterministic per prefix, while the
+    balls-into-bins imbalance of plain rendezvous hashing drops. 1 = the plain rendezvous home."""
+
     load_epsilon: float = Field(default=0.2, ge=0.0, le=10.0)
     """Bounded-load factor: a replica is eligible while in-flight < ceil((1+eps) x mean in-flight)."""
 

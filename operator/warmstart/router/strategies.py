@@ -8,9 +8,11 @@ the first is the choice, the next ones are used only when a replica refuses the 
 
 1. Count, per replica, the leading blocks of the prompt it probably holds (:class:`PrefixIndex`).
 2. Rank replicas by the longest match, ties (and no match at all) broken by rendezvous
-   (highest-random-weight) hashing of the prompt's leading ``home_blocks`` blocks. New prefixes
-   thus get a deterministic home that every router replica agrees on, and adding or removing a
-   replica moves only about 1/N of homes.
+   (highest-random-weight) hashing of the prompt's leading ``home_blocks`` blocks. A prefix
+   cached nowhere goes to the less loaded of its first ``home_choices`` rendezvous candidates
+   (power of two choices: plain hashing of 64 prefixes onto 8 replicas leaves the busiest with
+   ~1.5x the mean). Homes are thus drawn from a per-prefix set that every router replica
+   agrees on, and adding or removing a replica moves only about 1/N of them.
 3. A replica is eligible while its in-flight count is below both the concurrency cap and the
    bounded-load ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``.
    The first eligible replica in the ranking wins; passing over the best one is a *spill*, and
@@ -182,6 +184,7 @@ class PrefixAwarePolicy:
         self.epsilon = config.load_epsilon
         self.min_ceiling = config.load_min_ceiling
         self.home_blocks = config.home_blocks
+        self.home_choices = config.home_choices
         self.index = PrefixIndex(config.index_capacity_blocks)
         self._short = LeastOutstandingPolicy(self.cap, rng)
 
@@ -201,13 +204,19 @@ class PrefixAwarePolicy:
 
         first = [name for name in ranked if eligible(name)]
         rest = sorted((name for name in ranked if not eligible(name)), key=lambda n: by_name[n].inflight)
+        if first and not matched.get(first[0]) and self.home_choices > 1:
+            # cached nowhere eligible: least loaded of the first few homes, ties by rendezvous rank
+            head = first[: self.home_choices]
+            best = min(head, key=lambda name: (by_name[name].inflight, rank[name]))
+            first.remove(best)
+            first.insert(0, best)
         candidates = tuple(first + rest)
         if not candidates:
             return Decision(())
         return Decision(
             candidates,
             matched_blocks=matched.get(candidates[0], 0),
-            spilled=candidates[0] != ranked[0],
+            spilled=bool(ranked) and not eligible(ranked[0]),
         )
 
     def placed(self, replica: str, key: PromptKey) -> None:

@@ -1,0 +1,208 @@
+"""Start and steer the benchmark's processes: simulated replicas, warmstart routers, SGLang routers.
+
+Every process is a child of the benchmark, logs to ``bench/out/logs/``, listens on loopback only
+and is stopped (SIGTERM, then SIGKILL) by :meth:`Proc.stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+PYTHON = sys.executable
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def free_block(count: int) -> int:
+    """A base port such that base .. base+count-1 are all free right now."""
+    import random
+
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - count)
+        socks = []
+        try:
+            for offset in range(count):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind((HOST, base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no block of free ports")
+
+
+@dataclass
+class Proc:
+    """A child process with its log file."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=8)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=5)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+def spawn(name: str, argv: list[str], logs: Path) -> Proc:
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}.log"
+    handle = log.open("wb")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return Proc(name, popen, log)
+
+
+async def wait_http(session: aiohttp.ClientSession, url: str, proc: Proc, timeout: float = 60.0) -> None:
+    """Wait until ``url`` answers 200, or fail with the process's log tail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            break
+        try:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
+                if response.status == 200:
+                    return
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            pass
+        await asyncio.sleep(0.2)
+    tail = proc.log.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"{proc.name} did not become ready at {url}:\n{tail}")
+
+
+def sim_argv(replicas: int, base_port: int, sim_args: list[str], name_prefix: str = "r") -> list[str]:
+    return [PYTHON, "-m", "warmstart.cli", "sim", "--replicas", str(replicas), "--base-port", str(base_port),
+            "--host", HOST, "--name-prefix", name_prefix, "--log-level", "WARNING", *sim_args]
+
+
+@dataclass
+class RouterUnderTest:
+    """A router (or the direct ideal replica) the load generator talks to."""
+
+    label: str
+    url: str
+    kind: str  # "warmstart", "sglang" or "direct"
+    proc: Proc | None = None
+    backends_file: Path | None = None
+    backends: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+
+    async def set_backends(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
+        """Change the replica set live (warmstart: backends file; SGLang: its /workers API)."""
+        if self.kind == "warmstart":
+            assert self.backends_file is not None
+            self.backends_file.write_text("\n".join(urls) + "\n")
+            await self._wait_backends(session, urls, "/router/status", lambda s: [b["url"] for b in s["backends"]])
+        elif self.kind == "sglang":
+            workers = await _json(session, self.url + "/workers")
+            current = {w["url"]: w["id"] for w in workers["workers"]}
+            for url in urls:
+                if url not in current:
+                    async with session.post(self.url + "/workers", json={"url": url}) as response:
+                        response.raise_for_status()
+            for url, worker_id in current.items():
+                if url not in urls:
+                    async with session.delete(f"{self.url}/workers/{worker_id}") as response:
+                        response.raise_for_status()
+            await self._wait_backends(session, urls, "/workers",
+                                      lambda s: [w["url"] for w in s["workers"] if w.get("is_healthy", True)])
+        self.backends = list(urls)
+
+    async def _wait_backends(self, session: aiohttp.ClientSession, urls: list[str], path: str,
+                             extract: Any) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if sorted(extract(await _json(session, self.url + path))) == sorted(urls):
+                return
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"{self.label}: backends did not become {urls}")
+
+
+async def _json(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as response:
+        return await response.json(content_type=None)
+
+
+async def start_warmstart(session: aiohttp.ClientSession, strategy: str, urls: list[str], logs: Path,
+                          config_extra: dict[str, Any] | None = None) -> RouterUnderTest:
+    """``warmstart router`` as its own process, fed by a config file and a backends file."""
+    from warmstart.router.config import RouterConfig
+
+    port = free_port()
+    workdir = logs / f"warmstart-{strategy}-{port}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = RouterConfig.model_validate({"strategy": strategy, **(config_extra or {})})
+    (workdir / "router.yaml").write_text(config.to_yaml())
+    backends = workdir / "backends"
+    backends.write_text("\n".join(urls) + "\n")
+    proc = spawn(f"warmstart-{strategy}", [PYTHON, "-m", "warmstart.cli", "router", "--host", HOST, "--port",
+                                           str(port), "--config", str(workdir / "router.yaml"), "--backends-file",
+                                           str(backends), "--reload-interval", "0.2", "--log-level", "WARNING"],
+                 logs)
+    router = RouterUnderTest(f"warmstart {strategy}", f"http://{HOST}:{port}", "warmstart", proc, backends, urls)
+    await wait_http(session, router.url + "/ready", proc)
+    return router
+
+
+def sglang_available() -> str | None:
+    """None if the SGLang router can be launched here, else the reason it cannot."""
+    try:
+        import sglang_router  # noqa: F401
+    except ImportError as exc:
+        return f"sglang-router is not installed ({exc}); install the 'bench' extra"
+    if shutil.which("true") is None:  # pragma: no cover - sanity on exotic systems
+        return "no POSIX userland"
+    return None
+
+
+async def start_sglang(session: aiohttp.ClientSession, policy: str, urls: list[str], logs: Path) -> RouterUnderTest:
+    """The real SGLang router (Rust), ``launch_router --policy <policy>``, default knobs otherwise."""
+    port = free_port()
+    proc = spawn(f"sglang-{policy}", [PYTHON, "-m", "sglang_router.launch_router", "--host", HOST, "--port",
+                                      str(port), "--policy", policy, "--log-level", "warn", "--worker-urls", *urls],
+                 logs)
+    router = RouterUnderTest(f"sglang {policy}", f"http://{HOST}:{port}", "sglang", proc, None, urls)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            workers = await _json(session, router.url + "/workers")
+            if sorted(w["url"] for w in workers["workers"] if w.get("is_healthy", True)) == sorted(urls):
+                return router
+        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError):
+            pass
+        if not proc.alive():
+            break
+        await asyncio.sleep(0.3)
+    proc.stop()
+    raise RuntimeError(f"SGLang router did not come up:\n{proc.log.read_text(errors='replace')[-2000:]}")

@@ -1,0 +1,186 @@
+"""The load generator: open-loop Poisson requests and closed-loop chats, measuring TTFT per request.
+
+TTFT is measured at the client (send -> first SSE data event) and converted to model seconds
+by dividing by the simulator's time scale, so it includes the router's real overhead (which
+the division magnifies by 1/scale - a pessimistic bias against every router alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from warmstart.sim import workloads
+
+
+@dataclass
+class Result:
+    group: str
+    sent: float  # real seconds since the run started
+    ttft: float | None  # model seconds
+    latency: float | None  # model seconds
+    replica: str | None
+    error: str | None = None
+
+
+def _replica_of(response_id: str) -> str | None:
+    parts = response_id.split("-")  # "cmpl-<replica>-<n>"
+    return parts[1] if len(parts) >= 3 else None
+
+
+async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], scale: float,
+                     collect_text: bool = False) -> tuple[float | None, float | None, str | None, str, str | None]:
+    """POST one streaming request; return (ttft, latency, replica, text, error) in model seconds."""
+    started = time.perf_counter()
+    ttft = None
+    replica = None
+    texts: list[str] = []
+    try:
+        async with session.post(url, json=body) as response:
+            if response.status != 200:
+                return None, None, None, "", f"http {response.status}"
+            async for line in response.content:
+                if not line.startswith(b"data: {"):
+                    continue
+                if ttft is None:
+                    ttft = (time.perf_counter() - started) / scale
+                    event = json.loads(line[6:])
+                    replica = _replica_of(str(event.get("id", "")))
+                    if "error" in event:
+                        return None, None, replica, "", "stream error"
+                    if collect_text:
+                        texts.append(_delta(event))
+                elif collect_text or b'"error"' in line:
+                    event = json.loads(line[6:])
+                    if "error" in event:
+                        return ttft, None, replica, "", "stream error"
+                    texts.append(_delta(event))
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        return ttft, None, replica, "", type(exc).__name__
+    return ttft, (time.perf_counter() - started) / scale, replica, "".join(texts), None
+
+
+def _delta(event: dict[str, Any]) -> str:
+    choices = event.get("choices") or []
+    if not choices:
+        return ""
+    choice = choices[0]
+    return str(choice.get("text") or (choice.get("delta") or {}).get("content") or "")
+
+
+Event = tuple[float, Callable[[], Awaitable[None]]]
+
+
+async def open_loop(session: aiohttp.ClientSession, base_url: str, requests: list[workloads.Request],
+                    scale: float, events: list[Event] | None = None) -> list[Result]:
+    """Send ``requests`` at their arrival times (model seconds x scale); run ``events`` at theirs."""
+    results: list[Result] = []
+    start = time.perf_counter()
+
+    async def one(request: workloads.Request) -> None:
+        sent = time.perf_counter() - start
+        ttft, latency, replica, _, error = await stream_one(session, base_url + request.path, request.body, scale)
+        results.append(Result(request.group, sent, ttft, latency, replica, error))
+
+    async def fire_events() -> None:
+        for at, action in sorted(events or [], key=lambda e: e[0]):
+            delay = start + at * scale - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await action()
+
+    event_task = asyncio.create_task(fire_events())
+    tasks = []
+    for request in requests:
+        delay = start + request.at * scale - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(request)))
+    await asyncio.gather(*tasks)
+    await event_task
+    return results
+
+
+async def conversations(session: aiohttp.ClientSession, base_url: str, users: list[workloads.Conversation],
+                        scale: float) -> list[Result]:
+    """Each user sends its rounds in turn, appending the reply to its history."""
+    results: list[Result] = []
+    start = time.perf_counter()
+
+    async def user(conversation: workloads.Conversation) -> None:
+        await asyncio.sleep(conversation.start_at * scale)
+        for round_index in range(len(conversation.questions)):
+            body = workloads.chat_body(conversation, round_index)
+            sent = time.perf_counter() - start
+            ttft, latency, replica, text, error = await stream_one(
+                session, base_url + "/v1/chat/completions", body, scale, collect_text=True)
+            results.append(Result(conversation.user, sent, ttft, latency, replica, error))
+            conversation.history += [{"role": "user", "content": conversation.questions[round_index]},
+                                     {"role": "assistant", "content": text}]
+            await asyncio.sleep(conversation.think_s * scale)
+
+    await asyncio.gather(*(user(c) for c in users))
+    return results
+
+
+async def replica_counters(session: aiohttp.ClientSession, urls: list[str]) -> dict[str, tuple[float, float]]:
+    """(prefix_cache_queries, prefix_cache_hits) per replica URL, from the replicas' own /metrics."""
+    counters: dict[str, tuple[float, float]] = {}
+    for url in urls:
+        async with session.get(url + "/metrics") as response:
+            text = await response.text()
+        queries = hits = 0.0
+        for line in text.splitlines():
+            if line.startswith("vllm:prefix_cache_queries_total"):
+                queries = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("vllm:prefix_cache_hits_total"):
+                hits = float(line.rsplit(" ", 1)[1])
+        counters[url] = (queries, hits)
+    return counters
+
+
+async def reset_replicas(session: aiohttp.ClientSession, urls: list[str]) -> None:
+    """Empty every replica's prefix cache (vLLM's /reset_prefix_cache) so each router starts cold."""
+    for url in urls:
+        async with session.post(url + "/reset_prefix_cache") as response:
+            response.raise_for_status()
+
+
+async def fixed_rate(session: aiohttp.ClientSession, url: str, rate: float, seconds: float,
+                     body: dict[str, Any]) -> tuple[list[float], int]:
+    """Non-streaming requests at a fixed rate; (latencies in real seconds, errors)."""
+    latencies: list[float] = []
+    errors = 0
+    payload = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+
+    async def one() -> None:
+        nonlocal errors
+        started = time.perf_counter()
+        try:
+            async with session.post(url, data=payload, headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    errors += 1
+                    return
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            errors += 1
+            return
+        latencies.append(time.perf_counter() - started)
+
+    count = int(rate * seconds)
+    start = time.perf_counter()
+    tasks = []
+    for i in range(count):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+    return latencies, errors

@@ -1,0 +1,196 @@
+"""Turn benchmark results into numbers, a Markdown table, goal verdicts and PNG plots."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loading import Result
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+@dataclass
+class Row:
+    """One router on one workload."""
+
+    router: str
+    workload: str
+    requests: int
+    errors: int
+    hit_ratio: float
+    ttft_p50_ms: float
+    ttft_p95_ms: float
+    ttft_p99_ms: float
+    throughput_rps: float
+    max_mean_share: float
+    per_replica: dict[str, int]
+    moved: dict[str, float] = field(default_factory=dict)
+    ttfts_ms: list[float] = field(default_factory=list)
+
+    def table_cells(self) -> list[str]:
+        moved = " / ".join(f"{v:.2f}" for v in self.moved.values()) if self.moved else "-"
+        return [self.router, f"{self.hit_ratio:.3f}", f"{self.ttft_p50_ms:.0f}", f"{self.ttft_p95_ms:.0f}",
+                f"{self.ttft_p99_ms:.0f}", f"{self.throughput_rps:.1f}", f"{self.max_mean_share:.2f}", moved,
+                str(self.errors)]
+
+
+HEADER = ["router", "hit ratio", "TTFT p50 ms", "p95 ms", "p99 ms", "req/s", "max/mean share",
+          "groups moved 8→9 / 9→7", "errors"]
+
+
+def summarize(router: str, workload: str, results: list[Result], counters: tuple[float, float], scale: float,
+              fleet_size: int, moved: dict[str, float] | None = None) -> Row:
+    ok = [r for r in results if r.error is None and r.ttft is not None and r.latency is not None]
+    ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
+    queries, hits = counters
+    ends = [r.sent / scale + (r.latency or 0) for r in ok]
+    span = (max(ends) - min(r.sent / scale for r in ok)) if ok else math.nan
+    per_replica = Counter(r.replica or "?" for r in ok)
+    mean = len(ok) / max(1, fleet_size)
+    return Row(
+        router=router, workload=workload, requests=len(results), errors=len(results) - len(ok),
+        hit_ratio=hits / queries if queries else math.nan,
+        ttft_p50_ms=percentile(ttfts, 50), ttft_p95_ms=percentile(ttfts, 95), ttft_p99_ms=percentile(ttfts, 99),
+        throughput_rps=len(ok) / span if span and span > 0 else math.nan,
+        max_mean_share=max(per_replica.values()) / mean if per_replica and mean else math.nan,
+        per_replica=dict(sorted(per_replica.items())), moved=moved or {}, ttfts_ms=ttfts,
+    )
+
+
+def groups_moved(results: list[Result], event_at_real: float, window_real: float) -> float:
+    """Share of groups whose majority replica differs between the windows before and after an event."""
+    before: dict[str, Counter[str]] = defaultdict(Counter)
+    after: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in results:
+        if r.replica is None or r.error is not None:
+            continue
+        if event_at_real - window_real <= r.sent < event_at_real:
+            before[r.group][r.replica] += 1
+        elif event_at_real <= r.sent < event_at_real + window_real:
+            after[r.group][r.replica] += 1
+    common = [g for g in before if g in after]
+    if not common:
+        return math.nan
+    moved = sum(1 for g in common if before[g].most_common(1)[0][0] != after[g].most_common(1)[0][0])
+    return moved / len(common)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row.table_cells()) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def ratios(rows: list[Row], baseline: str) -> list[str]:
+    """TTFT and hit-ratio ratios of every row against ``baseline`` (same workload)."""
+    base = next((r for r in rows if r.router == baseline), None)
+    if base is None:
+        return []
+    out = []
+    for row in rows:
+        if row.router == baseline:
+            continue
+        out.append(f"{row.router} vs {baseline}: TTFT p50 x{row.ttft_p50_ms / base.ttft_p50_ms:.2f}, "
+                   f"p99 x{row.ttft_p99_ms / base.ttft_p99_ms:.2f}, hit ratio x{_div(row.hit_ratio, base.hit_ratio)}")
+    return out
+
+
+def _div(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b and not math.isnan(b) else "n/a"
+
+
+def plot_workload(workload: str, rows: list[Row], out: Path) -> list[Path]:
+    """TTFT CDF and per-replica request counts, one PNG each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row in rows:
+        values = sorted(row.ttfts_ms)
+        if values:
+            ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=row.router)
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (ms, model time)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(f"TTFT CDF - {workload}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = out / f"ttft_cdf_{workload}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+
+    fleet_rows = [row for row in rows if not row.router.startswith("ideal")]
+    replicas = sorted({name for row in fleet_rows for name in row.per_replica})
+    if replicas:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        width = 0.8 / max(1, len(fleet_rows))
+        for i, row in enumerate(fleet_rows):
+            xs = [j + i * width for j in range(len(replicas))]
+            ax.bar(xs, [row.per_replica.get(name, 0) for name in replicas], width=width, label=row.router)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(replicas))], replicas)
+        ax.set_ylabel("requests served")
+        ax.set_title(f"Per-replica load - {workload}")
+        ax.legend(fontsize=7)
+        path = out / f"replica_load_{workload}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Each goal of issue 7 with the measured value and whether it is met."""
+    out: list[dict[str, Any]] = []
+
+    def row(workload: str, router: str) -> Row | None:
+        return next((r for r in by_workload.get(workload, []) if r.router == router), None)
+
+    def add(goal: str, value: str, met: bool | None) -> None:
+        out.append({"goal": goal, "measured": value, "met": "n/a" if met is None else ("yes" if met else "NO")})
+
+    ws, ideal, rnd, sgl = (row("shared_prefix", "warmstart prefixaware"), row("shared_prefix", "ideal"),
+                           row("shared_prefix", "warmstart random"), row("shared_prefix", "sglang cache_aware"))
+    if ws and ideal:
+        add("hit ratio >= 0.95 x ideal (shared prefix)", f"{ws.hit_ratio:.3f} vs {0.95 * ideal.hit_ratio:.3f}",
+            ws.hit_ratio >= 0.95 * ideal.hit_ratio)
+    if ws and sgl:
+        add("hit ratio >= SGLang cache_aware", f"{ws.hit_ratio:.3f} vs {sgl.hit_ratio:.3f}",
+            ws.hit_ratio >= sgl.hit_ratio)
+    if ws and rnd:
+        for q in ("p50", "p99"):
+            a, b = getattr(ws, f"ttft_{q}_ms"), getattr(rnd, f"ttft_{q}_ms")
+            add(f"TTFT {q} >= 80% below random", f"{100 * (1 - a / b):.1f}% below ({a:.0f} vs {b:.0f} ms)",
+                a <= 0.2 * b)
+    hot, hot_ideal = row("hot_prefix", "warmstart prefixaware"), row("hot_prefix", "ideal")
+    if hot:
+        add("hot prefix max/mean share <= 1.25", f"{hot.max_mean_share:.2f}", hot.max_mean_share <= 1.25)
+    if hot and hot_ideal:
+        add("hot prefix hit ratio >= 0.8 x ideal", f"{hot.hit_ratio:.3f} vs {0.8 * hot_ideal.hit_ratio:.3f}",
+            hot.hit_ratio >= 0.8 * hot_ideal.hit_ratio)
+    scale = row("scale_event", "warmstart prefixaware")
+    if scale and scale.moved:
+        first = next(iter(scale.moved.values()))
+        add("<= 1.25/9 of groups moved at 8->9", f"{first:.3f} vs {1.25 / 9:.3f}", first <= 1.25 / 9)
+    ws_over = overhead.get("warmstart prefixaware", {})
+    for rate in ("200", "500"):
+        if f"p50@{rate}" in ws_over:
+            p50, p99 = ws_over[f"p50@{rate}"], ws_over[f"p99@{rate}"]
+            add(f"overhead p50 <= 0.3 ms @{rate}/s", f"{p50:.3f} ms", p50 <= 0.3)
+            add(f"overhead p99 <= 1.5 ms @{rate}/s", f"{p99:.3f} ms", p99 <= 1.5)
+    return out

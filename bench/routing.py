@@ -1,0 +1,281 @@
+"""Routing benchmark: warmstart's strategies vs the real SGLang router vs an ideal bound, on simulated vLLM.
+
+    python bench/routing.py --quick      # < 3 minutes: the demo subset
+    python bench/routing.py              # full run (< 15 minutes)
+
+Fleet: 8 simulated replicas (a 9th joins in the scale event), one process, time-scaled. The
+ideal bound is one replica with the fleet's total cache, prefill compute and slots, called
+directly. Workloads: generated-shared-prefix (SGLang's definition), multi-turn chat, a hot
+prefix (one group = 50% of traffic) and a scale event (8 -> 9 -> 7 replicas). Hit ratios come
+from the replicas' own vLLM counters; TTFT is measured at the client. Router overhead is the
+latency added over calling a trivial replica directly, at 200 and 500 requests/s.
+Writes bench/out/routing.md, routing.json and PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fleets  # noqa: E402
+import loading  # noqa: E402
+import reporting  # noqa: E402
+
+from warmstart.sim import workloads  # noqa: E402
+from warmstart.sim.engine import EngineParams  # noqa: E402
+
+FLEET = 8
+PROMPT_TOKENS = 2048 + 128
+
+
+def plan(quick: bool, scale: float) -> dict[str, object]:
+    groups = 32 if quick else 64
+    return {
+        "groups": groups,
+        "per_group": 8 if quick else 16,
+        "scale_per_group": 12 if quick else 24,
+        "rounds": 3 if quick else 5,
+        "cache_tokens": groups * 2048 // 2,  # one replica holds half the groups' system prompts
+        "time_scale": scale,
+        "overhead_seconds": 3.0 if quick else 8.0,
+    }
+
+
+def routers_for(quick: bool, with_sglang: bool) -> list[str]:
+    names = ["warmstart random", "warmstart prefixaware"]
+    if not quick:
+        names[1:1] = ["warmstart roundrobin", "warmstart leastoutstanding", "warmstart session"]
+    if with_sglang:
+        names += ["sglang cache_aware", "sglang random"]
+    return names + ["ideal"]
+
+
+def offline_random_hit_ratio(cfg: dict[str, object]) -> float:
+    """Prefix hit ratio of uniformly random routing, replayed offline through the fleet's caches."""
+    import random
+
+    from warmstart.sim.engine import BlockCache, count_tokens, prompt_blocks
+    from warmstart.sim.server import render_prompt
+
+    params = EngineParams(cache_tokens=int(cfg["cache_tokens"]))  # type: ignore[call-overload]
+    caches = [BlockCache(params.cache_blocks) for _ in range(FLEET)]
+    rng = random.Random(0)
+    queries = hits = 0
+    for request in workloads.shared_prefix(groups=int(cfg["groups"]), per_group=int(cfg["per_group"]),  # type: ignore[call-overload]
+                                           rate=1.0):
+        prompt = render_prompt(request.body)
+        tokens = count_tokens(prompt)
+        hit = caches[rng.randrange(FLEET)].lookup_and_fill(prompt_blocks(prompt, params.block_tokens))
+        queries += tokens
+        hits += min(hit * params.block_tokens, tokens - 1)
+    return hits / queries
+
+
+def arrival_rate(cfg: dict[str, object]) -> float:
+    """Requests per model second for ~70% fleet load (see --load-basis)."""
+    cold = workloads.rate_for_load(0.7, FLEET, EngineParams(), PROMPT_TOKENS)
+    if cfg["load_basis"] == "cold":
+        return cold
+    return cold / (1.0 - float(cfg["random_hit_ratio"]))  # type: ignore[arg-type]
+
+
+async def run_workload(session: aiohttp.ClientSession, target: fleets.RouterUnderTest, workload: str,
+                       cfg: dict[str, object], fleet_urls: list[str], measure_urls: list[str]) -> reporting.Row:
+    scale = float(cfg["time_scale"])  # type: ignore[arg-type]
+    rate = float(cfg["rate"])  # type: ignore[arg-type]
+    await loading.reset_replicas(session, measure_urls)
+    before = await loading.replica_counters(session, measure_urls)
+    moved: dict[str, float] = {}
+    if workload == "multi_turn":
+        users = workloads.multi_turn(users=10, rounds=int(cfg["rounds"]))  # type: ignore[call-overload]
+        results = await loading.conversations(session, target.url, users, scale)
+    else:
+        per_group = int(cfg["scale_per_group" if workload == "scale_event" else "per_group"])  # type: ignore[call-overload]
+        requests = workloads.shared_prefix(groups=int(cfg["groups"]), per_group=per_group, rate=rate,  # type: ignore[call-overload]
+                                           hot_share=0.5 if workload == "hot_prefix" else 0.0)
+        events: list[loading.Event] = []
+        duration = requests[-1].at
+        if workload == "scale_event" and target.kind != "direct":
+            async def grow() -> None:
+                await target.set_backends(session, fleet_urls[:9])
+
+            async def shrink() -> None:
+                await target.set_backends(session, fleet_urls[:7])
+
+            events = [(duration / 3, grow), (2 * duration / 3, shrink)]
+        results = await loading.open_loop(session, target.url, requests, scale, events)
+        if events:
+            window = duration / 3 * scale
+            moved = {"8->9": reporting.groups_moved(results, duration / 3 * scale, window),
+                     "9->7": reporting.groups_moved(results, 2 * duration / 3 * scale, window)}
+            await target.set_backends(session, fleet_urls[:FLEET])
+    after = await loading.replica_counters(session, measure_urls)
+    delta = (sum(after[u][0] - before[u][0] for u in measure_urls), sum(after[u][1] - before[u][1] for u in measure_urls))
+    size = 1 if target.kind == "direct" else FLEET
+    return reporting.summarize(target.label, workload, results, delta, scale, size, moved)
+
+
+async def start_target(session: aiohttp.ClientSession, name: str, fleet_urls: list[str], ideal_url: str,
+                       cfg: dict[str, object], logs: Path) -> fleets.RouterUnderTest:
+    kind, _, policy = name.partition(" ")
+    if kind == "ideal":
+        return fleets.RouterUnderTest("ideal", ideal_url, "direct")
+    if kind == "sglang":
+        return await fleets.start_sglang(session, policy, fleet_urls[:FLEET], logs)
+    cache_tokens = int(cfg["cache_tokens"])  # type: ignore[call-overload]
+    extra = {"indexCapacityBlocks": cache_tokens * 4 // 256, "maxConcurrentRequests": EngineParams().max_running}
+    return await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra)
+
+
+async def measure_overhead(session: aiohttp.ClientSession, logs: Path, seconds: float,
+                           with_sglang: bool) -> dict[str, dict[str, float]]:
+    """Latency added over a direct call to a trivial replica (time scale 0), at 200 and 500 req/s."""
+    port = fleets.free_port()
+    sim = fleets.spawn("sim-trivial", fleets.sim_argv(1, port, ["--time-scale", "0"], "t"), logs)
+    backend = f"http://{fleets.HOST}:{port}"
+    out: dict[str, dict[str, float]] = {}
+    targets: list[fleets.RouterUnderTest] = []
+    try:
+        await fleets.wait_http(session, backend + "/health", sim)
+        targets.append(fleets.RouterUnderTest("direct", backend, "direct"))
+        targets.append(await fleets.start_warmstart(session, "prefixaware", [backend], logs))
+        if with_sglang:
+            targets.append(await fleets.start_sglang(session, "cache_aware", [backend], logs))
+        body = {"model": "sim-llm", "prompt": "hello " * 80, "max_tokens": 1}
+        for target in targets:
+            await loading.fixed_rate(session, target.url + "/v1/completions", 100, 1.0, body)  # warm up
+        for rate in (200, 500):
+            direct: list[float] = []
+            for target in targets:  # interleave the targets per rate so machine noise hits all alike
+                latencies, errors = await loading.fixed_rate(session, target.url + "/v1/completions", rate, seconds,
+                                                             body)
+                stats = out.setdefault(target.label, {})
+                stats[f"raw_p50@{rate}"] = reporting.percentile(latencies, 50) * 1000
+                stats[f"raw_p99@{rate}"] = reporting.percentile(latencies, 99) * 1000
+                stats[f"errors@{rate}"] = errors
+                if target.kind == "direct":
+                    direct = latencies
+                else:
+                    stats[f"p50@{rate}"] = stats[f"raw_p50@{rate}"] - reporting.percentile(direct, 50) * 1000
+                    stats[f"p99@{rate}"] = stats[f"raw_p99@{rate}"] - reporting.percentile(direct, 99) * 1000
+    finally:
+        for target in targets:
+            target.stop()
+        sim.stop()
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    logs = out / "logs"
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = plan(args.quick, args.time_scale)
+    cfg["load_basis"] = args.load_basis
+    cfg["random_hit_ratio"] = round(offline_random_hit_ratio(cfg), 4)
+    cfg["rate"] = round(arrival_rate(cfg), 2)
+    reason = None if args.skip_sglang else fleets.sglang_available()
+    with_sglang = not args.skip_sglang and reason is None
+    if reason:
+        print(f"NOTE: the SGLang router cannot run here: {reason}")
+    names = [n for n in routers_for(args.quick, with_sglang) if not args.routers or n in args.routers]
+    chosen = args.workloads or ["shared_prefix", "multi_turn", "hot_prefix", "scale_event"]
+    started = time.monotonic()
+    print(f"plan: {json.dumps(cfg)}; routers: {names}; workloads: {chosen}", flush=True)
+
+    sim_args = ["--time-scale", str(cfg["time_scale"]), "--cache-tokens", str(cfg["cache_tokens"]),
+                "--stream-chunk-tokens", "32"]
+    base, ideal_port = fleets.free_block(9), fleets.free_port()
+    fleet_proc = fleets.spawn("sim-fleet", fleets.sim_argv(9, base, sim_args), logs)
+    ideal_proc = fleets.spawn("sim-ideal", fleets.sim_argv(1, ideal_port, [*sim_args, "--scale-factor", str(FLEET)],
+                                                             "ideal"), logs)
+    fleet_urls = [f"http://{fleets.HOST}:{base + i}" for i in range(9)]
+    ideal_url = f"http://{fleets.HOST}:{ideal_port}"
+    by_workload: dict[str, list[reporting.Row]] = {w: [] for w in chosen}
+    overhead: dict[str, dict[str, float]] = {}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+        try:
+            for url in fleet_urls:
+                await fleets.wait_http(session, url + "/health", fleet_proc)
+            await fleets.wait_http(session, ideal_url + "/health", ideal_proc)
+            for name in names:
+                target = await start_target(session, name, fleet_urls, ideal_url, cfg, logs)
+                try:
+                    for workload in chosen:
+                        measure = [ideal_url] if target.kind == "direct" else fleet_urls
+                        row = await run_workload(session, target, workload, cfg, fleet_urls, measure)
+                        by_workload[workload].append(row)
+                        print(f"[{time.monotonic() - started:6.1f}s] {workload:13s} {name:28s} hit={row.hit_ratio:.3f} "
+                              f"p50={row.ttft_p50_ms:.0f}ms p99={row.ttft_p99_ms:.0f}ms "
+                              f"share={row.max_mean_share:.2f} moved={row.moved} errors={row.errors}", flush=True)
+                finally:
+                    target.stop()
+            if not args.skip_overhead:
+                overhead = await measure_overhead(session, logs, float(cfg["overhead_seconds"]), with_sglang)  # type: ignore[arg-type]
+        finally:
+            fleet_proc.stop()
+            ideal_proc.stop()
+    report = render(by_workload, overhead, cfg, reason, out, time.monotonic() - started)
+    print(report)
+    return 0
+
+
+def render(by_workload: dict[str, list[reporting.Row]], overhead: dict[str, dict[str, float]],
+           cfg: dict[str, object], sglang_reason: str | None, out: Path, elapsed: float) -> str:
+    lines = [f"# Routing benchmark ({'quick' if cfg['groups'] == 32 else 'full'} run, {elapsed:.0f} s)", "",
+             f"Plan: `{json.dumps(cfg)}`", ""]
+    if sglang_reason:
+        lines += [f"**SGLang router not run:** {sglang_reason}", ""]
+    for workload, rows in by_workload.items():
+        lines += [f"## {workload}", "", reporting.markdown_table(rows), ""]
+        lines += [f"- {line}" for line in reporting.ratios(rows, "warmstart random")]
+        lines += [f"- {line}" for line in reporting.ratios(rows, "sglang cache_aware")]
+        lines.append("")
+        reporting.plot_workload(workload, rows, out)
+    if overhead:
+        lines += ["## Router overhead (trivial replica; added latency = via router - direct)", "",
+                  "| target | rate | p50 ms | p99 ms | added p50 ms | added p99 ms | errors |", "|---|---|---|---|---|---|---|"]
+        for label, stats in overhead.items():
+            for rate in (200, 500):
+                added50, added99 = stats.get(f"p50@{rate}", math.nan), stats.get(f"p99@{rate}", math.nan)
+                lines.append(f"| {label} | {rate}/s | {stats[f'raw_p50@{rate}']:.3f} | {stats[f'raw_p99@{rate}']:.3f} | "
+                             f"{added50:.3f} | {added99:.3f} | {stats[f'errors@{rate}']:.0f} |")
+        lines.append("")
+    verdicts = reporting.verdicts(by_workload, overhead)
+    lines += ["## Goals", "", "| goal | measured | met |", "|---|---|---|"]
+    lines += [f"| {v['goal']} | {v['measured']} | {v['met']} |" for v in verdicts]
+    text = "\n".join(lines) + "\n"
+    (out / "routing.md").write_text(text)
+    dump = {w: [{k: v for k, v in asdict(r).items() if k != "ttfts_ms"} for r in rows] for w, rows in by_workload.items()}
+    (out / "routing.json").write_text(json.dumps({"plan": cfg, "rows": dump, "overhead": overhead,
+                                                  "goals": verdicts}, indent=2, default=str))
+    return text
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--quick", action="store_true", help="demo subset, < 3 minutes")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
+    p.add_argument("--time-scale", type=float, default=0.25, help="real seconds per model second")
+    p.add_argument("--load-basis", choices=["random", "cold"], default="random",
+                   help="70%% load means: prefill 70%% busy under random routing (its replayed hit ratio), "
+                        "or 70%% busy with no cache hits at all")
+    p.add_argument("--skip-sglang", action="store_true")
+    p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--routers", nargs="*", help='subset, e.g. "warmstart prefixaware" ideal')
+    p.add_argument("--workloads", nargs="*", choices=["shared_prefix", "multi_turn", "hot_prefix", "scale_event"])
+    return asyncio.run(main_async(p.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
