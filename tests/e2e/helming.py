@@ -1,0 +1,156 @@
+"""Helpers for the end-to-end tests: run helm, mint a ServiceAccount kubeconfig, run the operator as a process."""
+
+from __future__ import annotations
+
+import base64
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "warmstart"
+WARMSTART = pathlib.Path(sys.executable).with_name("warmstart")
+T = TypeVar("T")
+
+
+def run_helm(helm: pathlib.Path, kubeconfig: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(helm), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=300
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 120.0, interval: float = 0.5) -> T:
+    """Poll until `probe` returns something truthy (no timed assertions: generous timeouts, then a clear failure)."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last value: {last!r}")
+
+
+def service_account_kubeconfig(api: client.ApiClient, admin: pathlib.Path, namespace: str, name: str, out: pathlib.Path) -> pathlib.Path:
+    """A kubeconfig that authenticates as a ServiceAccount (TokenRequest API), so RBAC applies as it would in-cluster."""
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(
+        name, namespace, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    config = yaml.safe_load(admin.read_text())
+    cluster = dict(config["clusters"][0]["cluster"])
+    if "certificate-authority" in cluster:
+        ca = pathlib.Path(cluster.pop("certificate-authority"))
+        ca = ca if ca.is_absolute() else admin.parent / ca
+        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
+    out.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": cluster}],
+                "users": [{"name": name, "user": {"token": token}}],
+                "contexts": [{"name": name, "context": {"cluster": "local", "user": name, "namespace": namespace}}],
+                "current-context": name,
+            }
+        )
+    )
+    return out
+
+
+def chart_environment(api: client.ApiClient, namespace: str, deployment: str) -> dict[str, str]:
+    """The literal environment the chart gives the operator container."""
+    body = client.AppsV1Api(api).read_namespaced_deployment(deployment, namespace)
+    (container,) = body.spec.template.spec.containers
+    return {e.name: e.value for e in container.env or [] if e.value is not None}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class OperatorProcess:
+    """A `warmstart operator` process and its log file."""
+
+    process: subprocess.Popen[bytes]
+    log: pathlib.Path
+    health_port: int
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@contextmanager
+def operator_process(kubeconfig: pathlib.Path, env: dict[str, str], log: pathlib.Path, pod_id: str) -> Iterator[OperatorProcess]:
+    """Run `warmstart operator` with the chart's environment until the block ends; wait until /healthz answers."""
+    health = free_port()
+    full_env = {
+        **os.environ,
+        **env,
+        "POD_ID": pod_id,
+        "WARMSTART_HEALTH_PORT": str(health),
+        "WARMSTART_METRICS_PORT": str(free_port()),
+        "KUBECONFIG": str(kubeconfig),
+    }
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(WARMSTART), "operator", "--kubeconfig", str(kubeconfig)], env=full_env, stdout=sink, stderr=subprocess.STDOUT
+        )
+    running = OperatorProcess(process, log, health)
+    try:
+        wait_for(
+            lambda: running.healthy() or process.poll() is not None, f"operator {pod_id} to answer /healthz", timeout=90
+        )
+        assert process.poll() is None, f"operator {pod_id} exited with {process.returncode}:\n{running.tail()}"
+        yield running
+    finally:
+        running.stop()
+
+
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def get_or_none(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
