@@ -86,6 +86,8 @@ def apiserver(layout: Layout) -> list[str]:
         f"--etcd-servers={layout.url('etcd-client')}",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
+        # 1.37 refuses a loopback advertise address for the `kubernetes` Endpoints; nothing in-cluster needs them.
+        "--endpoint-reconciler-type=none",
         f"--secure-port={layout.ports['apiserver']}",
         f"--cert-dir={layout.directory / 'run' / 'apiserver'}",
         f"--tls-cert-file={pki.serving_cert}",

@@ -66,9 +66,9 @@ def parse_spec(spec: str) -> list[tuple[str, int]]:
     return mix
 
 
-def node_name(instance_type: str, index: int) -> str:
+def node_name(instance_type: str, index: int, prefix: str = "kwok") -> str:
     """A DNS-1123 node name such as ``kwok-ml-g5-24xlarge-0``."""
-    return f"kwok-{re.sub(r'[^a-z0-9-]+', '-', instance_type.lower())}-{index}"
+    return f"{prefix}-{re.sub(r'[^a-z0-9-]+', '-', instance_type.lower())}-{index}"
 
 
 def node_manifest(
@@ -113,11 +113,12 @@ def manifests_for_spec(
     labels: Mapping[str, str] | None = None,
     taints: Sequence[Taint] = (),
     start: int = 0,
+    prefix: str = "kwok",
 ) -> list[dict[str, Any]]:
-    """Node manifests for a whole mix; names are numbered per instance type from ``start``."""
+    """Node manifests for a whole mix; names are ``<prefix>-<type>-<n>``, numbered per type from ``start``."""
     mix = parse_spec(spec) if isinstance(spec, str) else list(spec)
     return [
-        node_manifest(node_name(instance_type, index), instance_type, labels, taints)
+        node_manifest(node_name(instance_type, index, prefix), instance_type, labels, taints)
         for instance_type, count in mix
         for index in range(start, start + count)
     ]
@@ -129,13 +130,14 @@ def create_nodes(
     labels: Mapping[str, str] | None = None,
     taints: Sequence[Taint] = (),
     start: int = 0,
+    prefix: str = "kwok",
     parallelism: int = 16,
 ) -> list[str]:
     """Create the nodes of ``spec`` (existing ones are left as they are); return their names.
 
     Requests go out ``parallelism`` at a time, so hundreds of nodes take seconds.
     """
-    manifests = manifests_for_spec(spec, labels, taints, start)
+    manifests = manifests_for_spec(spec, labels, taints, start, prefix)
     core = client.CoreV1Api(api)
 
     def create(body: dict[str, Any]) -> str:

@@ -79,7 +79,7 @@ KUBE = Build(
     ldflags=_kube_ldflags(),
     local_replace_prefix="./staging/",
     local_replace_version=KUBERNETES_STAGING,
-    minutes_cold=25,
+    minutes_cold=10,
 )
 
 ETCD_BUILD = Build(
