@@ -55,15 +55,19 @@ def preload(source: Source, lay: store.Layout, *, if_missing: bool = False, expe
         log.info("capacity: %s to write + %s margin, %s free", progress.human(capacity.needed),
                  progress.human(capacity.margin), progress.human(capacity.available))
         todo = [f for f in listing.files if f not in kept]
-        fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval)
+        phases = {"prepare": time.monotonic() - started}
+        fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
         extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
         if listing.commit:
             extra["commit"] = listing.commit
+        mark = time.monotonic()
         staging.publish(store.build_manifest(lay, source.describe(), [manifest_entry(f) for f in listing.files], extra))
+        phases["publish"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
+    timing = ", ".join(f"{name} {value:.2f}s" for name, value in phases.items())
     return Result(Reason.DOWNLOADED, f"{len(todo)} of {len(listing.files)} files fetched ({progress.human(fetched)} at {rate}/s), "
-                  f"{len(kept)} kept from an interrupted run; published {lay.final}",
+                  f"{len(kept)} kept from an interrupted run; published {lay.final} ({timing})",
                   bytes=listing.total_bytes, seconds=seconds, files=len(listing.files))
 
 
@@ -86,16 +90,13 @@ def _resume(source: Source, staging: store.Staging, listing: Listing) -> list[Re
 
 
 def _fetch(source: Source, staging: store.Staging, listing: Listing, todo: list[RemoteFile], kept_bytes: int,
-           interval: float) -> int:
+           interval: float, phases: dict[str, float]) -> int:
     """Download `todo` into staging, verifying each file as it lands (while the others still download)."""
-    if hasattr(source, "scratch"):
-        source.scratch = staging.tmp_dir("source")
     for file in todo:
         os.makedirs(os.path.dirname(staging.part_path(file.path)), exist_ok=True)
     failures: list[PreloadError] = []
     lock = threading.Lock()
-    meter = progress.Progress(listing.total_bytes, interval=interval)
-    meter.done = kept_bytes
+    meter = progress.Progress(listing.total_bytes, interval=interval, already=kept_bytes)
 
     def check(file: RemoteFile) -> None:
         try:
@@ -108,10 +109,15 @@ def _fetch(source: Source, staging: store.Staging, listing: Listing, todo: list[
 
     with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS, thread_name_prefix="verify") as verifiers, meter:
         pending: list[concurrent.futures.Future[None]] = []
+        mark = time.monotonic()
         try:
-            source.fetch(todo, lambda f: staging.part_path(f.path), meter.add, lambda f: pending.append(verifiers.submit(check, f)))
+            source.fetch(todo, lambda f: staging.part_path(f.path), meter.add,
+                         lambda f: pending.append(verifiers.submit(check, f)), staging.tmp_dir("source"))
+            phases["fetch"] = time.monotonic() - mark
         finally:
+            mark = time.monotonic()
             concurrent.futures.wait(list(pending))
+            phases["verify tail"] = time.monotonic() - mark
     if failures:
         raise failures[0]
     return sum(f.size for f in todo)

@@ -19,9 +19,11 @@ def human(n: float) -> str:
 class Progress:
     """A thread-safe byte counter with a reporter thread; `add` is called from download threads."""
 
-    def __init__(self, total: int, *, interval: float = 5.0, stream: TextIO | None = None, tty: bool | None = None) -> None:
+    def __init__(self, total: int, *, interval: float = 5.0, stream: TextIO | None = None, tty: bool | None = None,
+                 already: int = 0) -> None:
         self.total = total
-        self.done = 0
+        self.already = already  # bytes kept from an earlier run: counted as done, not in the throughput
+        self.done = already
         self.started = time.monotonic()
         self.interval = interval
         self.stream = stream if stream is not None else sys.stderr
@@ -41,7 +43,7 @@ class Progress:
 
     def line(self) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = self.done / elapsed
+        rate = (self.done - self.already) / elapsed
         pct = 100.0 * self.done / self.total if self.total else 100.0
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
         eta_s = f"{eta:.0f}s" if eta != float("inf") else "?"

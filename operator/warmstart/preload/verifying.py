@@ -90,17 +90,20 @@ def s3_etag(path: str, size: int, etag: str, name: str, part_size_hint: int | No
         parts = int(etag.rsplit("-", 1)[1])
     except ValueError:
         return  # not an MD5-based ETag (e.g. SSE-KMS or a store of its own): sizes are all we can check
-    hashers = [_PartHasher(p) for p in part_size_candidates(size, parts, part_size_hint)]
-    if not hashers:
+    candidates = part_size_candidates(size, parts, part_size_hint)
+    if not candidates:
         raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: {size} bytes cannot have the {parts} parts of ETag {etag}")
-    for chunk in _read_chunks(path):
-        for hasher in hashers:
-            hasher.feed(chunk)
-    if not any(h.etag() == etag for h in hashers):
-        tried = ", ".join(str(h.part_size) for h in hashers)
-        raise PreloadError(
-            Reason.CHECKSUM_MISMATCH, f"{name}: content does not match the multipart ETag {etag} (part sizes tried: {tried})"
-        )
+    # The store's hint is nearly always right: one pass with it alone, then one pass with all the others.
+    rounds = [candidates[:1], candidates[1:]] if part_size_hint and candidates[0] == part_size_hint else [candidates]
+    for sizes in filter(None, rounds):
+        hashers = [_PartHasher(p) for p in sizes]
+        for chunk in _read_chunks(path):
+            for hasher in hashers:
+                hasher.feed(chunk)
+        if any(h.etag() == etag for h in hashers):
+            return
+    tried = ", ".join(str(p) for p in candidates)
+    raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: content does not match the multipart ETag {etag} (part sizes tried: {tried})")
 
 
 def sha256(path: str, expected: str, name: str) -> None:

@@ -95,7 +95,6 @@ class HubSource:
         self.model, self.token, self.endpoint, self.options = model, token, endpoint, options
         self.api = HfApi(endpoint=endpoint, token=token or False)
         self.commit: str | None = model.commit_sha
-        self.scratch: str | None = None  # set by the caller: a directory inside staging for huggingface_hub
 
     @classmethod
     def from_config(cls, config: ModelSourceConfig, options: Options) -> HubSource:
@@ -137,16 +136,16 @@ class HubSource:
         return Listing(files=files, commit=self.commit)
 
     def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
-              on_done: Callable[[RemoteFile], None]) -> None:
-        assert self.commit is not None and self.scratch is not None, "listing() and scratch come first"
+              on_done: Callable[[RemoteFile], None], scratch: str) -> None:
+        assert self.commit is not None, "listing() comes first"
         counter = _counter_class(on_bytes)
 
         def one(file: RemoteFile) -> None:
             what = f"huggingface {self.repo}@{self.commit}/{file.ref}"
             try:
                 path = hf_hub_download(
-                    self.repo, file.ref, revision=self.commit, local_dir=os.path.join(self.scratch or "", "files"),
-                    cache_dir=os.path.join(self.scratch or "", "cache"), token=self.token or False,
+                    self.repo, file.ref, revision=self.commit, local_dir=os.path.join(scratch, "files"),
+                    cache_dir=os.path.join(scratch, "cache"), token=self.token or False,
                     endpoint=self.endpoint, tqdm_class=counter,
                 )
             except Exception as exc:

@@ -80,7 +80,7 @@ class LocalSource:
         return Listing(files=tuple(files))
 
     def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
-              on_done: Callable[[RemoteFile], None]) -> None:
+              on_done: Callable[[RemoteFile], None], scratch: str) -> None:
         part = max(self.options.part_size, 1 << 20)
         remaining: dict[str, int] = {}
         lock = threading.Lock()
