@@ -103,4 +103,8 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.strategy and (args.config or args.configmap):
         parser().error("--strategy is for runs without --config/--configmap (set it in the config instead)")
-    return asyncio.run(run(args))
+    try:
+        import uvloop  # a faster event loop when installed; asyncio's otherwise
+    except ImportError:
+        return asyncio.run(run(args))
+    return int(uvloop.run(run(args)))

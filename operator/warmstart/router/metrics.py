@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 #: Approximate characters per token, used only to express matched prefixes in tokens.
@@ -56,3 +58,33 @@ class RouterMetrics:
         self.config_reloads = Counter(
             "warmstart_router_config_reloads", "Configuration changes applied.", registry=self.registry
         )
+        self._children: dict[tuple[str, ...], Any] = {}
+        self.prompt_tokens = self.prefix_tokens.labels("prompt")
+        self.matched_tokens = self.prefix_tokens.labels("matched")
+
+    def request(self, strategy: str, replica: str, outcome: str) -> Any:
+        """The labelled request counter (children are cached: ``labels()`` is slow on the hot path)."""
+        key = ("requests", strategy, replica, outcome)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests.labels(strategy, replica, outcome)
+        return child
+
+    def spill(self, strategy: str) -> Any:
+        key = ("spills", strategy)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.spills.labels(strategy)
+        return child
+
+    def inflight_of(self, replica: str) -> Any:
+        key = ("inflight", replica)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.inflight.labels(replica)
+        return child
+
+    def forget_replica(self, replica: str) -> None:
+        """Drop the in-flight series of a replica that left."""
+        if self._children.pop(("inflight", replica), None) is not None:
+            self.inflight.remove(replica)

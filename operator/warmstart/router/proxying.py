@@ -93,26 +93,26 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     config = router.config
     strategy = router.policy.strategy.value
     if not _is_json(request.content_type):
-        router.metrics.requests.labels(strategy, "", "bad_request").inc()
+        router.metrics.request(strategy, "", "bad_request").inc()
         return error_response(415, "content type must be application/json", "invalid_request_error")
     raw = await _read_body(request, config.max_body_bytes)
     if isinstance(raw, web.Response):
-        router.metrics.requests.labels(strategy, "", "bad_request").inc()
+        router.metrics.request(strategy, "", "bad_request").inc()
         return raw
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        router.metrics.requests.labels(strategy, "", "bad_request").inc()
+        router.metrics.request(strategy, "", "bad_request").inc()
         return error_response(400, "request body is not valid JSON", "invalid_request_error")
     if not isinstance(body, dict):
-        router.metrics.requests.labels(strategy, "", "bad_request").inc()
+        router.metrics.request(strategy, "", "bad_request").inc()
         return error_response(400, "request body must be a JSON object", "invalid_request_error")
     session_key = request.headers.get(config.session_header)
     if session_key is None and isinstance(body.get(config.session_field), str | int):
         session_key = str(body[config.session_field])
     routed = router.decide(request.path, body, session_key)
     if not routed.decision.candidates:
-        router.metrics.requests.labels(strategy, "", "no_replica").inc()
+        router.metrics.request(strategy, "", "no_replica").inc()
         return error_response(503, "no ready model replicas behind this router", "service_unavailable")
     return await _forward(request, router, routed, raw, started)
 
@@ -136,7 +136,7 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
         router.policy.placed(url, routed.key)
         replica.inflight += 1
         replica.served += 1
-        router.metrics.inflight.labels(url).set(replica.inflight)
+        router.metrics.inflight_of(url).set(replica.inflight)
         outcome = "aborted"
         try:
             pre = time.perf_counter()
@@ -164,8 +164,8 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
         finally:
             replica.inflight -= 1
             if router.fleet.get(url) is replica:
-                router.metrics.inflight.labels(url).set(replica.inflight)
-            router.metrics.requests.labels(strategy, url, outcome).inc()
+                router.metrics.inflight_of(url).set(replica.inflight)
+            router.metrics.request(strategy, url, outcome).inc()
     return error_response(503, "no ready model replicas behind this router", "service_unavailable")
 
 

@@ -41,7 +41,6 @@ class Router:
     ) -> None:
         self.metrics = metrics or RouterMetrics()
         self.fleet = Fleet()
-        self._gauged: set[str] = set()
         self._rng = rng or random.Random()
         self.config = config or RouterConfig()
         self.policy: strategies.Policy = strategies.build(self.config, self._rng)
@@ -76,12 +75,9 @@ class Router:
         added, removed = self.fleet.replace(urls)
         for url in removed:
             self.policy.forget(url)
-            if url in self._gauged:
-                self.metrics.inflight.remove(url)
-                self._gauged.discard(url)
+            self.metrics.forget_replica(url)
         for url in added:
-            self.metrics.inflight.labels(url).set(0)
-            self._gauged.add(url)
+            self.metrics.inflight_of(url).set(0)
         self.metrics.replicas.set(len(self.fleet))
         if added or removed:
             log.info("replicas changed: +%d -%d, now %d", len(added), len(removed), len(self.fleet))
@@ -95,10 +91,10 @@ class Router:
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.candidates:
             if decision.spilled:
-                self.metrics.spills.labels(self.policy.strategy.value).inc()
-            self.metrics.prefix_tokens.labels("prompt").inc(key.chars / CHARS_PER_TOKEN)
+                self.metrics.spill(self.policy.strategy.value).inc()
+            self.metrics.prompt_tokens.inc(key.chars / CHARS_PER_TOKEN)
             matched_chars = min(decision.matched_blocks * config.block_chars, key.chars)
-            self.metrics.prefix_tokens.labels("matched").inc(matched_chars / CHARS_PER_TOKEN)
+            self.metrics.matched_tokens.inc(matched_chars / CHARS_PER_TOKEN)
         return Routed(key, decision)
 
     def status(self) -> dict[str, Any]:

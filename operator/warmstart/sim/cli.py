@@ -72,4 +72,8 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(run(args))
+    try:
+        import uvloop  # a faster event loop when installed; asyncio's otherwise
+    except ImportError:
+        return asyncio.run(run(args))
+    return int(uvloop.run(run(args)))
