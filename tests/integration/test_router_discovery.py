@@ -1,0 +1,130 @@
+"""The router follows EndpointSlices and its ConfigMap on the real API server, live, without a restart.
+
+Addresses in the slices are never contacted: these tests watch what the router *knows* (its
+fleet and strategy), first in-process and then through a running ``warmstart router``'s
+``/router/status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from warmstart.localcluster import running
+from warmstart.router import discovery
+from warmstart.router.config import CONFIGMAP_KEY, RouterConfig
+from warmstart.router.routing import Router
+
+pytestmark = pytest.mark.cluster
+
+SERVICE = "model"
+CONFIGMAP = "model-router"
+
+
+def endpoint_slice(name: str, endpoints: list[tuple[str, bool]], port: int = 8000) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "labels": {"kubernetes.io/service-name": SERVICE}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [address], "conditions": {"ready": ready}} for address, ready in endpoints],
+    }
+
+
+def configmap(strategy: str) -> dict[str, Any]:
+    return {"metadata": {"name": CONFIGMAP},
+            "data": {CONFIGMAP_KEY: RouterConfig(strategy=strategy, max_concurrent_requests=16).to_yaml()}}
+
+
+async def eventually(probe: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_watcher_applies_slices_and_configmap_live(api_client: client.ApiClient, namespace: str) -> None:
+    core, disc = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
+    core.create_namespaced_config_map(namespace, configmap("random"))
+    disc.create_namespaced_endpoint_slice(namespace, endpoint_slice("model-a", [("10.244.0.1", True),
+                                                                                 ("10.244.0.2", False)]))
+    router = Router()
+    watcher = discovery.KubernetesWatcher(api_client, namespace, SERVICE, CONFIGMAP, watch_seconds=5)
+    await watcher.start(router)
+    try:
+        await eventually(lambda: router.fleet.urls() == ["http://10.244.0.1:8000"], "the ready endpoint only")
+        assert router.config.max_concurrent_requests == 16
+
+        core.patch_namespaced_config_map(CONFIGMAP, namespace, configmap("prefix_aware"))
+        await eventually(lambda: router.strategy.value == "prefixaware", "the strategy change")
+
+        disc.create_namespaced_endpoint_slice(namespace, endpoint_slice("model-b", [("10.244.0.3", True)]))
+        disc.patch_namespaced_endpoint_slice("model-a", namespace, endpoint_slice(
+            "model-a", [("10.244.0.1", True), ("10.244.0.2", True)]))
+        await eventually(lambda: len(router.fleet) == 3, "scale-out to three ready endpoints")
+
+        disc.delete_namespaced_endpoint_slice("model-a", namespace)
+        await eventually(lambda: router.fleet.urls() == ["http://10.244.0.3:8000"], "scale-in to one")
+        core.patch_namespaced_config_map(CONFIGMAP, namespace, {"data": {CONFIGMAP_KEY: "strategy: [not, valid"}})
+        await asyncio.sleep(1.0)  # an invalid document must not change anything
+        assert router.strategy.value == "prefixaware"
+    finally:
+        await watcher.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def status(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/router/status", timeout=5) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def test_running_router_reports_strategy_changes(cluster: running.Cluster, api_client: client.ApiClient,
+                                                 namespace: str) -> None:
+    core, disc = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
+    core.create_namespaced_config_map(namespace, configmap("roundrobin"))
+    disc.create_namespaced_endpoint_slice(namespace, endpoint_slice("model-x", [("10.244.1.1", True)]))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warmstart.cli", "router", "--host", "127.0.0.1", "--port", str(port),
+         "--namespace", namespace, "--service", SERVICE, "--configmap", CONFIGMAP,
+         "--kubeconfig", str(cluster.kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ),
+    )
+    try:
+        def wait(predicate: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    current = status(port)
+                    if predicate(current):
+                        return current
+                except OSError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"router never reported {what}")
+                time.sleep(0.2)
+
+        wait(lambda s: s["strategy"] == "roundrobin" and len(s["backends"]) == 1, "its initial state")
+        core.patch_namespaced_config_map(CONFIGMAP, namespace, configmap("kvaware"))
+        now = wait(lambda s: s["strategy"] == "kvaware", "the kvaware strategy")
+        assert now["effectiveStrategy"] == "prefixaware"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
