@@ -48,7 +48,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.execution.max_workers = 8
-    settings.batching.error_delays = [1, 2, 5, 10, 20]
+    settings.queueing.error_delays = [1, 2, 5, 10, 20]
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account. Elsewhere: the kubeconfig in $KUBECONFIG (set from --kubeconfig)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
 def start_metrics(port: int) -> None:

@@ -169,7 +169,7 @@ class Store:
         if subresource:
             path = f"{path}/{subresource}"
         query = [("fieldManager", self.field_manager), ("force", "true" if force else "false")]
-        result: Manifest = self._call("PATCH", path, query=query, body=json.dumps(manifest), content_type="application/apply-patch+yaml")
+        result: Manifest = self._call("PATCH", path, query=query, body=manifest, content_type="application/apply-patch+yaml")
         return result
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest | None:
