@@ -24,6 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -133,7 +134,9 @@ async def start_target(session: aiohttp.ClientSession, name: str, fleet_urls: li
     if kind == "sglang":
         return await fleets.start_sglang(session, policy, fleet_urls[:FLEET], logs)
     cache_tokens = int(cfg["cache_tokens"])  # type: ignore[call-overload]
-    extra = {"indexCapacityBlocks": cache_tokens * 4 // 256, "maxConcurrentRequests": EngineParams().max_running}
+    extra: dict[str, object] = {"indexCapacityBlocks": cache_tokens * 4 // 256,
+                                "maxConcurrentRequests": EngineParams().max_running}
+    extra.update(cfg.get("router_config") or {})  # type: ignore[call-overload]
     return await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra)
 
 
@@ -181,6 +184,8 @@ async def main_async(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cfg = plan(args.quick, args.time_scale)
     cfg["load_basis"] = args.load_basis
+    if args.router_config:
+        cfg["router_config"] = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.router_config)}
     cfg["random_hit_ratio"] = round(offline_random_hit_ratio(cfg), 4)
     cfg["rate"] = round(arrival_rate(cfg), 2)
     reason = None if args.skip_sglang else fleets.sglang_available()
@@ -270,6 +275,8 @@ def main() -> int:
     p.add_argument("--load-basis", choices=["random", "cold"], default="random",
                    help="70%% load means: prefill 70%% busy under random routing (its replayed hit ratio), "
                         "or 70%% busy with no cache hits at all")
+    p.add_argument("--router-config", nargs="*", metavar="KEY=VALUE",
+                   help="extra RouterConfig knobs for the warmstart routers, e.g. loadEpsilon=0.3")
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--routers", nargs="*", help='subset, e.g. "warmstart prefixaware" ideal')

@@ -106,9 +106,10 @@ class RouterConfig(BaseModel):
     load_epsilon: float = Field(default=0.2, ge=0.0, le=10.0)
     """Bounded-load factor: a replica is eligible while in-flight < ceil((1+eps) x mean in-flight)."""
 
-    load_min_ceiling: int = Field(default=2, ge=1)
+    load_min_ceiling: int = Field(default=8, ge=1)
     """The bounded-load ceiling is never below this many in-flight requests, so affinity survives
-    at low load (where a bound of ceil((1+eps) x mean) would be 1)."""
+    at low load (where ceil((1+eps) x mean) would be 1 or 2 and scatter every conversation).
+    An engine batches far more than 8 sequences, so this never swamps a replica."""
 
     max_concurrent_requests: int | None = Field(default=None, ge=1)
     """Per-replica concurrency cap (``worker.requestLimits.maxConcurrentRequests``); None = no cap."""
