@@ -184,8 +184,9 @@ def _write_status(store: Store, body: kopf.Body, previous: ModelImageCacheStatus
     meta = body["metadata"]
     store.merge_patch(API_VERSION, MIC_KIND, meta["name"], {"status": patch}, meta["namespace"], subresource="status")
 
-    seen = {(f.node, f.reason) for f in (previous.failures or [])} if previous else set()
-    fresh = [f for f in status.failures or [] if (f.node, f.reason) not in seen]
+    # a node that starts failing, not every ErrImagePull <-> ImagePullBackOff flip of the kubelet's retries
+    seen = {f.node for f in (previous.failures or [])} if previous else set()
+    fresh = [f for f in status.failures or [] if f.node not in seen]
     for failure in fresh:
         metrics.IMAGE_PULL_FAILURES.labels(reason=failure.reason).inc()
     if fresh:
