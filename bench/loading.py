@@ -1,8 +1,10 @@
 """The load generator: open-loop Poisson requests and closed-loop chats, measuring TTFT per request.
 
-TTFT is measured at the client (send -> first SSE data event) and converted to model seconds
-by dividing by the simulator's time scale, so it includes the router's real overhead (which
-the division magnifies by 1/scale - a pessimistic bias against every router alike).
+TTFT is measured at the client (send -> first SSE data event). The replica reports its own
+TTFT in model seconds (``sim_ttft_s`` in the first chunk); the reported TTFT is that plus the
+rest of the client's wait in *real* seconds (network, router, event loops), so the engine runs
+time-scaled while every router's real overhead counts once, not 1/scale times. ``ttft_scaled``
+keeps the plain client measurement divided by the scale (overhead magnified 1/scale times).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from warmstart.sim import workloads
 class Result:
     group: str
     sent: float  # real seconds since the run started
-    ttft: float | None  # model seconds
+    ttft: float | None  # model seconds, router/network overhead at 1x
     latency: float | None  # model seconds
     replica: str | None
     error: str | None = None
+    ttft_scaled: float | None = None  # client TTFT / scale (overhead magnified)
 
 
 def _replica_of(response_id: str) -> str | None:
@@ -34,36 +37,54 @@ def _replica_of(response_id: str) -> str | None:
     return parts[1] if len(parts) >= 3 else None
 
 
+@dataclass
+class Stream:
+    ttft: float | None = None
+    ttft_scaled: float | None = None
+    latency: float | None = None
+    replica: str | None = None
+    text: str = ""
+    error: str | None = None
+
+
 async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], scale: float,
-                     collect_text: bool = False) -> tuple[float | None, float | None, str | None, str, str | None]:
-    """POST one streaming request; return (ttft, latency, replica, text, error) in model seconds."""
+                     collect_text: bool = False) -> Stream:
+    """POST one streaming request and time it (see the module docstring for the TTFT definition)."""
     started = time.perf_counter()
-    ttft = None
-    replica = None
+    out = Stream()
     texts: list[str] = []
     try:
         async with session.post(url, json=body) as response:
             if response.status != 200:
-                return None, None, None, "", f"http {response.status}"
+                out.error = f"http {response.status}"
+                return out
             async for line in response.content:
                 if not line.startswith(b"data: {"):
                     continue
-                if ttft is None:
-                    ttft = (time.perf_counter() - started) / scale
+                if out.ttft is None:
+                    real = time.perf_counter() - started
                     event = json.loads(line[6:])
-                    replica = _replica_of(str(event.get("id", "")))
+                    engine = event.get("sim_ttft_s")
+                    out.ttft_scaled = real / scale
+                    out.ttft = out.ttft_scaled if engine is None else float(engine) + max(0.0, real - float(engine) * scale)
+                    out.replica = _replica_of(str(event.get("id", "")))
                     if "error" in event:
-                        return None, None, replica, "", "stream error"
+                        out.ttft, out.error = None, "stream error"
+                        return out
                     if collect_text:
                         texts.append(_delta(event))
                 elif collect_text or b'"error"' in line:
                     event = json.loads(line[6:])
                     if "error" in event:
-                        return ttft, None, replica, "", "stream error"
+                        out.error = "stream error"
+                        return out
                     texts.append(_delta(event))
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        return ttft, None, replica, "", type(exc).__name__
-    return ttft, (time.perf_counter() - started) / scale, replica, "".join(texts), None
+        out.error = type(exc).__name__
+        return out
+    out.latency = (time.perf_counter() - started) / scale
+    out.text = "".join(texts)
+    return out
 
 
 def _delta(event: dict[str, Any]) -> str:
@@ -85,8 +106,8 @@ async def open_loop(session: aiohttp.ClientSession, base_url: str, requests: lis
 
     async def one(request: workloads.Request) -> None:
         sent = time.perf_counter() - start
-        ttft, latency, replica, _, error = await stream_one(session, base_url + request.path, request.body, scale)
-        results.append(Result(request.group, sent, ttft, latency, replica, error))
+        got = await stream_one(session, base_url + request.path, request.body, scale)
+        results.append(Result(request.group, sent, got.ttft, got.latency, got.replica, got.error, got.ttft_scaled))
 
     async def fire_events() -> None:
         for at, action in sorted(events or [], key=lambda e: e[0]):
@@ -118,11 +139,11 @@ async def conversations(session: aiohttp.ClientSession, base_url: str, users: li
         for round_index in range(len(conversation.questions)):
             body = workloads.chat_body(conversation, round_index)
             sent = time.perf_counter() - start
-            ttft, latency, replica, text, error = await stream_one(
-                session, base_url + "/v1/chat/completions", body, scale, collect_text=True)
-            results.append(Result(conversation.user, sent, ttft, latency, replica, error))
+            got = await stream_one(session, base_url + "/v1/chat/completions", body, scale, collect_text=True)
+            results.append(Result(conversation.user, sent, got.ttft, got.latency, got.replica, got.error,
+                                  got.ttft_scaled))
             conversation.history += [{"role": "user", "content": conversation.questions[round_index]},
-                                     {"role": "assistant", "content": text}]
+                                     {"role": "assistant", "content": got.text}]
             await asyncio.sleep(conversation.think_s * scale)
 
     await asyncio.gather(*(user(c) for c in users))

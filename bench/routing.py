@@ -193,7 +193,10 @@ async def main_async(args: argparse.Namespace) -> int:
     if reason:
         print(f"NOTE: the SGLang router cannot run here: {reason}")
     names = [n for n in routers_for(args.quick, with_sglang) if not args.routers or n in args.routers]
-    chosen = args.workloads or ["shared_prefix", "multi_turn", "hot_prefix", "scale_event"]
+    chosen = [] if args.overhead_only else (args.workloads or ["shared_prefix", "multi_turn", "hot_prefix",
+                                                              "scale_event"])
+    if args.overhead_only:
+        names = []
     started = time.monotonic()
     print(f"plan: {json.dumps(cfg)}; routers: {names}; workloads: {chosen}", flush=True)
 
@@ -279,6 +282,7 @@ def main() -> int:
                    help="extra RouterConfig knobs for the warmstart routers, e.g. loadEpsilon=0.3")
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--overhead-only", action="store_true")
     p.add_argument("--routers", nargs="*", help='subset, e.g. "warmstart prefixaware" ideal')
     p.add_argument("--workloads", nargs="*", choices=["shared_prefix", "multi_turn", "hot_prefix", "scale_event"])
     return asyncio.run(main_async(p.parse_args()))

@@ -126,6 +126,8 @@ class Admitted:
 
     prompt_tokens: int
     cached_tokens: int
+    ttft_s: float = 0.0
+    """Model seconds from arrival to the first token (slot wait + prefill queue + prefill + overhead)."""
 
 
 class Engine:
@@ -167,10 +169,11 @@ class Engine:
             start = max(now, self._prefill_free_at)
             self._prefill_free_at = start + work * self.params.time_scale
             await asyncio.sleep(self._prefill_free_at - now + self.params.ttft_overhead_s * self.params.time_scale)
-            self.counters.ttfts.append((loop.time() - arrived) / (self.params.time_scale or 1.0))
+            ttft = (loop.time() - arrived) / (self.params.time_scale or 1.0)
+            self.counters.ttfts.append(ttft)
             if len(self.counters.ttfts) > 100_000:
                 del self.counters.ttfts[:50_000]
-            yield admitted
+            yield Admitted(admitted.prompt_tokens, admitted.cached_tokens, ttft)
         finally:
             self.running -= 1
             self._slots.release()

@@ -161,25 +161,27 @@ class SimReplica:
         tokens = _output_tokens(prompt, max_tokens)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
-        def chunk(text: str, finish: str | None, first: bool) -> bytes:
+        def chunk(text: str, finish: str | None, ttft_s: float | None = None) -> bytes:
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
-                choice["delta"] = ({"role": "assistant"} if first else {}) | {"content": text}
+                choice["delta"] = ({"role": "assistant"} if ttft_s is not None else {}) | {"content": text}
             else:
                 choice.update(text=text, logprobs=None)
             obj = "chat.completion.chunk" if chat else "text_completion"
-            data = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+            data: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+            if ttft_s is not None:  # the engine's own TTFT in model seconds (lets a benchmark unscale it)
+                data["sim_ttft_s"] = round(ttft_s, 6)
             return b"data: " + json.dumps(data).encode() + b"\n\n"
 
         async with self.engine.sequence(prompt) as admitted:
-            await response.write(chunk(tokens[0], "length" if max_tokens == 1 else None, True))
+            await response.write(chunk(tokens[0], "length" if max_tokens == 1 else None, admitted.ttft_s))
             sent = 1
             while sent < max_tokens:
                 step = min(self.stream_chunk_tokens, max_tokens - sent)
                 await self.engine.sleep(step / self.engine.params.decode_tokens_per_s)
                 sent += step
                 text = "".join(tokens[sent - step : sent])
-                await response.write(chunk(text, "length" if sent >= max_tokens else None, False))
+                await response.write(chunk(text, "length" if sent >= max_tokens else None))
             self.engine.counters.generation_tokens += max_tokens
         if include_usage:
             usage = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",

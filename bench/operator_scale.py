@@ -1,0 +1,232 @@
+"""Weights-cache controller at scale: kwok nodes and MDCCs spread over them, on the real control plane.
+
+For each size (nodes, caches) it creates `nodes` kwok nodes in `caches` groups of a unique instance type, starts
+`warmstart operator` as a child process restricted to a fresh namespace, creates one MDCC per group, and measures
+  - the time from the last preload Job completing (its completionTime) to every MDCC reporting Ready;
+  - the operator's peak RSS (psutil, sampled every 0.5 s);
+  - the Kubernetes API requests the operator's controllers made (warmstart_api_requests, scraped from /metrics;
+    kopf's own watch and annotation traffic is not in it).
+Two sizes show how requests grow: with nodes + caches, not with their product.
+
+    .venv/bin/python bench/operator_scale.py                # 100/10 then 500/50; own cluster unless WARMSTART_KUBECONFIG
+    .venv/bin/python bench/operator_scale.py --sizes 500x50
+
+Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kubernetes import client, config
+
+from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.localcluster import nodes as kwok_nodes
+from warmstart.localcluster import running
+from warmstart.placement import GB, instance_type_affinity
+from warmstart.render import keys, labels
+
+ROOT = Path(__file__).resolve().parents[1]
+DOWNLOADED = {"outcome": "Succeeded", "reason": "Downloaded", "message": "ok", "bytes": 16 * GB, "seconds": 2.0, "files": 7, "retryable": False}
+
+
+@dataclass
+class Figures:
+    nodes: int
+    caches: int
+    jobs_created_s: float
+    last_job_to_ready_s: float
+    create_to_ready_s: float
+    peak_rss_mb: float
+    requests: dict[str, int]
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def cluster_kubeconfig() -> Iterator[str]:
+    reused = os.environ.get("WARMSTART_KUBECONFIG")
+    if reused:
+        yield reused
+        return
+    with tempfile.TemporaryDirectory(prefix="warmstart-bench-") as directory:
+        started = running.up(Path(directory))
+        try:
+            yield str(started.kubeconfig)
+        finally:
+            running.down(Path(directory))
+
+
+def install_crds(kubeconfig: str) -> None:
+    kubectl = ["kubectl", "--kubeconfig", kubeconfig]
+    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")], check=True, capture_output=True)
+    subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(ROOT / "crds")], check=True, capture_output=True)
+
+
+def scrape_requests(port: int) -> dict[str, int]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("warmstart_api_requests_total{"):
+            method = line.split('method="', 1)[1].split('"', 1)[0]
+            found[method] = int(float(line.rsplit(" ", 1)[1]))
+    return found
+
+
+@contextlib.contextmanager
+def operator_process(kubeconfig: str, namespace: str, metrics_port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    annotations = {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED)}
+    env = {
+        **os.environ,
+        "WARMSTART_OPERATOR_IMAGE": "warmstart:bench",
+        "WARMSTART_PRELOAD_POD_ANNOTATIONS": json.dumps(annotations),
+    }
+    command = [sys.executable, "-m", "warmstart.cli", "operator", "--kubeconfig", kubeconfig, "--namespace", namespace,
+               "--metrics-port", str(metrics_port), "--health-port", str(free_port())]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    scrape_requests(metrics_port)
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"operator did not start; see {log}") from None
+                    time.sleep(0.5)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def mdcc(namespace: str, index: int, instance_type: str) -> dict[str, Any]:
+    source = {"modelSourceType": "s3", "s3Storage": {"bucketName": "bench-bucket", "region": "us-west-2"}, "modelLocation": f"models/m{index}"}
+    name = keys.weights_cache_name(keys.weights_key(ModelSourceConfig.model_validate(source), "/opt/dlami/nvme"))
+    spec = {"modelSourceConfig": source, "nodeAffinity": instance_type_affinity([instance_type]).to_api()}
+    return {"apiVersion": API_VERSION, "kind": MDCC_KIND, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def measure(api: client.ApiClient, kubeconfig: str, node_count: int, cache_count: int, out: Path) -> Figures:
+    core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
+    run = uuid.uuid4().hex[:6]
+    namespace = f"bench-{run}"
+    per_cache = node_count // cache_count
+    types = [f"ml.b{run}x{i}.24xlarge" for i in range(cache_count)]
+    core.create_namespace({"metadata": {"name": namespace}})
+    created: list[str] = []
+    try:
+        for itype in types:
+            created += kwok_nodes.create_nodes(api, [(itype, per_cache)], prefix=f"b{run}", parallelism=32)
+        deadline = time.monotonic() + 180
+        while len(kwok_nodes.ready_nodes(api, created)) < len(created):
+            if time.monotonic() > deadline:
+                raise RuntimeError("kwok nodes did not become Ready")
+            time.sleep(1)
+        port = free_port()
+        with operator_process(kubeconfig, namespace, port, out / f"operator-{node_count}x{cache_count}.log") as proc:
+            process = psutil.Process(proc.pid)
+            before = scrape_requests(port)
+            started = time.time()
+            names = []
+            for i, itype in enumerate(types):
+                body = mdcc(namespace, i, itype)
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, body)
+                names.append(body["metadata"]["name"])
+            peak, jobs_seen_at = 0, None
+            deadline = time.monotonic() + 480
+            while True:
+                peak = max(peak, process.memory_info().rss)
+                items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]
+                ready = sum(1 for i in items if (i.get("status") or {}).get("state") == "Ready")
+                if jobs_seen_at is None and len(batch.list_namespaced_job(namespace, label_selector=labels.MDCC_LABEL).items) >= node_count:
+                    jobs_seen_at = time.time()
+                if ready == cache_count:
+                    all_ready = time.time()
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {ready}/{cache_count} caches Ready after 480 s")
+                time.sleep(0.5)
+            jobs = batch.list_namespaced_job(namespace, label_selector=labels.MDCC_LABEL).items
+            last_done = max(j.status.completion_time.timestamp() for j in jobs if j.status.completion_time)
+            peak = max(peak, process.memory_info().rss)
+            after = scrape_requests(port)
+        requests = {m: after.get(m, 0) - before.get(m, 0) for m in sorted(set(after) | set(before)) if after.get(m, 0) - before.get(m, 0)}
+        return Figures(
+            nodes=len(created), caches=cache_count, jobs_created_s=(jobs_seen_at or all_ready) - started,
+            last_job_to_ready_s=max(0.0, all_ready - last_done), create_to_ready_s=all_ready - started,
+            peak_rss_mb=peak / 2**20, requests=requests,
+        )
+    finally:
+        cleanup(api, namespace, created)
+
+
+def cleanup(api: client.ApiClient, namespace: str, created: list[str]) -> None:
+    """The operator is stopped: strip finalizers so the namespace can go, then delete the nodes."""
+    custom = client.CustomObjectsApi(api)
+    with contextlib.suppress(client.ApiException):
+        for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]:
+            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"], {"metadata": {"finalizers": None}})
+    with contextlib.suppress(client.ApiException):
+        client.CoreV1Api(api).delete_namespace(namespace, propagation_policy="Background")
+    kwok_nodes.delete_nodes(api, created, parallelism=32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100x10,500x50", help="comma-separated NODESxCACHES (default 100x10,500x50)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="directory for operator logs and figures JSON")
+    args = parser.parse_args(argv)
+    sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[Figures] = []
+    with cluster_kubeconfig() as kubeconfig:
+        install_crds(kubeconfig)
+        api = config.new_client_from_config(config_file=kubeconfig)
+        for node_count, cache_count in sizes:
+            figures = measure(api, kubeconfig, node_count, cache_count, out)
+            results.append(figures)
+            print(f"{figures.nodes} nodes, {figures.caches} caches: all Jobs created {figures.jobs_created_s:.1f} s after the MDCCs; "
+                  f"last Job done -> all Ready {figures.last_job_to_ready_s:.1f} s; create -> all Ready {figures.create_to_ready_s:.1f} s; "
+                  f"peak RSS {figures.peak_rss_mb:.0f} MB; API requests {figures.total_requests} {figures.requests} "
+                  f"= {figures.total_requests / (figures.nodes + figures.caches):.2f} per (node + cache)", flush=True)
+    (out / "operator_scale.json").write_text(json.dumps([{**vars(f), "total_requests": f.total_requests} for f in results], indent=2))
+    if len(results) >= 2:
+        small, large = results[0], results[-1]
+        print(f"requests grew {large.total_requests / small.total_requests:.2f}x for {(large.nodes + large.caches) / (small.nodes + small.caches):.2f}x "
+              f"nodes + caches (the product grew {(large.nodes * large.caches) / (small.nodes * small.caches):.0f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
