@@ -1,0 +1,136 @@
+"""The chart on the real control plane: install, the seed example to DeploymentComplete, upgrade, uninstall.
+
+The operator runs as a process with the environment the chart rendered, authenticated as the chart's ServiceAccount,
+so the chart's RBAC and settings are what is exercised. The seed runs on this test's own kwok nodes (a test-unique
+instance type with the shape of ml.g5.24xlarge) and a test-unique model path, so nothing is shared with other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import uuid
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+import helming
+from warmstart.api import GROUP, VERSION
+from warmstart.localcluster import nodes
+
+pytestmark = pytest.mark.cluster
+
+PLURAL = "inferenceendpointconfigs"
+SEED = helming.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
+#: what a successful `warmstart preload` writes to /dev/termination-log; kwok copies it from this annotation
+PRELOADED = json.dumps(
+    {"outcome": "Succeeded", "reason": "Downloaded", "message": "simulated", "bytes": 1000, "seconds": 1.0, "files": 2, "retryable": False}
+)
+
+
+def _values(namespace: str, suffix: str) -> dict[str, Any]:
+    return {
+        "watchNamespaces": [namespace],
+        "operator": {"resyncSeconds": 2},
+        # cluster-scoped: unique per test, so parallel runs and other tests never collide
+        "prepull": {"priorityClass": {"name": f"warmstart-prepull-{suffix}"}},
+        "preload": {"podAnnotations": {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": PRELOADED}},
+    }
+
+
+def _release_objects(api: client.ApiClient, release: str, namespaces: list[str]) -> list[str]:
+    """Every object labelled as part of the release, cluster-scoped ones included."""
+    selector = f"app.kubernetes.io/instance={release}"
+    found: list[str] = []
+    rbac, core, apps = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api), client.AppsV1Api(api)
+    scheduling = client.SchedulingV1Api(api)
+    found += [f"ClusterRole/{o.metadata.name}" for o in rbac.list_cluster_role(label_selector=selector).items]
+    found += [f"ClusterRoleBinding/{o.metadata.name}" for o in rbac.list_cluster_role_binding(label_selector=selector).items]
+    found += [f"PriorityClass/{o.metadata.name}" for o in scheduling.list_priority_class(label_selector=selector).items]
+    for ns in namespaces:
+        found += [f"Deployment/{ns}/{o.metadata.name}" for o in apps.list_namespaced_deployment(ns, label_selector=selector).items]
+        found += [f"Service/{ns}/{o.metadata.name}" for o in core.list_namespaced_service(ns, label_selector=selector).items]
+        found += [f"ServiceAccount/{ns}/{o.metadata.name}" for o in core.list_namespaced_service_account(ns, label_selector=selector).items]
+        found += [f"RoleBinding/{ns}/{o.metadata.name}" for o in rbac.list_namespaced_role_binding(ns, label_selector=selector).items]
+        found += [f"Secret/{ns}/{o.metadata.name}" for o in core.list_namespaced_secret(ns, label_selector=f"name={release}").items]
+    return found
+
+
+def _seed(namespace: str, instance_type: str, suffix: str) -> dict[str, Any]:
+    """The seed example, moved to this test's namespace, nodes and model path (nothing else changes)."""
+    seed: dict[str, Any] = yaml.safe_load(SEED.read_text())
+    seed["metadata"]["namespace"] = namespace
+    seed["spec"]["instanceType"] = instance_type
+    seed["spec"]["modelSourceConfig"]["modelLocation"] += f"-{suffix}"
+    return seed
+
+
+def _state(api: client.ApiClient, namespace: str, name: str) -> str | None:
+    body = helming.get_or_none(lambda: helming.custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+    return None if body is None else (body.get("status") or {}).get("state")
+
+
+def test_install_seed_upgrade_uninstall(
+    cluster: Any, api_client: client.ApiClient, namespace: str, helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    release = f"ws-{suffix}"
+    kubeconfig = pathlib.Path(cluster.kubeconfig)
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(_values(namespace, suffix)))
+    instance_type = f"ml.t{suffix}.24xlarge"
+    node_names = [nodes.node_name(instance_type, i, prefix=f"e2e-{suffix}") for i in range(2)]
+    core = client.CoreV1Api(api_client)
+    for name in node_names:  # the shape (4 GPUs, 3.8 TB NVMe) of ml.g5.24xlarge, under a test-unique instance type
+        core.create_node(nodes.node_manifest(name, "ml.g5.24xlarge", labels={nodes.INSTANCE_TYPE_LABEL: instance_type}))
+    operator: helming.OperatorProcess | None = None
+    try:
+        # install: CRDs from crds/ (skipped when present), then the templates; --wait needs the (simulated) pod Ready
+        helming.run_helm(helm, kubeconfig, "install", release, str(helming.CHART), "-n", namespace, "-f", str(values), "--wait", "--timeout", "180s")
+        fullname = f"{release}-warmstart"
+        installed = _release_objects(api_client, release, [namespace])
+        for expected in (f"Deployment/{namespace}/{fullname}", f"ServiceAccount/{namespace}/{fullname}", f"RoleBinding/{namespace}/{fullname}",
+                         f"ClusterRole/{fullname}-cluster", f"ClusterRole/{fullname}-namespaced", f"PriorityClass/warmstart-prepull-{suffix}"):  # fmt: skip
+            assert expected in installed, installed
+        crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+        assert crd.spec.names.kind == "InferenceEndpointConfig"
+
+        env = helming.chart_environment(api_client, namespace, fullname)
+        sa_kubeconfig = helming.service_account_kubeconfig(api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig")
+        seed = _seed(namespace, instance_type, suffix)
+        with helming.operator_process(sa_kubeconfig, env, tmp_path / "operator.log", pod_id=f"{fullname}-0") as operator:
+            helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, seed)
+            try:
+                helming.wait_for(lambda: _state(api_client, namespace, "example-model") == "DeploymentComplete", "the seed to reach DeploymentComplete", timeout=240)
+            except AssertionError as error:
+                raise AssertionError(f"{error}\noperator log:\n{operator.tail()}") from None
+            assert "Forbidden" not in operator.output(), f"the chart's RBAC refused a request:\n{operator.tail()}"
+            pods = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component!=operator").items
+            assert {p.spec.node_name for p in pods if p.spec.node_name} <= set(node_names)
+
+            # delete while the operator runs, so its finalizers are removed and nothing is left to block the namespace
+            helming.custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")
+            helming.wait_for(lambda: _state(api_client, namespace, "example-model") is None and
+                             helming.get_or_none(lambda: helming.custom(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")) is None,
+                             "the endpoint to be deleted", timeout=120)  # fmt: skip
+
+        # upgrade: a changed value reaches the operator's environment; a bad value is refused and changes nothing
+        helming.run_helm(helm, kubeconfig, "upgrade", release, str(helming.CHART), "-n", namespace, "--reuse-values", "--set", "jumpstart.region=eu-west-1", "--wait", "--timeout", "180s")
+        assert helming.chart_environment(api_client, namespace, fullname)["WARMSTART_JUMPSTART_REGION"] == "eu-west-1"
+        bad = helming.run_helm(helm, kubeconfig, "upgrade", release, str(helming.CHART), "-n", namespace, "--reuse-values", "--set", "replicaCount=0", check=False)
+        assert bad.returncode != 0 and "replicaCount" in bad.stderr, bad.stderr
+        history = json.loads(helming.run_helm(helm, kubeconfig, "history", release, "-n", namespace, "-o", "json").stdout)
+        assert [h["status"] for h in history] == ["superseded", "deployed"]
+
+        # uninstall: nothing of the release is left, except the CRDs (Helm never deletes crds/)
+        helming.run_helm(helm, kubeconfig, "uninstall", release, "-n", namespace, "--wait", "--timeout", "120s")
+        helming.wait_for(lambda: not _release_objects(api_client, release, [namespace]), "the release's objects to be gone", timeout=60)
+        assert client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+        assert not json.loads(helming.run_helm(helm, kubeconfig, "list", "-n", namespace, "-o", "json").stdout)
+    finally:
+        if operator is not None:
+            operator.stop()
+        helming.run_helm(helm, kubeconfig, "uninstall", release, "-n", namespace, check=False)
+        nodes.delete_nodes(api_client, node_names)
