@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -167,7 +168,9 @@ def delete_nodes(api: client.ApiClient, names: Iterable[str], parallelism: int =
 
 
 def ready_nodes(api: client.ApiClient, names: Iterable[str] | None = None) -> set[str]:
-    """Names of the fake nodes whose Ready condition is True (all of them, or those in ``names``)."""
+    """Fake nodes (all, or those in ``names``) that the scheduler can use: Ready, and without the
+    ``node.kubernetes.io/*`` condition taints that admission puts on every new node until the
+    node-lifecycle controller sees it Ready. Taints of your own do not count."""
     wanted = set(names) if names is not None else None
     ready: set[str] = set()
     for node in client.CoreV1Api(api).list_node().items:
@@ -175,6 +178,21 @@ def ready_nodes(api: client.ApiClient, names: Iterable[str] | None = None) -> se
             continue
         if wanted is not None and node.metadata.name not in wanted:
             continue
+        if any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or []):
+            continue
         if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
             ready.add(node.metadata.name)
     return ready
+
+
+def wait_ready(api: client.ApiClient, names: Iterable[str], timeout: float = 120.0) -> None:
+    """Block until every node in ``names`` is in :func:`ready_nodes`; TimeoutError after ``timeout`` s."""
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    while True:
+        missing = wanted - ready_nodes(api, wanted)
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(missing)} of {len(wanted)} nodes not ready after {timeout:.0f} s")
+        time.sleep(0.5)
