@@ -15,13 +15,15 @@ GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
 
 
 @contextmanager
-def own_nodes(api: client.ApiClient, count: int, *, gpus: int = 8, nvme_bytes: int = 3_800_000_000_000) -> Iterator[tuple[str, list[str]]]:
+def own_nodes(
+    api: client.ApiClient, count: int, *, gpus: int = 8, nvme_bytes: int = 3_800_000_000_000, instance_type: str | None = None
+) -> Iterator[tuple[str, list[str]]]:
     """`count` fresh kwok nodes of a test-unique instance type; yields (instance type, names); deletes them after."""
-    instance_type = f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
+    instance_type = instance_type or f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
     core = client.CoreV1Api(api)
     names = []
     for index in range(count):
-        manifest = kwok_nodes.node_manifest(kwok_nodes.node_name(instance_type, index, "it"), instance_type)
+        manifest = kwok_nodes.node_manifest(kwok_nodes.node_name(instance_type, index, f"it{uuid.uuid4().hex[:6]}"), instance_type)
         manifest["metadata"]["annotations"][kwok_nodes.NVME_ANNOTATION] = str(nvme_bytes)
         for key in ("capacity", "allocatable"):
             manifest["status"][key]["nvidia.com/gpu"] = str(gpus)
