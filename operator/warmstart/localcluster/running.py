@@ -12,6 +12,7 @@ import dataclasses
 import importlib.resources
 import json
 import logging
+import os
 import pathlib
 import shutil
 import time
@@ -114,7 +115,7 @@ def up(directory: pathlib.Path, node_spec: str = nodes.DEFAULT_SPEC, timeout: fl
     try:
         for name in COMPONENTS:
             argv = argvs[name]
-            state.pids[name] = processes.spawn(argv, directory / "logs" / f"{name}.log")
+            state.pids[name] = processes.spawn(argv, directory / "logs" / f"{name}.log", env=_env(name, directory))
             state.binaries[name] = argv[0]
             state.save(directory)
             _wait(f"{name} to report healthy", deadline, lambda: _healthy_or_dead(name, state, checks[name], directory))
@@ -172,6 +173,15 @@ def status(directory: pathlib.Path) -> list[ComponentStatus]:
         healthy = running and name in checks and checks[name]()
         result.append(ComponentStatus(name, pid, running, healthy, directory / "logs" / f"{name}.log"))
     return result
+
+
+def _env(name: str, directory: pathlib.Path) -> dict[str, str]:
+    env = dict(os.environ)
+    if name == "kwok":  # kwok also loads ~/.kwok/kwok.yaml if present: keep a user's stages out
+        home = directory / "run" / "kwok-home"
+        home.mkdir(parents=True, exist_ok=True)
+        env["HOME"] = str(home)
+    return env
 
 
 def _copy_stages(target: pathlib.Path) -> list[pathlib.Path]:
