@@ -9,6 +9,7 @@ The only reads are one pod LIST per finished Job, to take its termination messag
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -24,7 +25,7 @@ from warmstart.api import API_VERSION, GROUP, VERSION
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, ModelDataCacheConfigSpec, ModelDataCacheConfigStatus
 from warmstart.api.states import CacheState, NodeCacheState
 from warmstart.controllers import metrics, nodes
-from warmstart.controllers.storage import Conflict, Forbidden, Invalid, Store, Unavailable
+from warmstart.controllers.storage import Conflict, Forbidden, Invalid, NotFound, Store, Unavailable
 from warmstart.preload import results as preload_results
 from warmstart.render import jobs as render_jobs
 from warmstart.render import keys, labels
@@ -55,6 +56,8 @@ class _Memory:
     fingerprint: tuple[Any, ...] = ()
     due: float | None = None
     labelled: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: (resourceVersion our last status write was based on, the status written): the watch may not have caught up
+    written: tuple[str, ModelDataCacheConfigStatus] | None = None
 
 
 def _memory(memo: Any) -> _Memory:
@@ -124,7 +127,16 @@ def _overlay(facts: Iterable[nodes.NodeFacts], label: str, memory: _Memory, cloc
     return result
 
 
-def _write_status(store: Store, body: Mapping[str, Any], old: ModelDataCacheConfigStatus, new: ModelDataCacheConfigStatus) -> bool:
+def _previous_status(body: Mapping[str, Any], memory: _Memory) -> ModelDataCacheConfigStatus:
+    """The stored status, or the one this process wrote last if the body still predates that write."""
+    if memory.written and memory.written[0] == body["metadata"].get("resourceVersion"):
+        return memory.written[1]
+    return _status(body)
+
+
+def _write_status(
+    store: Store, body: Mapping[str, Any], old: ModelDataCacheConfigStatus, new: ModelDataCacheConfigStatus, memory: _Memory | None = None
+) -> bool:
     """Merge-patch status when it differs; keys that disappeared are nulled."""
     before, after = old.to_api(), new.to_api()
     if before == after:
@@ -132,6 +144,8 @@ def _write_status(store: Store, body: Mapping[str, Any], old: ModelDataCacheConf
     patch: dict[str, Any] = {**{k: None for k in before if k not in after}, **after}
     meta = body["metadata"]
     store.merge_patch(API_VERSION, MDCC_KIND, meta["name"], {"status": patch}, meta["namespace"], subresource="status")
+    if memory is not None:
+        memory.written = (str(meta.get("resourceVersion")), new)
     return True
 
 
@@ -263,7 +277,7 @@ def _reconcile(
 ) -> None:
     meta = body["metadata"]
     spec = _spec(body)
-    old = _status(body)
+    old = _previous_status(body, memory)
     key = keys.weights_key(spec.model_source_config, spec.host_path)
     owner = render_jobs.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     generation = int(meta.get("generation") or 1)
@@ -281,11 +295,17 @@ def _reconcile(
     size = planning.model_size(spec, plan.status)
     for node, attempt in plan.create:
         request = render_jobs.PreloadRequest(owner=owner, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size)
-        store.apply(render_jobs.preload_job(request, spec, ctx, permanent_exit_codes()))
+        try:
+            store.apply(render_jobs.preload_job(request, spec, ctx, permanent_exit_codes()))
+        except Invalid as error:  # e.g. the Job exists with an older template the index has not shown yet
+            log.warning("cache %s/%s: preload Job for node %s not applied: %s", owner.namespace, owner.name, node, error)
     for node in plan.label:
-        store.merge_patch("v1", "Node", node, {"metadata": {"labels": {labels.weights_ready_label(key): labels.READY}}})
+        try:
+            store.merge_patch("v1", "Node", node, {"metadata": {"labels": {labels.weights_ready_label(key): labels.READY}}})
+        except NotFound:
+            continue  # the node left; the next reconcile drops it
         memory.labelled[node] = time.monotonic()
-    _write_status(store, body, old, plan.status)
+    _write_status(store, body, old, plan.status, memory)
     _report(body, spec, plan, str(old.state) if old.state else None)
     _observe(body, plan.status)
     memory.last_run = clock
@@ -366,7 +386,8 @@ def finalize(
         _warn(body, spec, "CleanupFailed", f"cleanup Job failed on {len(failed)} nodes ({', '.join(failed[:5])}); files may remain")
     for name, facts in live.items():
         if label in facts.labels:
-            store.merge_patch("v1", "Node", name, {"metadata": {"labels": {label: None}}})
+            with contextlib.suppress(NotFound):
+                store.merge_patch("v1", "Node", name, {"metadata": {"labels": {label: None}}})
     for job in cleanups.values():
         if job.phase != planning.JobPhase.RUNNING:
             store.delete("batch/v1", "Job", job.name, owner.namespace)

@@ -1,0 +1,286 @@
+"""The weights cache on the real control plane: the real Job, scheduler and garbage-collector controllers, kwok pods.
+
+Every test creates its own kwok nodes with a test-unique instance type, so counts are exact on a shared cluster, and
+runs the operator in-process restricted to its namespace. Preload pods do not download anything: kwok ends them after
+`sim.warmstart.io/duration` with the exit code and termination message their annotations ask for, which is exactly
+what the controller reads from a real preload container. Every test deletes its caches while the operator still
+runs, so the finalizer never blocks the namespace's deletion.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+import kube
+import operating
+from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.localcluster import nodes as kwok_nodes
+from warmstart.placement import GB, instance_type_affinity
+from warmstart.render import jobs, keys, labels
+
+pytestmark = pytest.mark.cluster
+
+TIMEOUT = 120.0
+SOURCE = {"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": "models/llama"}
+DOWNLOADED = {"outcome": "Succeeded", "reason": "Downloaded", "message": "ok", "bytes": 16 * GB, "seconds": 1.5, "files": 7, "retryable": False}
+NOT_FOUND = {"outcome": "Failed", "reason": "NotFound", "message": "s3://example-bucket/models/llama: no objects", "bytes": 0, "seconds": 0.2, "files": 0, "retryable": False}
+
+
+def render(duration: str = "1s") -> dict[str, Any]:
+    annotations = {"sim.warmstart.io/duration": duration, "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED)}
+    return {"operator_image": "warmstart:test", "preload_pod_annotations": annotations}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def crds(cluster: Any) -> None:
+    kube.install_crds(str(cluster.kubeconfig))
+
+
+class Nodes:
+    """kwok nodes of test-unique instance types, deleted afterwards."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.prefix = f"mdcc{uuid.uuid4().hex[:6]}"
+        self.created: list[str] = []
+
+    def add(self, count: int, start: int = 0, instance_type: str | None = None, nvme: int | None = None) -> tuple[str, list[str]]:
+        instance_type = instance_type or f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
+        names = kwok_nodes.create_nodes(self.api, [(instance_type, count)], start=start, prefix=self.prefix)
+        self.created += names
+        if nvme is not None:
+            patch = {"metadata": {"annotations": {labels.NVME_CAPACITY_ANNOTATION: str(nvme)}}}
+            for name in names:
+                client.CoreV1Api(self.api).patch_node(name, patch)
+        kube.wait_for(lambda: kwok_nodes.ready_nodes(self.api, names) == set(names), 60, what=f"nodes {names} Ready")
+        return instance_type, names
+
+
+@pytest.fixture
+def own_nodes(api_client: client.ApiClient) -> Iterator[Nodes]:
+    made = Nodes(api_client)
+    try:
+        yield made
+    finally:
+        kwok_nodes.delete_nodes(api_client, made.created)
+
+
+def mdcc_manifest(namespace: str, instance_types: list[str], **spec: Any) -> dict[str, Any]:
+    """An MDCC as the endpoint controller makes it: named `weights-<key>`, required instance-type affinity."""
+    key = keys.weights_key(ModelSourceConfig.model_validate(SOURCE), "/opt/dlami/nvme")
+    body = {"modelSourceConfig": SOURCE, "nodeAffinity": instance_type_affinity(instance_types).to_api(), **spec}
+    return {"apiVersion": API_VERSION, "kind": MDCC_KIND, "metadata": {"name": keys.weights_cache_name(key), "namespace": namespace}, "spec": body}
+
+
+def create(api: client.ApiClient, manifest: dict[str, Any]) -> str:
+    meta = manifest["metadata"]
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, meta["namespace"], MDCC_PLURAL, manifest)
+    return str(meta["name"])
+
+
+def get_mdcc(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, name)
+        return found
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def delete_all(api: client.ApiClient, namespace: str) -> None:
+    """Delete every MDCC in the namespace and wait until the finalizer released them (the operator must be running)."""
+    custom = client.CustomObjectsApi(api)
+    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"])
+    kube.wait_for(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"], TIMEOUT, what="caches released")
+
+
+def status_of(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return (get_mdcc(api, namespace, name) or {}).get("status") or {}
+
+
+def wait_state(api: client.ApiClient, namespace: str, name: str, state: str, **counts: int) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        status = status_of(api, namespace, name)
+        return status if status.get("state") == state and all(status.get(k) == v for k, v in counts.items()) else None
+
+    return kube.wait_for(probe, TIMEOUT, what=f"MDCC {name} {state} {counts}")
+
+
+def key_of(name: str) -> str:
+    return name.removeprefix("weights-")
+
+
+def labeled(api: client.ApiClient, key: str) -> set[str]:
+    selector = f"{labels.weights_ready_label(key)}={labels.READY}"
+    return {n.metadata.name for n in client.CoreV1Api(api).list_node(label_selector=selector).items}
+
+
+def jobs_of(api: client.ApiClient, namespace: str, role: str = jobs.ROLE_PRELOAD) -> list[Any]:
+    selector = f"{labels.MDCC_LABEL},{labels.ROLE_LABEL}={role}"
+    return list(client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=selector).items)
+
+
+def job_nodes(api: client.ApiClient, namespace: str) -> list[str]:
+    return sorted(j.metadata.labels[labels.NODE_LABEL] for j in jobs_of(api, namespace))
+
+
+def events_for(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    return list(client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items)
+
+
+def config_map(api: client.ApiClient, namespace: str, name: str) -> dict[str, str]:
+    """A stand-in parent; returns its parentReference."""
+    made = client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": made.metadata.uid}
+
+
+def test_four_nodes_become_ready_and_a_fifth_joins(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes) -> None:
+    instance_type, targets = own_nodes.add(4)
+    _, bystanders = own_nodes.add(1)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
+        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        key = key_of(name)
+        status = wait_state(api_client, namespace, name, "Ready", readyNodes=4, targetNodes=4)
+        assert labeled(api_client, key) == set(targets)
+        assert job_nodes(api_client, namespace) == sorted(targets)
+        assert status["key"] == key and status["observedGeneration"] == 1
+        assert status["modelSizeBytes"] == 16 * GB and status["bytesDone"] == 4 * 16 * GB and status["bytesTotal"] == 4 * 16 * GB
+        assert {n["node"]: (n["state"], n["reason"], n["bytes"]) for n in status["nodes"]} == {t: ("Ready", "Downloaded", 16 * GB) for t in targets}
+        assert [c["status"] for c in status["conditions"] if c["type"] == "Ready"] == ["True"]
+        assert not set(bystanders) & labeled(api_client, key)
+
+        _, joined = own_nodes.add(1, start=4, instance_type=instance_type)
+        wait_state(api_client, namespace, name, "Ready", readyNodes=5, targetNodes=5)
+        kube.wait_for(lambda: labeled(api_client, key) == set(targets + joined), TIMEOUT, what="label on the fifth node")
+        assert job_nodes(api_client, namespace) == sorted(targets + joined)
+        delete_all(api_client, namespace)
+
+
+def test_node_deleted_mid_download_drops_out_of_the_target_count(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    instance_type, targets = own_nodes.add(3)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render(duration="20s")):
+        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        wait_state(api_client, namespace, name, "Downloading", targetNodes=3, readyNodes=0)
+        kube.wait_for(lambda: job_nodes(api_client, namespace) == sorted(targets), TIMEOUT, what="three preload Jobs")
+        leaving = targets[0]
+        kwok_nodes.delete_node(api_client, leaving)
+        wait_state(api_client, namespace, name, "Downloading", targetNodes=2)
+        kube.wait_for(lambda: leaving not in job_nodes(api_client, namespace), TIMEOUT, what="the leaving node's Job deleted")
+        status = wait_state(api_client, namespace, name, "Ready", readyNodes=2, targetNodes=2)
+        assert {n["node"] for n in status["nodes"]} == set(targets[1:])
+        assert labeled(api_client, key_of(name)) == set(targets[1:])
+        delete_all(api_client, namespace)
+
+
+def test_permanent_failure_fails_the_cache_with_the_reason_and_events(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    instance_type, targets = own_nodes.add(2)
+    parent = config_map(api_client, namespace, "endpoint-a")
+    hooks = {"sim.warmstart.io/exit-code": "66", "sim.warmstart.io/termination-message": json.dumps(NOT_FOUND)}
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
+        name = create(api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks, parentReferences=[parent]))
+        status = wait_state(api_client, namespace, name, "Failed", readyNodes=0, targetNodes=2)
+
+        def both_failed() -> dict[str, Any] | None:
+            found = status_of(api_client, namespace, name)
+            nodes = found.get("nodes") or []
+            return found if len(nodes) == 2 and all(n["state"] == "Failed" for n in nodes) else None
+
+        status = kube.wait_for(both_failed, TIMEOUT, what="both nodes Failed")
+        assert {n["reason"] for n in status["nodes"]} == {"NotFound"}
+        assert all("no objects" in n["message"] for n in status["nodes"])
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "NotFound"
+        assert "NotFound" in status["message"]
+        kube.wait_for(lambda: any(e.reason == "NotFound" and e.type == "Warning" for e in events_for(api_client, namespace, name)), 60, what="Event on the cache")
+        kube.wait_for(lambda: any(e.reason == "NotFound" for e in events_for(api_client, namespace, parent["name"])), 60, what="Event on the parent")
+        time.sleep(5)  # permanent: no retry, one Job per node
+        assert job_nodes(api_client, namespace) == sorted(targets)
+        assert not labeled(api_client, key_of(name))
+        delete_all(api_client, namespace)
+
+
+def test_two_parents_share_one_cache_and_the_last_one_leaving_cleans_up(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    instance_type, targets = own_nodes.add(2)
+    first, second = config_map(api_client, namespace, "endpoint-a"), config_map(api_client, namespace, "endpoint-b")
+    manifest = mdcc_manifest(namespace, [instance_type], parentReferences=[first, second])
+    manifest["metadata"]["ownerReferences"] = [{**p, "blockOwnerDeletion": False} for p in (first, second)]
+    core = client.CoreV1Api(api_client)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render(duration="2s")):
+        name = create(api_client, manifest)
+        key = key_of(name)
+        wait_state(api_client, namespace, name, "Ready", readyNodes=2, targetNodes=2)
+        kube.wait_for(lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="labels")
+
+        # one parent leaves: the endpoint controller drops its reference, garbage collection its ownerReference
+        core.delete_namespaced_config_map(first["name"], namespace)
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, MDCC_PLURAL, name, {"spec": {"parentReferences": [second]}}
+        )
+        wait_state(api_client, namespace, name, "Ready", readyNodes=2, observedGeneration=2)
+        assert labeled(api_client, key) == set(targets) and get_mdcc(api_client, namespace, name) is not None
+
+        # the last parent leaves: garbage collection deletes the cache, the finalizer cleans the nodes
+        core.delete_namespaced_config_map(second["name"], namespace)
+        seen: set[str] = set()
+        deadline = time.monotonic() + TIMEOUT
+        while get_mdcc(api_client, namespace, name) is not None:
+            assert time.monotonic() < deadline, f"cache not released; cleanup Jobs seen on {seen}"
+            for job in jobs_of(api_client, namespace, jobs.ROLE_CLEANUP):
+                seen.add(job.metadata.labels[labels.NODE_LABEL])
+                assert job.spec.template.spec.containers[0].args[:3] == ["preload", "--delete", key]
+            time.sleep(0.2)
+        assert seen == set(targets)
+        assert not labeled(api_client, key)
+        kube.wait_for(lambda: not jobs_of(api_client, namespace, jobs.ROLE_CLEANUP), TIMEOUT, what="cleanup Jobs deleted")
+
+
+def test_operator_restart_mid_download_creates_no_duplicates_and_converges(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    instance_type, targets = own_nodes.add(3)
+    kubeconfig = str(cluster.kubeconfig)
+    with operating.operator(kubeconfig, [namespace], render=render(duration="10s")):
+        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        kube.wait_for(lambda: job_nodes(api_client, namespace) == sorted(targets), TIMEOUT, what="three preload Jobs")
+    before = {j.metadata.name: j.metadata.uid for j in jobs_of(api_client, namespace)}
+    with operating.operator(kubeconfig, [namespace], render=render(duration="10s")):
+        wait_state(api_client, namespace, name, "Ready", readyNodes=3, targetNodes=3)
+        after = {j.metadata.name: j.metadata.uid for j in jobs_of(api_client, namespace)}
+        assert after == before
+        assert labeled(api_client, key_of(name)) == set(targets)
+        delete_all(api_client, namespace)
+
+
+def test_model_too_big_for_a_node_type_reports_insufficient_capacity_and_creates_no_job(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    big_type, big = own_nodes.add(2, nvme=4000 * GB)
+    small_type, small = own_nodes.add(1, nvme=100 * GB)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
+        name = create(api_client, mdcc_manifest(namespace, [big_type, small_type], modelSizeBytes=500 * GB))
+        status = wait_state(api_client, namespace, name, "Failed", readyNodes=2, targetNodes=3)
+        by_node = {n["node"]: n for n in status["nodes"]}
+        assert by_node[small[0]]["state"] == "Failed" and by_node[small[0]]["reason"] == "InsufficientCapacity"
+        assert "does not fit" in by_node[small[0]]["message"]
+        assert job_nodes(api_client, namespace) == sorted(big)
+        assert labeled(api_client, key_of(name)) == set(big)
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["reason"] == "InsufficientCapacity"
+        delete_all(api_client, namespace)
