@@ -73,6 +73,7 @@ async def test_a_thousand_requests_with_random_aborts_leave_every_counter_at_zer
     assert 1000 - outcomes["abort_early"] <= counted(router) <= 1000
     assert counted(router, "aborted") > 0 and counted(router, "ok") > 0
     assert all(b["inflight"] == 0 for b in router.router.status()["backends"])
+    assert all(r.prefill_chars == 0 for r in router.router.fleet.replicas())  # prefill backlog is exact too
     for metric in router.router.metrics.inflight.collect():
         assert all(sample.value == 0 for sample in metric.samples)
     for _ in range(200):  # the replicas also release their slots once the router hangs up

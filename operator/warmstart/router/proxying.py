@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from warmstart.router.replicas import Replica
 from warmstart.router.routing import Routed, Router
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,21 @@ _DROP_REQUEST = {"host", "content-length", "connection", "keep-alive", "transfer
 #: Response headers not passed back (hop-by-hop, or recomputed by the server).
 _DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding",
                   "server", "date"}
+
+
+class _PrefillClaim:
+    """A request's share of its replica's estimated prefill backlog, released exactly once."""
+
+    __slots__ = ("replica", "chars")
+
+    def __init__(self, replica: Replica, chars: int) -> None:
+        self.replica, self.chars = replica, chars
+        replica.prefill_chars += chars
+
+    def release(self) -> None:
+        if self.chars:
+            self.replica.prefill_chars -= self.chars
+            self.chars = 0
 
 
 def error_response(status: int, message: str, kind: str) -> web.Response:
@@ -137,6 +153,8 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
         replica.inflight += 1
         replica.served += 1
         router.metrics.inflight_of(url).set(replica.inflight)
+        matched_chars = routed.decision.matched_blocks * config.block_chars if attempt == 0 else 0
+        claim = _PrefillClaim(replica, max(0, routed.key.chars - matched_chars))
         outcome = "aborted"
         try:
             pre = time.perf_counter()
@@ -154,7 +172,7 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
                 return error_response(502, "model replica failed before responding", "upstream_error")
             added = pre - started
             try:
-                response, outcome = await _relay(request, upstream, added, router)
+                response, outcome = await _relay(request, upstream, added, router, claim)
             finally:
                 if outcome == "ok":
                     upstream.release()
@@ -162,6 +180,7 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
                     upstream.close()
             return response
         finally:
+            claim.release()
             replica.inflight -= 1
             if router.fleet.get(url) is replica:
                 router.metrics.inflight_of(url).set(replica.inflight)
@@ -170,13 +189,14 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
 
 
 async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, added: float,
-                 router: Router) -> tuple[web.StreamResponse, str]:
+                 router: Router, claim: _PrefillClaim) -> tuple[web.StreamResponse, str]:
     """Pass the upstream response back: SSE chunk by chunk, anything else buffered."""
     headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROP_RESPONSE}
     relay_started = time.perf_counter()
     if upstream.content_type != "text/event-stream":
         try:
             data = await upstream.read()
+            claim.release()
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return error_response(502, "model replica failed while responding", "upstream_error"), "error"
         router.metrics.added_seconds.observe(added)
@@ -201,6 +221,7 @@ async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, added: 
                 "model replica stream ended abnormally")
         if not chunk:
             break
+        claim.release()  # the first byte: this request's prefill is over
         tail = (tail + chunk)[-2:]
         try:
             await response.write(chunk)

@@ -26,6 +26,9 @@ class Replica:
     served: int = field(default=0)
     """Requests ever sent to this replica (for status and tests)."""
 
+    prefill_chars: int = 0
+    """Estimated uncached prompt characters sent and not yet answered with a first byte."""
+
 
 def normalise_url(url: str) -> str:
     """``h:p`` or ``http://h:p/`` -> ``http://h:p``."""
@@ -64,7 +67,8 @@ class Fleet:
 
     def snapshot(self) -> Snapshot:
         """What the policy sees: names and in-flight counts, sorted by name."""
-        return Snapshot(tuple(ReplicaLoad(url, self._replicas[url].inflight) for url in sorted(self._replicas)))
+        return Snapshot(tuple(ReplicaLoad(url, self._replicas[url].inflight,
+                                            self._replicas[url].prefill_chars) for url in sorted(self._replicas)))
 
     def replicas(self) -> list[Replica]:
         return [self._replicas[url] for url in sorted(self._replicas)]

@@ -58,7 +58,7 @@ class Router:
             return False
         old, self.config = self.config, config
         policy_knobs = {"strategy", "block_chars", "max_blocks", "index_capacity_blocks", "home_blocks",
-                        "home_choices", "load_epsilon", "load_min_ceiling", "max_concurrent_requests"}
+                        "home_choices", "prefill_aware", "load_epsilon", "load_min_ceiling", "max_concurrent_requests"}
         if any(getattr(old, knob) != getattr(config, knob) for knob in policy_knobs):
             self.policy = strategies.build(config, self._rng)
             if isinstance(self.policy, strategies.PrefixAwarePolicy):

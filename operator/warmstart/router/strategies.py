@@ -13,7 +13,11 @@ the first is the choice, the next ones are used only when a replica refuses the 
    (power of two choices: plain hashing of 64 prefixes onto 8 replicas leaves the busiest with
    ~1.5x the mean). Homes are thus drawn from a per-prefix set that every router replica
    agrees on, and adding or removing a replica moves only about 1/N of them.
-3. A replica is eligible while its in-flight count is below both the concurrency cap and the
+3. Among eligible replicas that hold the longest match, the one with the shortest estimated
+   prefill backlog wins (uncached prompt characters sent to it and not yet answered), so a hit
+   does not queue behind another prefix's cold prefill when a second holder is free; new
+   prefixes pick among their home choices the same way.
+4. A replica is eligible while its in-flight count is below both the concurrency cap and the
    bounded-load ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``.
    The first eligible replica in the ranking wins; passing over the best one is a *spill*, and
    spills follow the prefix's rendezvous order, so a hot prefix spreads over as few replicas as
@@ -38,6 +42,9 @@ class ReplicaLoad:
 
     name: str
     inflight: int
+    prefill_chars: int = 0
+    """Prompt characters sent to this replica whose first response byte has not arrived yet and
+    that the router expected to be uncached: the replica's estimated prefill backlog."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +192,7 @@ class PrefixAwarePolicy:
         self.min_ceiling = config.load_min_ceiling
         self.home_blocks = config.home_blocks
         self.home_choices = config.home_choices
+        self.prefill_aware = config.prefill_aware
         self.index = PrefixIndex(config.index_capacity_blocks)
         self._short = LeastOutstandingPolicy(self.cap, rng)
 
@@ -204,10 +212,16 @@ class PrefixAwarePolicy:
 
         first = [name for name in ranked if eligible(name)]
         rest = sorted((name for name in ranked if not eligible(name)), key=lambda n: by_name[n].inflight)
-        if first and not matched.get(first[0]) and self.home_choices > 1:
-            # cached nowhere eligible: least loaded of the first few homes, ties by rendezvous rank
-            head = first[: self.home_choices]
-            best = min(head, key=lambda name: (by_name[name].inflight, rank[name]))
+        if first:
+            best_match = matched.get(first[0], 0)
+            if best_match == 0:
+                # cached nowhere eligible: the least loaded of the first few homes (power of choices)
+                head = first[: self.home_choices]
+                best = min(head, key=lambda n: (self._backlog(by_name[n]), by_name[n].inflight, rank[n]))
+            else:
+                # several replicas hold the longest match: the one with the shortest prefill backlog
+                holders = [n for n in first if matched.get(n, 0) == best_match]
+                best = min(holders, key=lambda n: (self._backlog(by_name[n]), rank[n]))
             first.remove(best)
             first.insert(0, best)
         candidates = tuple(first + rest)
@@ -218,6 +232,9 @@ class PrefixAwarePolicy:
             matched_blocks=matched.get(candidates[0], 0),
             spilled=bool(ranked) and not eligible(ranked[0]),
         )
+
+    def _backlog(self, replica: ReplicaLoad) -> int:
+        return replica.prefill_chars if self.prefill_aware else 0
 
     def placed(self, replica: str, key: PromptKey) -> None:
         self.index.record(replica, key.blocks)

@@ -187,3 +187,24 @@ def test_session_is_sticky_per_key_and_agrees_across_instances() -> None:
         picks = {one.choose(snapshot(), session_key).candidates[0] for _ in range(5)}
         assert len(picks) == 1
         assert picks == {two.choose(snapshot(), session_key).candidates[0]}
+
+
+def test_among_holders_the_shortest_prefill_backlog_wins() -> None:
+    policy = prefixaware()
+    order = policy.choose(snapshot(), key(21)).candidates
+    policy.placed(order[0], key(21))
+    policy.placed(order[3], key(21))
+    assert policy.choose(snapshot(), key(21)).candidates[0] == order[0]  # no backlog: rendezvous rank
+    busy = Snapshot(tuple(ReplicaLoad(n, 0, 9000 if n == order[0] else 0) for n in NAMES))
+    decision = policy.choose(busy, key(21))
+    assert decision.candidates[0] == order[3]
+    assert decision.matched_blocks == 8 and not decision.spilled
+
+
+def test_a_new_prefix_avoids_the_home_with_a_prefill_backlog() -> None:
+    policy = prefixaware()
+    order = policy.choose(snapshot(), key(22)).candidates
+    busy = Snapshot(tuple(ReplicaLoad(n, 0, 9000 if n == order[0] else 0) for n in NAMES))
+    assert policy.choose(busy, key(22)).candidates[0] == order[1]
+    blind = prefixaware(prefill_aware=False)
+    assert blind.choose(busy, key(22)).candidates[0] == order[0]
