@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
                 shutil.rmtree(directory, ignore_errors=True)
             return 0
         return _status(directory)
-    except (building.BuildError, running.ClusterError) as error:
+    except (building.BuildError, running.ClusterError, TimeoutError) as error:
         print(f"warmstart cluster {args.command}: {error}", file=sys.stderr)
         return 1
 

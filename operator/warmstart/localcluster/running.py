@@ -82,6 +82,8 @@ def up(directory: pathlib.Path, node_spec: str = nodes.DEFAULT_SPEC, timeout: fl
     existing = running_cluster(directory)
     if existing is not None:
         logger.info("a cluster is already running in %s (server %s)", directory, existing.server)
+        with existing.api_client() as api:
+            nodes.wait_ready(api, nodes.create_nodes(api, node_spec), timeout)  # missing ones only
         return existing
     if State.load(directory) is not None:
         down(directory)  # leftovers of a crashed or half-started cluster
@@ -123,8 +125,7 @@ def up(directory: pathlib.Path, node_spec: str = nodes.DEFAULT_SPEC, timeout: fl
         cluster = Cluster(dir=directory, kubeconfig=admin, server=state.server)
         with cluster.api_client() as api:
             _wait("the default ServiceAccount in namespace default", deadline, lambda: _default_sa_exists(api))
-            names = nodes.create_nodes(api, node_spec)
-            _wait(f"{len(names)} fake nodes to be Ready", deadline, lambda: nodes.ready_nodes(api, names) >= set(names))
+            nodes.wait_ready(api, nodes.create_nodes(api, node_spec), max(1.0, deadline - time.monotonic()))
     except BaseException:
         down(directory)
         raise
