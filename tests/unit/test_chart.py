@@ -251,3 +251,12 @@ def test_values_schema_is_valid_json_and_closed() -> None:
     assert schema["additionalProperties"] is False
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) <= set(schema["properties"])
+
+
+def test_argocd_application_values_pass_the_schema(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    app = yaml.safe_load((ROOT / "examples" / "07-argocd" / "application.yaml").read_text())
+    helm_source = app["spec"]["source"]["helm"]
+    docs = documents(template(helm, helm_source["valuesObject"], tmp_path))
+    (deployment,) = by_kind(docs, "Deployment")
+    assert _env(deployment)["WARMSTART_OPERATOR_IMAGE"] == "example.com/ml/warmstart:0.1.0"
+    assert by_kind(docs, "ServiceMonitor")
