@@ -21,7 +21,7 @@ from warmstart import placement
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
 
 GB = placement.GB
-DEFAULT_BANDWIDTH = 1.25 * GB  # bytes/s: a 10 Gbit/s link, the usual per-node S3 throughput for one process
+DEFAULT_BANDWIDTH = 1.25 * GB  # bytes/s: a 10 Gbit/s link, fully used
 WARM_READ = 7 * GB  # bytes/s: local NVMe read, as reported for HyperPod nodes
 
 _UNITS = {
