@@ -17,7 +17,7 @@ from kubernetes import client
 import kube
 import operating
 from warmstart.api import API_VERSION, GROUP, VERSION
-from warmstart.api.caches import MIC_PLURAL, NodeTargeting
+from warmstart.api.caches import MIC_PLURAL, ModelImageCacheSpec, NodeTargeting
 from warmstart.localcluster import nodes as kwok_nodes
 from warmstart.placement import instance_type_affinity
 from warmstart.render import daemonsets, keys, labels
@@ -42,9 +42,10 @@ class Nodes:
         self.prefix = f"mic{uuid.uuid4().hex[:6]}"
         self.created: list[str] = []
 
-    def add(self, count: int, start: int = 0, instance_type: str | None = None) -> tuple[str, list[str]]:
+    def add(self, count: int, start: int = 0, instance_type: str | None = None, tainted: bool = False) -> tuple[str, list[str]]:
         instance_type = instance_type or f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
-        names = kwok_nodes.create_nodes(self.api, [(instance_type, count)], start=start, prefix=self.prefix)
+        taints = [kwok_nodes.Taint("nvidia.com/gpu", "present")] if tainted else []
+        names = kwok_nodes.create_nodes(self.api, [(instance_type, count)], start=start, prefix=self.prefix, taints=taints)
         self.created += names
         kube.wait_for(lambda: kwok_nodes.ready_nodes(self.api, names) == set(names), 60, what=f"nodes {names} Ready")
         return instance_type, names
@@ -93,7 +94,7 @@ def delete_mic(api: client.ApiClient, namespace: str, name: str) -> None:
     client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, MIC_PLURAL, name)
 
 
-def wait_state(api: client.ApiClient, namespace: str, name: str, state: str, **counts: int) -> dict[str, Any]:
+def wait_state(api: client.ApiClient, namespace: str, name: str, state: str, **counts: Any) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         status = (get_mic(api, namespace, name) or {}).get("status") or {}
         wanted = status.get("state") == state and all(status.get(k) == v for k, v in counts.items())
@@ -232,3 +233,19 @@ def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_cl
     with operating.operator(kubeconfig, [namespace], render=RENDER):
         wait_state(api_client, namespace, name, "Ready", readyNodes=3, targetNodes=3)
         assert len(daemonsets_of(api_client, namespace)) == 1
+
+
+def test_tainted_gpu_nodes_are_pre_pulled_only_when_tolerating_all_taints(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    instance_type, targets = own_nodes.add(2, tainted=True)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=RENDER):
+        tolerant = create(api_client, mic_manifest(namespace, instance_type))
+        wait_state(api_client, namespace, tolerant, "Ready", readyNodes=2, targetNodes=2)
+        kube.wait_for(lambda: labeled(api_client, key_of(tolerant)) == set(targets), TIMEOUT, what="labels on tainted nodes")
+        strict = mic_manifest(namespace, instance_type, image="vllm/vllm-openai:v0.9.2")
+        strict["spec"]["tolerateAllTaints"] = False
+        strict["metadata"]["name"] = "strict-cache"
+        create(api_client, strict)
+        wait_state(api_client, namespace, "strict-cache", "Pending", targetNodes=0, message="no node matches the targeting")
+        assert not labeled(api_client, daemonsets.cache_key("strict-cache", ModelImageCacheSpec.model_validate(strict["spec"])))
