@@ -13,10 +13,9 @@ the first is the choice, the next ones are used only when a replica refuses the 
    (power of two choices: plain hashing of 64 prefixes onto 8 replicas leaves the busiest with
    ~1.5x the mean). Homes are thus drawn from a per-prefix set that every router replica
    agrees on, and adding or removing a replica moves only about 1/N of them.
-3. Among eligible replicas that hold the longest match, the one with the shortest estimated
-   prefill backlog wins (uncached prompt characters sent to it and not yet answered), so a hit
-   does not queue behind another prefix's cold prefill when a second holder is free; new
-   prefixes pick among their home choices the same way.
+3. With ``prefill_aware`` (off by default), among eligible replicas that hold the longest
+   match the one with the shortest estimated prefill backlog wins (uncached prompt characters
+   sent to it and not yet answered); new prefixes pick among their home choices the same way.
 4. A replica is eligible while its in-flight count is below both the concurrency cap and the
    bounded-load ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``.
    The first eligible replica in the ranking wins; passing over the best one is a *spill*, and

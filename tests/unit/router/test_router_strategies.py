@@ -190,7 +190,7 @@ def test_session_is_sticky_per_key_and_agrees_across_instances() -> None:
 
 
 def test_among_holders_the_shortest_prefill_backlog_wins() -> None:
-    policy = prefixaware()
+    policy = prefixaware(prefill_aware=True)
     order = policy.choose(snapshot(), key(21)).candidates
     policy.placed(order[0], key(21))
     policy.placed(order[3], key(21))
@@ -202,7 +202,7 @@ def test_among_holders_the_shortest_prefill_backlog_wins() -> None:
 
 
 def test_a_new_prefix_avoids_the_home_with_a_prefill_backlog() -> None:
-    policy = prefixaware()
+    policy = prefixaware(prefill_aware=True)
     order = policy.choose(snapshot(), key(22)).candidates
     busy = Snapshot(tuple(ReplicaLoad(n, 0, 9000 if n == order[0] else 0) for n in NAMES))
     assert policy.choose(busy, key(22)).candidates[0] == order[1]
