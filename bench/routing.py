@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -160,9 +161,13 @@ async def measure_overhead(session: aiohttp.ClientSession, logs: Path, seconds: 
         for rate in (200, 500):
             direct: list[float] = []
             for target in targets:  # interleave the targets per rate so machine noise hits all alike
+                cpu_before = _cpu_seconds(target)
                 latencies, errors = await loading.fixed_rate(session, target.url + "/v1/completions", rate, seconds,
                                                              body)
                 stats = out.setdefault(target.label, {})
+                if cpu_before is not None:  # the router's own CPU per request: what limits its rate
+                    stats[f"cpu_ms_per_request@{rate}"] = ((_cpu_seconds(target) or 0) - cpu_before) * 1000 / max(
+                        1, len(latencies))
                 stats[f"raw_p50@{rate}"] = reporting.percentile(latencies, 50) * 1000
                 stats[f"raw_p99@{rate}"] = reporting.percentile(latencies, 99) * 1000
                 stats[f"errors@{rate}"] = errors
@@ -178,12 +183,30 @@ async def measure_overhead(session: aiohttp.ClientSession, logs: Path, seconds: 
     return out
 
 
+def _cpu_seconds(target: fleets.RouterUnderTest) -> float | None:
+    """User+system CPU of a router process and its children, or None for the direct target."""
+    if target.proc is None:
+        return None
+    import psutil
+
+    process = psutil.Process(target.proc.popen.pid)
+    total = 0.0
+    for proc in [process, *process.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
 async def main_async(args: argparse.Namespace) -> int:
     out = Path(args.out)
     logs = out / "logs"
     out.mkdir(parents=True, exist_ok=True)
     cfg = plan(args.quick, args.time_scale)
     cfg["load_basis"] = args.load_basis
+    cfg["machine_load_at_start"] = [round(x, 1) for x in os.getloadavg()]
     if args.router_config:
         cfg["router_config"] = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.router_config)}
     cfg["random_hit_ratio"] = round(offline_random_hit_ratio(cfg), 4)
@@ -241,7 +264,10 @@ async def main_async(args: argparse.Namespace) -> int:
 def render(by_workload: dict[str, list[reporting.Row]], overhead: dict[str, dict[str, float]],
            cfg: dict[str, object], sglang_reason: str | None, out: Path, elapsed: float) -> str:
     lines = [f"# Routing benchmark ({'quick' if cfg['groups'] == 32 else 'full'} run, {elapsed:.0f} s)", "",
-             f"Plan: `{json.dumps(cfg)}`", ""]
+             f"Plan: `{json.dumps(cfg)}`", "",
+             f"Machine load average (1/5/15 min) at start {cfg['machine_load_at_start']}, at the end "
+             f"{[round(x, 1) for x in os.getloadavg()]} on {os.cpu_count()} CPUs: TTFTs are only comparable "
+             "within one run.", ""]
     if sglang_reason:
         lines += [f"**SGLang router not run:** {sglang_reason}", ""]
     for workload, rows in by_workload.items():
@@ -252,12 +278,14 @@ def render(by_workload: dict[str, list[reporting.Row]], overhead: dict[str, dict
         reporting.plot_workload(workload, rows, out)
     if overhead:
         lines += ["## Router overhead (trivial replica; added latency = via router - direct)", "",
-                  "| target | rate | p50 ms | p99 ms | added p50 ms | added p99 ms | errors |", "|---|---|---|---|---|---|---|"]
+                  "| target | rate | p50 ms | p99 ms | added p50 ms | added p99 ms | router CPU ms/request | errors |",
+                  "|---|---|---|---|---|---|---|---|"]
         for label, stats in overhead.items():
             for rate in (200, 500):
                 added50, added99 = stats.get(f"p50@{rate}", math.nan), stats.get(f"p99@{rate}", math.nan)
+                cpu = stats.get(f"cpu_ms_per_request@{rate}", math.nan)
                 lines.append(f"| {label} | {rate}/s | {stats[f'raw_p50@{rate}']:.3f} | {stats[f'raw_p99@{rate}']:.3f} | "
-                             f"{added50:.3f} | {added99:.3f} | {stats[f'errors@{rate}']:.0f} |")
+                             f"{added50:.3f} | {added99:.3f} | {cpu:.3f} | {stats[f'errors@{rate}']:.0f} |")
         lines.append("")
     verdicts = reporting.verdicts(by_workload, overhead)
     lines += ["## Goals", "", "| goal | measured | met |", "|---|---|---|"]
