@@ -44,12 +44,6 @@ def _has_deployment(api: client.ApiClient, namespace: str, name: str) -> bool:
     return helming.get_or_none(lambda: client.AppsV1Api(api).read_namespaced_deployment(name, namespace)) is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="every replica gets kopf's default peering priority 0, and kopf pauses ALL peers of equal priority; "
-    "warmstart.controllers.running must pick a random priority when peering is on and WARMSTART_PEERING_PRIORITY is "
-    "unset (with distinct priorities this test passes). Remove this mark with that fix.",
-)
 def test_two_replicas_one_active(
     cluster: Any, api_client: client.ApiClient, namespace: str, helm: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import importlib
 import logging
 import os
+import random
 import threading
 from typing import Any
 
@@ -65,6 +66,14 @@ def start_metrics(port: int) -> None:
             _metrics_started.add(port)
 
 
+def peering_priority(peering: str | None) -> int | None:
+    """kopf pauses every peer whose priority equals another's, so replicas need distinct ones: random unless set."""
+    if peering is None:
+        return None
+    configured = os.environ.get("WARMSTART_PEERING_PRIORITY")
+    return int(configured) if configured else random.randint(1, 2**30)
+
+
 async def run(
     settings: OperatorSettings,
     *,
@@ -81,7 +90,7 @@ async def run(
     await kopf.operator(
         standalone=settings.peering is None,
         peering_name=settings.peering,
-        priority=int(os.environ.get("WARMSTART_PEERING_PRIORITY", "0")) or None,
+        priority=peering_priority(settings.peering),
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
