@@ -272,7 +272,9 @@ async def handle_status(request: web.Request) -> web.Response:
 
 async def handle_metrics(request: web.Request) -> web.Response:
     """Prometheus exposition of this router's registry."""
-    body = generate_latest(request.app[ROUTER_KEY].metrics.registry)
+    router = request.app[ROUTER_KEY]
+    router.metrics.index_entries.set(router.status()["indexEntries"] or 0)
+    body = generate_latest(router.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
