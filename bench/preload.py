@@ -116,16 +116,19 @@ def run_preload(env: dict[str, str], bucket: str, root: Path, key: str, args: li
 
 
 BASELINE = """
-import sys, time, boto3
-bucket, dest, endpoint = sys.argv[1:4]
+import os, sys, time, boto3
+bucket, dest, endpoint, fsync = sys.argv[1:5]
 s3 = boto3.client("s3", endpoint_url=endpoint)
 keys = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="model/") for o in p.get("Contents", [])]
 t0 = time.monotonic()
-import os
 for k in keys:
     path = os.path.join(dest, k[len("model/"):])
     os.makedirs(os.path.dirname(path), exist_ok=True)
     s3.download_file(bucket, k, path)
+    if fsync == "fsync":  # durable, as the preload and the copy are
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
 print(time.monotonic() - t0)
 """
 
@@ -141,6 +144,21 @@ def copy_tree(src: Path, dst: Path) -> dict[str, Any]:
             os.fsync(fd)
             os.close(fd)
     return {"reported_seconds": time.monotonic() - t0}
+
+
+def disk_speed(workdir: Path) -> float:
+    """What the disk takes durably right now (256 MiB written and fsynced): the floor every method shares."""
+    path = workdir / "ddtest"
+    t0 = time.monotonic()
+    with open(path, "wb") as f:
+        block = os.urandom(4 * MIB)
+        for _ in range(64):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+    seconds = time.monotonic() - t0
+    path.unlink()
+    return 256 / seconds
 
 
 def sparse_cache(root: Path, key: str, total: int, files: int) -> None:
@@ -170,7 +188,8 @@ def if_missing(env: dict[str, str], root: Path, key: str, workdir: Path, repeats
     return {"in_process_ms": 1000 * sorted(inproc)[len(inproc) // 2], "process_wall_ms": 1000 * sorted(walls)[len(walls) // 2]}
 
 
-def compare(name: str, endpoint: str, server_cpu: Any, root: Path, workdir: Path, total: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+def compare(name: str, endpoint: str, server_cpu: Any, root: Path, workdir: Path, args: argparse.Namespace, repeats: int,
+            durable_only: bool = False) -> list[dict[str, Any]]:
     """warmstart preload, then the naive baseline, against one server; the caches are removed after."""
     env = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL_S3": endpoint}
     key = f"bench-{name}"
@@ -180,14 +199,19 @@ def compare(name: str, endpoint: str, server_cpu: Any, root: Path, workdir: Path
         shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
         return run_preload(env, "bench", root, key, ["--concurrency", str(args.concurrency), "--part-size-mb", str(args.part_size_mb)], workdir)
 
-    def baseline() -> dict[str, Any]:
-        shutil.rmtree(baseline_dir, ignore_errors=True)
-        out = subprocess.run([sys.executable, "-c", BASELINE, "bench", str(baseline_dir), endpoint], env=env,
-                             capture_output=True, text=True, check=True)
-        return {"reported_seconds": float(out.stdout.strip())}
+    def baseline(fsync: str) -> Any:
+        def run() -> dict[str, Any]:
+            shutil.rmtree(baseline_dir, ignore_errors=True)
+            out = subprocess.run([sys.executable, "-c", BASELINE, "bench", str(baseline_dir), endpoint, fsync], env=env,
+                                 capture_output=True, text=True, check=True)
+            return {"reported_seconds": float(out.stdout.strip())}
 
-    runs = [median(f"[{name}] warmstart preload", server_cpu, ours, args.repeats),
-            median(f"[{name}] boto3 download_file, sequential", server_cpu, baseline, args.repeats)]
+        return run
+
+    runs = [median(f"[{name}] warmstart preload", server_cpu, ours, repeats),
+            median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline("fsync"), repeats)]
+    if not durable_only:
+        runs.append(median(f"[{name}] boto3 download_file seq., no fsync", server_cpu, baseline("none"), repeats))
     shutil.rmtree(baseline_dir)
     return runs
 
@@ -210,6 +234,7 @@ def main() -> int:
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument("--skip-moto", action="store_true", help="only the file-backed S3 server")
     p.add_argument("--repeats", type=int, default=3, help="runs per method; the median is reported")
+    p.add_argument("--moto-repeats", type=int, default=1, help="runs per method against moto (its baseline takes minutes)")
     args = p.parse_args()
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="warmstart-bench-"))
@@ -221,6 +246,7 @@ def main() -> int:
     try:
         sizes = make_model(workdir / "src", args.shards, args.shard_mb * MIB)
         total = figures["model_bytes"] = sum(sizes.values())
+        figures["disk_write_mib_s_with_fsync"] = disk_speed(workdir)
         root = workdir / "nvme"
         runs: list[dict[str, Any]] = []
         if not args.skip_moto:
@@ -232,7 +258,8 @@ def main() -> int:
             for name in sizes:
                 s3.upload_file(str(workdir / "src" / name), "bench", f"model/{name}", Config=upload)
             figures["moto_upload_seconds"] = time.monotonic() - t0
-            runs += compare("moto", endpoint, process_cpu(psutil.Process(moto_proc.pid)), root, workdir, total, args)
+            runs += compare("moto", endpoint, process_cpu(psutil.Process(moto_proc.pid)), root, workdir, args, args.moto_repeats,
+                            durable_only=True)
             moto_proc.terminate()
             moto_proc.wait()
             moto_proc = None
@@ -243,7 +270,7 @@ def main() -> int:
         for name in sizes:
             os.link(workdir / "src" / name, served / name)  # the same bytes, no extra disk
         files_server = FileS3Server(str(workdir / "s3files"))
-        runs += compare("file-s3", files_server.url, process_cpu(psutil.Process()), root, workdir, total, args)
+        runs += compare("file-s3", files_server.url, process_cpu(psutil.Process()), root, workdir, args, args.repeats)
         def copy() -> dict[str, Any]:
             shutil.rmtree(workdir / "copy", ignore_errors=True)
             return copy_tree(workdir / "src", workdir / "copy")
@@ -257,10 +284,12 @@ def main() -> int:
         by = {r["label"]: r["throughput_mib_s"] for r in runs}
         copy = by["local copy + fsync (limit)"]
         figures["ratios"] = {
-            server: {"vs_baseline": by[f"[{server}] warmstart preload"] / by[f"[{server}] boto3 download_file, sequential"],
+            server: {"vs_baseline": by[f"[{server}] warmstart preload"] / by[f"[{server}] boto3 download_file seq. + fsync"],
                      "vs_copy": by[f"[{server}] warmstart preload"] / copy}
             for server in (["moto"] if not args.skip_moto else []) + ["file-s3"]
         }
+        figures["ratios"]["file-s3"]["vs_baseline_no_fsync"] = (
+            by["[file-s3] warmstart preload"] / by["[file-s3] boto3 download_file seq., no fsync"])
 
         env = {**os.environ, **CREDENTIALS}
         figures["if_missing_2gb"] = if_missing(env, root, "bench-file-s3", workdir)
@@ -280,13 +309,16 @@ def main() -> int:
 
     print(f"model: {figures['model_bytes'] / MIB:.0f} MiB in {args.shards} shards + small files; "
           f"{figures['cpus']} CPUs, load average at start {figures['load_avg_at_start'][0]:.1f}; "
-          f"--concurrency {args.concurrency} --part-size-mb {args.part_size_mb}")
-    print(f"{'method':<44}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}")
+          f"--concurrency {args.concurrency} --part-size-mb {args.part_size_mb}; "
+          f"disk write+fsync {figures['disk_write_mib_s_with_fsync']:.0f} MiB/s")
+    print(f"{'method':<46}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}")
     for run in figures["runs"]:
-        print(f"{run['label']:<44}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}{run['server_cpu_share']:>11.0%}"
+        print(f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}{run['server_cpu_share']:>11.0%}"
               f"   (runs: {', '.join(map(str, run['all_seconds']))} s)")
     for server, r in figures["ratios"].items():
-        print(f"[{server}] warmstart preload vs naive baseline: {r['vs_baseline']:.2f}x; vs local copy limit: {r['vs_copy']:.0%}")
+        extra = f" (vs the baseline without fsync: {r['vs_baseline_no_fsync']:.2f}x)" if "vs_baseline_no_fsync" in r else ""
+        print(f"[{server}] warmstart preload vs naive baseline + fsync: {r['vs_baseline']:.2f}x{extra}; "
+              f"vs local copy limit: {r['vs_copy']:.0%}")
     for name in ("if_missing_2gb", "if_missing_100gb_sparse"):
         f = figures[name]
         print(f"--if-missing on the {name[11:]} cache: {f['in_process_ms']:.1f} ms in process, "
