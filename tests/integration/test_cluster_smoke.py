@@ -149,7 +149,8 @@ def test_duration_hook_delays_job_completion(api_client: client.ApiClient, names
 def test_daemonset_runs_one_pod_per_selected_node(api_client: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(api_client)
     selector = {nodes.INSTANCE_TYPE_LABEL: "ml.g5.24xlarge"}
-    wanted = {n.metadata.name for n in core.list_node(label_selector=f"{nodes.INSTANCE_TYPE_LABEL}=ml.g5.24xlarge").items}
+    matching = core.list_node(label_selector=f"{nodes.INSTANCE_TYPE_LABEL}=ml.g5.24xlarge").items
+    wanted = {n.metadata.name for n in matching}
     labels = {"app": "per-node"}
     body = {
         "apiVersion": "apps/v1",

@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_)
         sub.add_argument("--dir", type=pathlib.Path, default=DEFAULT_DIR, help="cluster directory (default .cluster)")
         if name == "up":
-            sub.add_argument("--nodes", default=nodes.DEFAULT_SPEC, help=f"TYPE=COUNT,... (default {nodes.DEFAULT_SPEC})")
+            sub.add_argument(
+                "--nodes", default=nodes.DEFAULT_SPEC, help=f"TYPE=COUNT,... (default {nodes.DEFAULT_SPEC})"
+            )
             sub.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
         if name == "down":
             sub.add_argument("--purge", action="store_true", help="also delete the cluster directory")
@@ -67,7 +69,8 @@ def _build(report: bool) -> int:
     if report:
         for record in building.build_records():
             rss = int(str(record["peak_rss_bytes"])) / 2**30
-            print(f"{record['binary']:<25} {record['version']:<9} {record['wall_seconds']:>7} s  peak RSS {rss:.2f} GiB")
+            name, version, seconds = record["binary"], record["version"], record["wall_seconds"]
+            print(f"{name:<25} {version:<9} {seconds:>7} s  peak RSS {rss:.2f} GiB")
     return 0
 
 
@@ -89,5 +92,6 @@ def _status(directory: pathlib.Path) -> int:
         gpus = (node.status.allocatable or {}).get("nvidia.com/gpu", "0")
         nvme = int((node.metadata.annotations or {}).get(nodes.NVME_ANNOTATION, "0")) / 1e12
         kind = labels.get(nodes.INSTANCE_TYPE_LABEL, "?")
-        print(f"  {node.metadata.name:<28} {kind:<18} {'Ready' if ready else 'NotReady':<9} gpu {gpus:<3} nvme {nvme:.1f} TB")
+        condition = "Ready" if ready else "NotReady"
+        print(f"  {node.metadata.name:<28} {kind:<18} {condition:<9} gpu {gpus:<3} nvme {nvme:.1f} TB")
     return 0 if all(component.healthy for component in components) else 1

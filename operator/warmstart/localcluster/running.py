@@ -8,7 +8,9 @@ binaries, ports), which is how ``down`` finds every process and ``up`` notices a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import importlib.resources
 import json
 import logging
@@ -16,7 +18,7 @@ import os
 import pathlib
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -77,59 +79,65 @@ class State:
 
 
 def up(directory: pathlib.Path, node_spec: str = nodes.DEFAULT_SPEC, timeout: float = 180.0) -> Cluster:
-    """Start a cluster in ``directory`` (or return the one already running there) with fake nodes."""
+    """Start a cluster in ``directory`` (or reuse the one running there) and ensure its fake nodes."""
     directory = directory.resolve()
-    existing = running_cluster(directory)
-    if existing is not None:
-        logger.info("a cluster is already running in %s (server %s)", directory, existing.server)
-        with existing.api_client() as api:
-            nodes.wait_ready(api, nodes.create_nodes(api, node_spec), timeout)  # missing ones only
-        return existing
-    if State.load(directory) is not None:
-        down(directory)  # leftovers of a crashed or half-started cluster
-    binaries = building.ensure_binaries()
-    started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
+    with _dir_lock(directory):
+        cluster = running_cluster(directory)
+        if cluster is not None:
+            logger.info("a cluster is already running in %s (server %s)", directory, cluster.server)
+        else:
+            if State.load(directory) is not None:
+                down(directory)  # leftovers of a crashed or half-started cluster
+            cluster = _start(directory, building.ensure_binaries(), time.monotonic() + timeout)
+        with cluster.api_client() as api:
+            try:
+                nodes.wait_ready(api, nodes.create_nodes(api, node_spec), timeout)  # creates missing ones only
+            except BaseException:
+                down(directory)
+                raise
+    return cluster
+
+
+def _start(directory: pathlib.Path, binaries: building.Binaries, deadline: float) -> Cluster:
+    """Start every component in order, each once the previous one is healthy; stop all on failure."""
+    started = time.monotonic()
     pki = certs.ensure_pki(directory / "pki", service_ip=flags.SERVICE_IP)
     shutil.rmtree(directory / "etcd", ignore_errors=True)
-    stages = _copy_stages(directory / "stages")
     state = State(ports={name: processes.free_port() for name in flags.PORTS})
     state.server = f"https://127.0.0.1:{state.ports['apiserver']}"
     admin = kubeconfigs.write(directory / "kubeconfig", state.server, pki, certs.ADMIN)
-    controller_kubeconfig = kubeconfigs.write(
-        directory / "kubeconfigs" / "controller-manager.yaml", state.server, pki, certs.CONTROLLER_MANAGER
-    )
-    scheduler_kubeconfig = kubeconfigs.write(
-        directory / "kubeconfigs" / "scheduler.yaml", state.server, pki, certs.SCHEDULER
-    )
-    layout = flags.Layout(directory=directory, pki=pki, ports=state.ports, stages=stages)
+    layout = flags.Layout(directory=directory, pki=pki, ports=state.ports, stages=_copy_stages(directory / "stages"))
+    kubeconfig = {
+        who: kubeconfigs.write(directory / "kubeconfigs" / f"{who.file_stem}.yaml", state.server, pki, who)
+        for who in (certs.CONTROLLER_MANAGER, certs.SCHEDULER)
+    }
     argvs = {
         "etcd": [str(binaries.etcd), *flags.etcd(layout)],
         "kube-apiserver": [str(binaries.kube_apiserver), *flags.apiserver(layout)],
         "kube-controller-manager": [
-            str(binaries.kube_controller_manager), *flags.controller_manager(layout, controller_kubeconfig)
+            str(binaries.kube_controller_manager),
+            *flags.controller_manager(layout, kubeconfig[certs.CONTROLLER_MANAGER]),
         ],
-        "kube-scheduler": [str(binaries.kube_scheduler), *flags.scheduler(layout, scheduler_kubeconfig)],
+        "kube-scheduler": [str(binaries.kube_scheduler), *flags.scheduler(layout, kubeconfig[certs.SCHEDULER])],
         "kwok": [str(binaries.kwok), *flags.kwok(layout, admin)],
     }
     checks = probing.health_checks(state.ports, pki)
-    deadline = time.monotonic() + timeout
+    cluster = Cluster(dir=directory, kubeconfig=admin, server=state.server)
     try:
         for name in COMPONENTS:
-            argv = argvs[name]
-            state.pids[name] = processes.spawn(argv, directory / "logs" / f"{name}.log", env=_env(name, directory))
-            state.binaries[name] = argv[0]
+            log = directory / "logs" / f"{name}.log"
+            state.pids[name] = processes.spawn(argvs[name], log, env=_env(name, directory))
+            state.binaries[name] = argvs[name][0]
             state.save(directory)
-            _wait(f"{name} to report healthy", deadline, lambda: _healthy_or_dead(name, state, checks[name], directory))
+            _wait(f"{name} to report healthy", deadline, lambda: _healthy_or_dead(name, state, checks[name], log))
             logger.info("%s is up (pid %d)", name, state.pids[name])
-        cluster = Cluster(dir=directory, kubeconfig=admin, server=state.server)
         with cluster.api_client() as api:
             _wait("the default ServiceAccount in namespace default", deadline, lambda: _default_sa_exists(api))
-            nodes.wait_ready(api, nodes.create_nodes(api, node_spec), max(1.0, deadline - time.monotonic()))
     except BaseException:
         down(directory)
         raise
-    logger.info("cluster up in %.1f s: export KUBECONFIG=%s", time.monotonic() - started, admin)
+    logger.info("control plane up in %.1f s: export KUBECONFIG=%s", time.monotonic() - started, admin)
     return cluster
 
 
@@ -197,12 +205,19 @@ def _copy_stages(target: pathlib.Path) -> list[pathlib.Path]:
     return copied
 
 
-def _healthy_or_dead(name: str, state: State, check: Callable[[], bool], directory: pathlib.Path) -> bool:
+def _healthy_or_dead(name: str, state: State, check: Callable[[], bool], log: pathlib.Path) -> bool:
     if not processes.alive(state.pids[name], state.binaries[name]):
-        log = directory / "logs" / f"{name}.log"
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
         raise ClusterError(f"{name} exited during startup; last lines of {log}:\n{tail}")
     return check()
+
+
+@contextlib.contextmanager
+def _dir_lock(directory: pathlib.Path) -> Iterator[None]:
+    """Serialise ``up`` calls on one directory (two pytest sessions sharing ``.cluster``, say)."""
+    with (directory / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _default_sa_exists(api: client.ApiClient) -> bool:
