@@ -150,7 +150,12 @@ def test_daemonset_runs_one_pod_per_selected_node(api_client: client.ApiClient, 
     core = client.CoreV1Api(api_client)
     selector = {nodes.INSTANCE_TYPE_LABEL: "ml.g5.24xlarge"}
     matching = core.list_node(label_selector=f"{nodes.INSTANCE_TYPE_LABEL}=ml.g5.24xlarge").items
-    wanted = {n.metadata.name for n in matching}
+    # DaemonSet pods tolerate the node.kubernetes.io/* taints, but not those other tests may add.
+    wanted = {
+        n.metadata.name
+        for n in matching
+        if not any(not t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
+    }
     labels = {"app": "per-node"}
     body = {
         "apiVersion": "apps/v1",
