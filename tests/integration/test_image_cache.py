@@ -47,7 +47,7 @@ class Nodes:
         taints = [kwok_nodes.Taint("nvidia.com/gpu", "present")] if tainted else []
         names = kwok_nodes.create_nodes(self.api, [(instance_type, count)], start=start, prefix=self.prefix, taints=taints)
         self.created += names
-        kube.wait_for(lambda: kwok_nodes.ready_nodes(self.api, names) == set(names), 60, what=f"nodes {names} Ready")
+        kube.wait_for(lambda: kwok_nodes.ready_nodes(self.api, names) == set(names), TIMEOUT, what=f"nodes {names} Ready")
         return instance_type, names
 
 
