@@ -205,3 +205,14 @@ async def fixed_rate(session: aiohttp.ClientSession, url: str, rate: float, seco
         tasks.append(asyncio.create_task(one()))
     await asyncio.gather(*tasks)
     return latencies, errors
+
+
+async def router_spills(session: aiohttp.ClientSession, router_url: str) -> float:
+    """warmstart_router_spills_total summed over strategies (0 for other routers)."""
+    try:
+        async with session.get(router_url + "/metrics") as response:
+            text = await response.text()
+    except aiohttp.ClientError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("warmstart_router_spills_total"))

@@ -36,6 +36,7 @@ class Row:
     per_replica: dict[str, int]
     moved: dict[str, float] = field(default_factory=dict)
     ttfts_ms: list[float] = field(default_factory=list)
+    spills: int | None = None
     ttft_scaled_p50_ms: float = math.nan
     ttft_scaled_p99_ms: float = math.nan
 

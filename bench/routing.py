@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -97,6 +98,7 @@ async def run_workload(session: aiohttp.ClientSession, target: fleets.RouterUnde
     rate = float(cfg["rate"])  # type: ignore[arg-type]
     await loading.reset_replicas(session, measure_urls)
     before = await loading.replica_counters(session, measure_urls)
+    spills_before = await loading.router_spills(session, target.url) if target.kind == "warmstart" else 0.0
     moved: dict[str, float] = {}
     if workload == "multi_turn":
         users = workloads.multi_turn(users=10, rounds=int(cfg["rounds"]))  # type: ignore[call-overload]
@@ -124,7 +126,10 @@ async def run_workload(session: aiohttp.ClientSession, target: fleets.RouterUnde
     after = await loading.replica_counters(session, measure_urls)
     delta = (sum(after[u][0] - before[u][0] for u in measure_urls), sum(after[u][1] - before[u][1] for u in measure_urls))
     size = 1 if target.kind == "direct" else FLEET
-    return reporting.summarize(target.label, workload, results, delta, scale, size, moved)
+    row = reporting.summarize(target.label, workload, results, delta, scale, size, moved)
+    if target.kind == "warmstart":
+        row.spills = int(await loading.router_spills(session, target.url) - spills_before)
+    return row
 
 
 async def start_target(session: aiohttp.ClientSession, name: str, fleet_urls: list[str], ideal_url: str,
@@ -224,7 +229,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print(f"plan: {json.dumps(cfg)}; routers: {names}; workloads: {chosen}", flush=True)
 
     sim_args = ["--time-scale", str(cfg["time_scale"]), "--cache-tokens", str(cfg["cache_tokens"]),
-                "--stream-chunk-tokens", "32"]
+                "--stream-chunk-tokens", str(args.stream_chunk_tokens)]
     base, ideal_port = fleets.free_block(9), fleets.free_port()
     fleet_proc = fleets.spawn("sim-fleet", fleets.sim_argv(9, base, sim_args), logs)
     ideal_proc = fleets.spawn("sim-ideal", fleets.sim_argv(1, ideal_port, [*sim_args, "--scale-factor", str(FLEET)],
@@ -248,7 +253,8 @@ async def main_async(args: argparse.Namespace) -> int:
                         by_workload[workload].append(row)
                         print(f"[{time.monotonic() - started:6.1f}s] {workload:13s} {name:28s} hit={row.hit_ratio:.3f} "
                               f"p50={row.ttft_p50_ms:.0f}ms p99={row.ttft_p99_ms:.0f}ms "
-                              f"share={row.max_mean_share:.2f} moved={row.moved} errors={row.errors}", flush=True)
+                              f"share={row.max_mean_share:.2f} moved={row.moved} spills={row.spills} errors={row.errors}",
+                              flush=True)
                 finally:
                     target.stop()
             if not args.skip_overhead:
@@ -308,12 +314,29 @@ def main() -> int:
                         "or 70%% busy with no cache hits at all")
     p.add_argument("--router-config", nargs="*", metavar="KEY=VALUE",
                    help="extra RouterConfig knobs for the warmstart routers, e.g. loadEpsilon=0.3")
+    p.add_argument("--stream-chunk-tokens", type=int, default=128,
+                   help="tokens per SSE chunk after the first (TTFT is unaffected; fewer chunks = less CPU)")
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--overhead-only", action="store_true")
     p.add_argument("--routers", nargs="*", help='subset, e.g. "warmstart prefixaware" ideal')
     p.add_argument("--workloads", nargs="*", choices=["shared_prefix", "multi_turn", "hot_prefix", "scale_event"])
-    return asyncio.run(main_async(p.parse_args()))
+    return asyncio.run(_cancellable(main_async(p.parse_args())))
+
+
+async def _cancellable(coro: Any) -> int:
+    """Run the benchmark so that SIGTERM/SIGINT unwind it (and its finally blocks stop the children)."""
+    import signal
+
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return int(await task)
+    except asyncio.CancelledError:
+        print("benchmark interrupted; child processes stopped", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
