@@ -1,4 +1,4 @@
-"""Integration fixtures: one REAL Kubernetes control plane for the whole test session.
+"""Shared fixtures: one REAL Kubernetes control plane for the whole test session (integration and e2e alike).
 
 Sets up etcd, kube-apiserver (client certs, RBAC), kube-controller-manager and kube-scheduler,
 built from the Go module proxy (see docs/localcluster.md), plus kwok with warmstart's stages and
