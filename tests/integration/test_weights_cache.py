@@ -284,3 +284,45 @@ def test_model_too_big_for_a_node_type_reports_insufficient_capacity_and_creates
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert ready["reason"] == "InsufficientCapacity"
         delete_all(api_client, namespace)
+
+
+def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    instance_type, targets = own_nodes.add(1)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
+        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        key = key_of(name)
+        wait_state(api_client, namespace, name, "Ready", readyNodes=1, targetNodes=1)
+        client.CoreV1Api(api_client).patch_node(targets[0], {"metadata": {"labels": {labels.weights_ready_label(key): None}}})
+
+        def second_attempt() -> list[Any]:
+            return [j for j in jobs_of(api_client, namespace) if j.metadata.labels[jobs.ATTEMPT_LABEL] == "2"]
+
+        kube.wait_for(second_attempt, TIMEOUT, what="a second preload Job")
+        status = wait_state(api_client, namespace, name, "Ready", readyNodes=1, targetNodes=1)
+        kube.wait_for(lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="label back after the new preload")
+        assert status["nodes"][0]["attempts"] == 2
+        kube.wait_for(lambda: len(jobs_of(api_client, namespace)) == 1, TIMEOUT, what="the first attempt's Job deleted")
+        delete_all(api_client, namespace)
+
+
+def test_retryable_failure_keeps_downloading_and_retries_after_backoff(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+) -> None:
+    instance_type, _ = own_nodes.add(1)
+    network = {"outcome": "Failed", "reason": "NetworkError", "message": "connection reset", "retryable": True}
+    hooks = {"sim.warmstart.io/exit-code": "75", "sim.warmstart.io/termination-message": json.dumps(network)}
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
+        name = create(api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks))
+
+        def failed_once() -> dict[str, Any] | None:
+            status = status_of(api_client, namespace, name)
+            nodes = status.get("nodes") or []
+            return status if nodes and nodes[0]["state"] == "Failed" else None
+
+        status = kube.wait_for(failed_once, TIMEOUT, what="the first attempt failed")
+        assert status["state"] == "Downloading" and status["nodes"][0]["reason"] == "NetworkError"
+        assert "retry 2 of" in status["nodes"][0]["message"]
+        kube.wait_for(lambda: any(j.metadata.labels[jobs.ATTEMPT_LABEL] == "2" for j in jobs_of(api_client, namespace)), TIMEOUT, what="attempt 2")
+        delete_all(api_client, namespace)
