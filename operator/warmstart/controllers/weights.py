@@ -213,14 +213,17 @@ def weights_job_index(body: kopf.Body, namespace: str, meta: Mapping[str, Any], 
 
 
 @kopf.index(GROUP, VERSION, MDCC_PLURAL)  # type: ignore[arg-type]
-def weights_key_index(spec: Mapping[str, Any], uid: str, namespace: str, name: str, meta: Mapping[str, Any], **_: Any) -> dict[str, tuple[str, str, str]] | None:
-    """Caches by content key: two namespaces with the same source share node labels and files."""
+def weights_key_index(spec: Mapping[str, Any], uid: str, namespace: str, name: str, meta: Mapping[str, Any], **_: Any) -> dict[str, tuple[str, str, str]]:
+    """Live caches by content key: two namespaces with the same source share node labels and files.
+
+    Returns {} (not None, which kopf would take as "keep the old entry") for caches being deleted.
+    """
     try:
         parsed = ModelDataCacheConfigSpec.model_validate(spec)
     except ValidationError:
-        return None
+        return {}
     if meta.get("deletionTimestamp"):
-        return None
+        return {}
     return {keys.weights_key(parsed.model_source_config, parsed.host_path): (namespace, name, uid)}
 
 
