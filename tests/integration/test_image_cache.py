@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -58,6 +59,23 @@ def own_nodes(api_client: client.ApiClient) -> Iterator[Nodes]:
         yield made
     finally:
         kwok_nodes.delete_nodes(api_client, made.created)
+
+
+@contextmanager
+def operator(cluster: Any, api: client.ApiClient, namespace: str) -> Iterator[None]:
+    """The operator for this namespace; on the way out it deletes every MIC while it can still run the finalizers,
+    so the namespace does not hang in Terminating and no label is left on a node."""
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=RENDER):
+        try:
+            yield
+        finally:
+            custom = client.CustomObjectsApi(api)
+            custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, MIC_PLURAL)
+            kube.wait_for(
+                lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MIC_PLURAL)["items"],
+                TIMEOUT,
+                what="every MIC finalized",
+            )
 
 
 def mic_manifest(namespace: str, instance_type: str, image: str = IMAGE, parents: int = 1, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -130,7 +148,7 @@ def test_four_target_nodes_get_ready_pods_labels_and_state_ready_others_get_none
 ) -> None:
     instance_type, targets = own_nodes.add(4)
     _, bystanders = own_nodes.add(2)
-    with operating.operator(str(cluster.kubeconfig), [namespace], render=RENDER):
+    with operator(cluster, api_client, namespace):
         name = create(api_client, mic_manifest(namespace, instance_type))
         status = wait_state(api_client, namespace, name, "Ready", readyNodes=4, targetNodes=4)
         key = key_of(name)
@@ -152,7 +170,7 @@ def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_label
     cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
 ) -> None:
     instance_type, targets = own_nodes.add(3)
-    with operating.operator(str(cluster.kubeconfig), [namespace], render=RENDER):
+    with operator(cluster, api_client, namespace):
         manifest = mic_manifest(namespace, instance_type, parents=2)
         name = create(api_client, manifest)
         wait_state(api_client, namespace, name, "Ready", readyNodes=3, targetNodes=3)
@@ -178,7 +196,7 @@ def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_label
 
 def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes) -> None:
     instance_type, targets = own_nodes.add(2)
-    with operating.operator(str(cluster.kubeconfig), [namespace], render=RENDER):
+    with operator(cluster, api_client, namespace):
         old = create(api_client, mic_manifest(namespace, instance_type))
         wait_state(api_client, namespace, old, "Ready", readyNodes=2, targetNodes=2)
         new = create(api_client, mic_manifest(namespace, instance_type, image="vllm/vllm-openai:v0.9.2"))
@@ -198,7 +216,7 @@ def test_pull_failure_shows_image_and_node_and_state_failed(cluster: Any, api_cl
     instance_type, targets = own_nodes.add(2)
     image = "acme/does-not-exist:1.0"
     hooks = {"sim.warmstart.io/image-pull-error": "ErrImagePull", "sim.warmstart.io/image-pull-error-container": daemonsets.PULL_CONTAINER}
-    with operating.operator(str(cluster.kubeconfig), [namespace], render=RENDER):
+    with operator(cluster, api_client, namespace):
         name = create(api_client, mic_manifest(namespace, instance_type, image=image, annotations=hooks))
         wait_state(api_client, namespace, name, "Failed", readyNodes=0, targetNodes=2)
 
@@ -230,7 +248,7 @@ def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_cl
         kube.wait_for(lambda: labeled(api_client, key_of(name)) == set(targets + joined), TIMEOUT, what="label on the new node")
         (after,) = daemonsets_of(api_client, namespace)
         assert after.metadata.uid == before.metadata.uid
-    with operating.operator(kubeconfig, [namespace], render=RENDER):
+    with operator(cluster, api_client, namespace):
         wait_state(api_client, namespace, name, "Ready", readyNodes=3, targetNodes=3)
         assert len(daemonsets_of(api_client, namespace)) == 1
 
@@ -239,7 +257,7 @@ def test_tainted_gpu_nodes_are_pre_pulled_only_when_tolerating_all_taints(
     cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
 ) -> None:
     instance_type, targets = own_nodes.add(2, tainted=True)
-    with operating.operator(str(cluster.kubeconfig), [namespace], render=RENDER):
+    with operator(cluster, api_client, namespace):
         tolerant = create(api_client, mic_manifest(namespace, instance_type))
         wait_state(api_client, namespace, tolerant, "Ready", readyNodes=2, targetNodes=2)
         kube.wait_for(lambda: labeled(api_client, key_of(tolerant)) == set(targets), TIMEOUT, what="labels on tainted nodes")
