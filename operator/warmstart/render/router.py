@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from warmstart.render import labels
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
@@ -22,12 +24,10 @@ def name(endpoint_name: str) -> str:
 def config(endpoint: Endpoint) -> RouterConfig:
     """The router configuration rendered from the endpoint spec."""
     limits = endpoint.worker.request_limits
-    return RouterConfig.model_validate(
-        {
-            "strategy": endpoint.routing_strategy.value,
-            "maxConcurrentRequests": limits.max_concurrent_requests if limits else None,
-        }
-    )
+    knobs: dict[str, Any] = {"strategy": endpoint.routing_strategy.value}
+    if limits and limits.max_concurrent_requests:
+        knobs["maxConcurrentRequests"] = limits.max_concurrent_requests
+    return RouterConfig.model_validate(knobs)
 
 
 def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
@@ -43,7 +43,9 @@ def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
 
 
 def configmap(endpoint: Endpoint) -> Manifest:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(endpoint), "data": {CONFIGMAP_KEY: config(endpoint).to_yaml()}}
+    """Only the knobs the endpoint sets; every other knob keeps the router's documented default."""
+    chosen = config(endpoint).model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(endpoint), "data": {CONFIGMAP_KEY: yaml.safe_dump(chosen, sort_keys=True)}}
 
 
 def service_account(endpoint: Endpoint) -> Manifest:
