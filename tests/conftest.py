@@ -81,4 +81,21 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
     try:
         yield name
     finally:
+        _release_finalizers(api_client, name)
         core.delete_namespace(name, propagation_policy="Background")
+
+
+def _release_finalizers(api: client.ApiClient, namespace: str) -> None:
+    """Drop warmstart finalizers left by a test that stopped its operator first, so the namespace can go away."""
+    objects = client.CustomObjectsApi(api)
+    group, version = "inference.sagemaker.aws.amazon.com", "v1"
+    for plural in ("inferenceendpointconfigs", "jumpstartmodels", "modeldatacacheconfigs", "modelimagecaches"):
+        try:
+            items = objects.list_namespaced_custom_object(group, version, namespace, plural)["items"]
+        except client.ApiException:
+            continue  # CRDs not installed by this test
+        for item in items:
+            if item["metadata"].get("finalizers"):
+                objects.patch_namespaced_custom_object(
+                    group, version, namespace, plural, item["metadata"]["name"], {"metadata": {"finalizers": None}}
+                )
