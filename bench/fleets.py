@@ -122,7 +122,9 @@ class RouterUnderTest:
         """Change the replica set live (warmstart: backends file; SGLang: its /workers API)."""
         if self.kind == "warmstart":
             assert self.backends_file is not None
-            self.backends_file.write_text("\n".join(urls) + "\n")
+            staging = self.backends_file.with_suffix(".new")  # atomic replace: never a half-written file
+            staging.write_text("\n".join(urls) + "\n")
+            staging.replace(self.backends_file)
             await self._wait_backends(session, urls, "/router/status", lambda s: [b["url"] for b in s["backends"]])
         elif self.kind == "sglang":
             workers = await _json(session, self.url + "/workers")

@@ -75,3 +75,20 @@ async def test_an_invalid_config_keeps_the_previous_one(tmp_path: Path, routers:
 def test_backends_file_syntax() -> None:
     text = "http://a:1, http://b:2\n# comment\nc:3  # trailing\n\n"
     assert discovery.parse_backends(text) == ["http://a:1", "http://b:2", "c:3"]
+
+
+async def test_an_empty_file_is_read_again_later_not_applied(tmp_path: Path, routers: RouterFactory) -> None:
+    config_file, backends_file = tmp_path / "router.yaml", tmp_path / "backends"
+    touch(config_file, "strategy: session\n", 0)
+    touch(backends_file, "http://127.0.0.1:1\n", 0)
+    router = await routers()
+    watcher = discovery.FileWatcher(str(config_file), str(backends_file))
+    watcher.poll(router.router)
+    touch(config_file, "", 5)  # truncated by an editor, not yet rewritten
+    touch(backends_file, "", 5)
+    watcher.poll(router.router)
+    assert router.router.strategy.value == "session"
+    assert router.router.fleet.urls() == ["http://127.0.0.1:1"]
+    touch(config_file, "strategy: roundrobin\n", 10)
+    watcher.poll(router.router)
+    assert router.router.strategy.value == "roundrobin"

@@ -67,28 +67,37 @@ class FileWatcher:
             self.poll(router)
 
     def poll(self, router: Router) -> None:
-        """Apply whichever file changed since the last poll (errors keep the previous state)."""
-        if self.config_path is not None and self._changed(self.config_path):
-            try:
-                router.apply_config(RouterConfig.from_file(self.config_path))
-            except (OSError, ValueError) as exc:
-                log.error("keeping the previous router config: %s is invalid: %s", self.config_path, exc)
-        if self.backends_path is not None and self._changed(self.backends_path):
-            try:
-                router.set_backends(parse_backends(self.backends_path.read_text(encoding="utf-8")))
-            except OSError as exc:
-                log.error("keeping the previous replicas: cannot read %s: %s", self.backends_path, exc)
+        """Apply whichever file changed since the last poll (errors keep the previous state).
 
-    def _changed(self, path: Path) -> bool:
+        An empty file is taken as one being written (editors and ``>`` truncate first) and is
+        looked at again on the next poll; write files atomically (rename) to avoid the window.
+        """
+        if self.config_path is not None:
+            text = self._read_if_changed(self.config_path)
+            if text is not None:
+                try:
+                    router.apply_config(RouterConfig.from_yaml(text))
+                except ValueError as exc:
+                    log.error("keeping the previous router config: %s is invalid: %s", self.config_path, exc)
+        if self.backends_path is not None:
+            text = self._read_if_changed(self.backends_path)
+            if text is not None:
+                router.set_backends(parse_backends(text))
+
+    def _read_if_changed(self, path: Path) -> str | None:
         try:
             stat = path.stat()
-        except OSError:
-            return False
-        mark = (stat.st_mtime, stat.st_size)
-        if self._seen.get(path) == mark:
-            return False
+            mark = (stat.st_mtime, stat.st_size)
+            if self._seen.get(path) == mark:
+                return None
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            log.error("keeping the previous state: cannot read %s: %s", path, exc)
+            return None
+        if not text.strip():
+            return None  # probably mid-write: not marked as seen, so the next poll reads it again
         self._seen[path] = mark
-        return True
+        return text
 
 
 def ready_urls(slices: Iterable[Any], port_name: str | None = None, scheme: str = "http") -> list[str]:
