@@ -38,7 +38,8 @@ def install_crds(store: Store) -> None:
     for kind in KINDS:
         store.apply(crd(kind))
     for kind in KINDS:
-        _wait(lambda k=kind: _established(store, f"{k.plural}.inference.sagemaker.aws.amazon.com"), 60, f"CRD {kind.kind}")
+        name = f"{kind.plural}.inference.sagemaker.aws.amazon.com"
+        _wait(lambda: _established(store, name), 60, f"CRD {kind.kind}")
 
 
 def _established(store: Store, name: str) -> bool:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warmstart.api.workers import Worker
-from warmstart.render import labels
+from warmstart.render import labels, security
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -100,6 +100,7 @@ def preload_init_container(endpoint: Endpoint, generation: Generation, context: 
         "volumeMounts": mounts,
         "terminationMessagePolicy": "File",
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+        "securityContext": dict(security.CACHE_WRITER),
     }
 
 

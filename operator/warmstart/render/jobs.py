@@ -26,7 +26,7 @@ from typing import Any
 from warmstart.api import API_VERSION, GROUP
 from warmstart.api.caches import MDCC_KIND, ModelDataCacheConfigSpec
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
-from warmstart.render import labels
+from warmstart.render import labels, security
 from warmstart.render.context import RenderContext
 from warmstart.render.weights_status import JobPhase, PreloadJob, PreloadResult
 
@@ -164,12 +164,7 @@ def _pod_spec(
         "volumeMounts": [mount for _, mount in pairs],
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
-        "securityContext": {
-            "runAsUser": 0,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": dict(security.CACHE_WRITER),
     }
     pod: dict[str, Any] = {
         "restartPolicy": "Never",

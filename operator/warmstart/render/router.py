@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from warmstart.render import labels
+from warmstart.render import labels, security
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 from warmstart.router.config import CONFIGMAP_KEY, RouterConfig
@@ -100,13 +100,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         "readinessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 65532,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": dict(security.RESTRICTED),
     }
     return {
         "apiVersion": "apps/v1",
