@@ -21,6 +21,7 @@ import hashlib
 import http.client
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -88,11 +89,23 @@ def make_model(src: Path, shards: int, shard_bytes: int) -> dict[str, int]:
     return sizes
 
 
+def client_cpu() -> float:
+    """CPU seconds of this process and its finished children (the preload and the baseline run as children)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def timed(label: str, server_cpu: Any, fn: Any) -> dict[str, Any]:
-    cpu0, t0 = server_cpu(), time.monotonic()
+    cpu0, client0, t0 = server_cpu(), client_cpu(), time.monotonic()
     extra = fn() or {}
-    wall, cpu = time.monotonic() - t0, server_cpu() - cpu0
-    return {"label": label, "wall": wall, "server_cpu": cpu, **extra}
+    wall, cpu, client = time.monotonic() - t0, server_cpu() - cpu0, client_cpu() - client0
+    return {"label": label, "wall": wall, "server_cpu": cpu, "client_cpu": client - cpu if server_cpu is own_cpu else client, **extra}
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process: the file-s3 server runs here."""
+    t = psutil.Process().cpu_times()
+    return float(t.user + t.system)
 
 
 def process_cpu(proc: psutil.Process) -> Any:
@@ -270,7 +283,7 @@ def main() -> int:
         for name in sizes:
             os.link(workdir / "src" / name, served / name)  # the same bytes, no extra disk
         files_server = FileS3Server(str(workdir / "s3files"))
-        runs += compare("file-s3", files_server.url, process_cpu(psutil.Process()), root, workdir, args, args.repeats)
+        runs += compare("file-s3", files_server.url, own_cpu, root, workdir, args, args.repeats)
         def copy() -> dict[str, Any]:
             shutil.rmtree(workdir / "copy", ignore_errors=True)
             return copy_tree(workdir / "src", workdir / "copy")
@@ -280,6 +293,7 @@ def main() -> int:
         for run in runs:
             run["throughput_mib_s"] = total / MIB / run["reported_seconds"]
             run["server_cpu_share"] = run["server_cpu"] / run["wall"]
+            run["client_cpu_s_per_gib"] = run["client_cpu"] / (total / (1 << 30))
         figures["runs"] = runs
         by = {r["label"]: r["throughput_mib_s"] for r in runs}
         copy = by["local copy + fsync (limit)"]
@@ -311,9 +325,9 @@ def main() -> int:
           f"{figures['cpus']} CPUs, load average at start {figures['load_avg_at_start'][0]:.1f}; "
           f"--concurrency {args.concurrency} --part-size-mb {args.part_size_mb}; "
           f"disk write+fsync {figures['disk_write_mib_s_with_fsync']:.0f} MiB/s")
-    print(f"{'method':<46}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}")
+    print(f"{'method':<46}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}{'client CPU s/GiB':>18}")
     for run in figures["runs"]:
-        print(f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}{run['server_cpu_share']:>11.0%}"
+        print(f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}{run['server_cpu_share']:>11.0%}{run['client_cpu_s_per_gib']:>18.1f}"
               f"   (runs: {', '.join(map(str, run['all_seconds']))} s)")
     for server, r in figures["ratios"].items():
         extra = f" (vs the baseline without fsync: {r['vs_baseline_no_fsync']:.2f}x)" if "vs_baseline_no_fsync" in r else ""
