@@ -1,9 +1,10 @@
 """Preload tests against real servers: moto's S3 server (a subprocess), a Hub look-alike, local directories.
 
 Sets up: one moto S3 server for the session (each test gets its own bucket), a Hub-protocol HTTP server
-(`preloadhub.py`) for the session, the AWS/HF environment pointing at them, and helpers that run
+(`preloadhub.py`) for the session, and the AWS/HF environment pointing at them. `preloadhelpers.py` runs
 `warmstart preload` in-process (its real `main`) or as a subprocess (for kill -9). Not faked: boto3,
-s3transfer, huggingface_hub, HTTP, the file system, fsync, rename and flock. No test asserts on time.
+s3transfer, huggingface_hub, HTTP, the file system, fsync, rename and flock. Faults are injected from outside
+only: moto's own IAM checks, a byte-flipping proxy, a Hub server serving a corrupt file. No test asserts on time.
 """
 
 from __future__ import annotations
