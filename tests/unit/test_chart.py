@@ -7,7 +7,6 @@ Regenerate the golden files with UPDATE_GOLDEN=1.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+import golden
 from warmstart.controllers import settings as settings_module
 from warmstart.localcluster import building, versions
 from warmstart.render import daemonsets, priority
@@ -99,12 +99,7 @@ def test_helm_lint_passes_for_every_values_set(helm: pathlib.Path, tmp_path: pat
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_helm_template_matches_golden(helm: pathlib.Path, tmp_path: pathlib.Path, name: str) -> None:
     rendered = template(helm, VALUES[name], tmp_path)
-    golden = GOLDEN / f"{name}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(rendered)
-    assert golden.is_file(), f"missing {golden}: run with UPDATE_GOLDEN=1"
-    assert rendered == golden.read_text(), f"helm template differs from {golden}: review, then UPDATE_GOLDEN=1"
+    golden.check_text(GOLDEN / f"{name}.yaml", rendered)
     assert documents(rendered)
 
 

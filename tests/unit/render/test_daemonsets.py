@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+import golden
 from warmstart.api.caches import ModelImageCacheSpec
 from warmstart.placement import instance_type_affinity
 from warmstart.render import daemonsets, keys, labels, priority
@@ -18,14 +18,9 @@ CONTEXT = RenderContext(operator_image="warmstart:test")
 IMAGE = "vllm/vllm-openai:v0.9.1"
 
 
+
 def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
-    text = yaml.safe_dump_all(manifests, sort_keys=True)
-    path = GOLDEN / f"{name}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}: run with UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path.name} differs: review, then run with UPDATE_GOLDEN=1"
+    golden.check_manifests(GOLDEN, name, manifests)
 
 
 def endpoint_spec(**changes: Any) -> ModelImageCacheSpec:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+import golden
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.render import caches, deployments, endpoints, router
@@ -28,13 +28,9 @@ def seed_spec(**changes: Any) -> InferenceEndpointConfigSpec:
     return InferenceEndpointConfigSpec.model_validate(doc["spec"])
 
 
+
 def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
-    text = yaml.safe_dump_all(manifests, sort_keys=True)
-    path = GOLDEN / f"{name}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}: run with UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path.name} differs: review, then run with UPDATE_GOLDEN=1"
+    golden.check_manifests(GOLDEN, name, manifests)
 
 
 def test_seed_renders_golden_children() -> None:

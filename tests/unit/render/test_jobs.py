@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+import golden
 from warmstart.api.caches import ModelDataCacheConfigSpec
 from warmstart.placement import instance_type_affinity
 from warmstart.preload import results
@@ -46,14 +46,9 @@ SOURCES: dict[str, dict[str, Any]] = {
 }
 
 
+
 def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
-    text = yaml.safe_dump_all(manifests, sort_keys=True)
-    path = GOLDEN / f"{name}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}: run with UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path.name} differs: review, then run with UPDATE_GOLDEN=1"
+    golden.check_manifests(GOLDEN, name, manifests)
 
 
 def spec_for(source: str, **changes: Any) -> ModelDataCacheConfigSpec:
