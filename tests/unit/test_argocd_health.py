@@ -23,11 +23,12 @@ from warmstart.api.statuses import CacheSummary, EndpointStatus
 
 ARGOCD = pathlib.Path(__file__).resolve().parents[2] / "examples" / "07-argocd"
 HEALTH = ARGOCD / "health"
+#: one script per shape of status: both endpoint kinds share one, both cache kinds the other
 KINDS = {
-    "InferenceEndpointConfig": "inferenceendpointconfig.lua",
-    "JumpStartModel": "jumpstartmodel.lua",
-    "ModelDataCacheConfig": "modeldatacacheconfig.lua",
-    "ModelImageCache": "modelimagecache.lua",
+    "InferenceEndpointConfig": "endpoint.lua",
+    "JumpStartModel": "endpoint.lua",
+    "ModelDataCacheConfig": "cache.lua",
+    "ModelImageCache": "cache.lua",
 }
 
 

@@ -1,6 +1,7 @@
--- Argo CD health of a warmstart ModelImageCache (the pre-pulled image on the target nodes), from status.state.
---   Healthy:     Ready (the image is on every target node).
---   Degraded:    Failed (pulls fail everywhere: ErrImagePull, a bad reference, a missing pull secret) and PartiallyReady (some
+-- Argo CD health of a warmstart cache (ModelDataCacheConfig: weights on the nodes' NVMe; ModelImageCache: the
+-- pre-pulled image), from status.state.
+--   Healthy:     Ready (every target node holds the weights or the image).
+--   Degraded:    Failed (e.g. InsufficientCapacity, AccessDenied, NotFound, ErrImagePull) and PartiallyReady (some
 --                nodes ready, every other one failed: it will not finish without a fix).
 --   Progressing: no status yet, Pending, Downloading, Deleting.
 local hs = {}

@@ -1,4 +1,4 @@
--- Argo CD health of a warmstart InferenceEndpointConfig, from status.state and the conditions.
+-- Argo CD health of a warmstart endpoint (InferenceEndpointConfig or JumpStartModel), from status.state and the conditions.
 --   Healthy:     DeploymentComplete (serving). If the weights cache missed maxDeployTimeInSeconds, the endpoint still
 --                serves (slower cold starts, not a failure): that Degraded condition is shown in the message only.
 --   Degraded:    DeploymentFailed / DeletionFailed (e.g. a gated model without acceptEula, a rollout past its deadline).
