@@ -30,6 +30,7 @@ class Result:
     replica: str | None
     error: str | None = None
     ttft_scaled: float | None = None  # client TTFT / scale (overhead magnified)
+    path_delay: float | None = None  # real seconds: client, network, router and event-loop delays
 
 
 def _replica_of(response_id: str) -> str | None:
@@ -41,6 +42,7 @@ def _replica_of(response_id: str) -> str | None:
 class Stream:
     ttft: float | None = None
     ttft_scaled: float | None = None
+    path_delay: float | None = None  # real seconds of the first byte's wait not spent in the engine
     latency: float | None = None
     replica: str | None = None
     text: str = ""
@@ -66,7 +68,11 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
                     event = json.loads(line[6:])
                     engine = event.get("sim_ttft_s")
                     out.ttft_scaled = real / scale
-                    out.ttft = out.ttft_scaled if engine is None else float(engine) + max(0.0, real - float(engine) * scale)
+                    if engine is not None:
+                        out.path_delay = max(0.0, real - float(engine) * scale)
+                        out.ttft = float(engine) + out.path_delay
+                    else:
+                        out.ttft = out.ttft_scaled
                     out.replica = _replica_of(str(event.get("id", "")))
                     if "error" in event:
                         out.ttft, out.error = None, "stream error"
@@ -107,7 +113,8 @@ async def open_loop(session: aiohttp.ClientSession, base_url: str, requests: lis
     async def one(request: workloads.Request) -> None:
         sent = time.perf_counter() - start
         got = await stream_one(session, base_url + request.path, request.body, scale)
-        results.append(Result(request.group, sent, got.ttft, got.latency, got.replica, got.error, got.ttft_scaled))
+        results.append(Result(request.group, sent, got.ttft, got.latency, got.replica, got.error, got.ttft_scaled,
+                              got.path_delay))
 
     async def fire_events() -> None:
         for at, action in sorted(events or [], key=lambda e: e[0]):
@@ -141,7 +148,7 @@ async def conversations(session: aiohttp.ClientSession, base_url: str, users: li
             sent = time.perf_counter() - start
             got = await stream_one(session, base_url + "/v1/chat/completions", body, scale, collect_text=True)
             results.append(Result(conversation.user, sent, got.ttft, got.latency, got.replica, got.error,
-                                  got.ttft_scaled))
+                                  got.ttft_scaled, got.path_delay))
             conversation.history += [{"role": "user", "content": conversation.questions[round_index]},
                                      {"role": "assistant", "content": got.text}]
             await asyncio.sleep(conversation.think_s * scale)
