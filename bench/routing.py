@@ -209,7 +209,7 @@ async def main_async(args: argparse.Namespace) -> int:
     out = Path(args.out)
     logs = out / "logs"
     out.mkdir(parents=True, exist_ok=True)
-    cfg = plan(args.quick, args.time_scale)
+    cfg = plan(args.quick, args.time_scale or (0.25 if args.quick else 0.5))
     cfg["load_basis"] = args.load_basis
     cfg["machine_load_at_start"] = [round(x, 1) for x in os.getloadavg()]
     if args.router_config:
@@ -308,7 +308,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--quick", action="store_true", help="demo subset, < 3 minutes")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
-    p.add_argument("--time-scale", type=float, default=0.25, help="real seconds per model second")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="real seconds per model second (default 0.25 with --quick, else 0.5: half the real "
+                        "request rate, so a CPU-starved Python router distorts TTFT less)")
     p.add_argument("--load-basis", choices=["random", "cold"], default="random",
                    help="70%% load means: prefill 70%% busy under random routing (its replayed hit ratio), "
                         "or 70%% busy with no cache hits at all")
