@@ -223,3 +223,26 @@ async def router_spills(session: aiohttp.ClientSession, router_url: str) -> floa
         return 0.0
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("warmstart_router_spills_total"))
+
+
+async def histogram_buckets(session: aiohttp.ClientSession, url: str, name: str) -> dict[float, float]:
+    """Cumulative bucket counts of a Prometheus histogram at ``url``/metrics (upper bound -> count)."""
+    async with session.get(url + "/metrics") as response:
+        text = await response.text()
+    buckets: dict[float, float] = {}
+    prefix = name + '_bucket{le="'
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            bound = line[len(prefix):].split('"', 1)[0]
+            buckets[float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """Upper bound of the bucket holding quantile ``q`` of the observations between two scrapes."""
+    bounds = sorted(after)
+    total = after[bounds[-1]] - before.get(bounds[-1], 0.0) if bounds else 0.0
+    for bound in bounds:
+        if total and after[bound] - before.get(bound, 0.0) >= q * total:
+            return bound
+    return float("nan")
