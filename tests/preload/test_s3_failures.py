@@ -96,11 +96,15 @@ def test_a_store_returning_corrupt_bytes_is_detected(s3: Any, bucket: str, root:
     assert not cache_dir(root, "bad").exists()
     staged = root / "warmstart" / "weights" / ".staging-bad"
     assert not (staged / "weights.bin").exists()  # the bad file is not kept for a resume
-    assert (staged / "config.json").read_bytes() == b"{}"  # the good one is
+    if part_size is not None:  # caught by our ETag check after the download: the other file is kept
+        assert (staged / "config.json").read_bytes() == b"{}"
+    # (single-part: botocore's own CRC check may catch it mid-transfer, which stops the other transfers)
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto.url)  # the store is healthy again: the retry completes
     code, result = preload("--source-json", s3_source(bucket, "m"), "--key", "bad", "--part-size-mb", "5", root=root)
-    assert (code, result["reason"]) == (0, "Downloaded") and "1 kept" in result["message"]
+    assert (code, result["reason"]) == (0, "Downloaded")
+    if part_size is not None:
+        assert "1 kept" in result["message"]
     assert (cache_dir(root, "bad") / "weights.bin").read_bytes() == good
 
 

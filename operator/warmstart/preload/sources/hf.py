@@ -156,7 +156,9 @@ class HubSource:
         workers = max(1, min(self.options.concurrency, MAX_PARALLEL_FILES))
         with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="hf") as pool:
             futures = [pool.submit(one, f) for f in sorted(files, key=lambda f: -f.size)]
-            failures = [f.exception() for f in futures if f.exception() is not None]
+            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            pool.shutdown(cancel_futures=True)  # one failure fails the preload: files not started are skipped
+            failures = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
         if failures:
             raise sorted((error(e, self.repo, bool(self.token)) for e in failures if e),
                          key=lambda e: e.reason == Reason.NETWORK_ERROR)[0]

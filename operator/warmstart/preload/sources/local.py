@@ -107,7 +107,9 @@ class LocalSource:
 
         with concurrent.futures.ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="copy") as pool:
             futures = [pool.submit(copy, *t) for t in tasks]
-            failures = [f.exception() for f in futures if f.exception() is not None]
+            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            pool.shutdown(cancel_futures=True)  # one failure fails the preload: ranges not started are skipped
+            failures = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
         if failures:
             first = failures[0]
             raise first if isinstance(first, PreloadError) else PreloadError(Reason.INTERNAL_ERROR, str(first))

@@ -169,16 +169,20 @@ class S3Source:
         failures: list[PreloadError] = []
         lock = threading.Lock()
         settled = threading.Semaphore(0)
-        submitted = 0
+        submitted = waited = 0
+        stopped = True
         manager = create_transfer_manager(self.client, config)
         try:
             for file in sorted(files, key=lambda f: -f.size):  # large files first: the tail is small files in parallel
                 sub = _Subscriber(file, on_bytes, on_done, failures, lock, settled, self.uri(file.ref))
                 manager.download(self.bucket, file.ref, part_path(file), subscribers=[sub])
                 submitted += 1
+            while waited < submitted and not failures:  # one failure fails the preload: stop fetching the rest
+                waited += settled.acquire(timeout=0.5)
+            stopped = bool(failures)
         finally:
-            manager.shutdown()
-            for _ in range(submitted):
+            manager.shutdown(cancel=stopped)
+            for _ in range(submitted - waited):
                 settled.acquire()
         if failures:
             raise sorted(failures, key=lambda f: f.reason in {Reason.NETWORK_ERROR})[0]
