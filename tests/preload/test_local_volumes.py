@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from preloadhelpers import cache_dir, preload, tree_digests
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.preload.sources import Options, list_source
 
 MIB = 1 << 20
 
@@ -48,6 +50,14 @@ def test_nested_tree_is_copied_whole(mount: Path, root: Path, make_source: objec
     expected = tree_digests(mount / "models" / "llama")
     assert tree_digests(cache_dir(root, "local")) == expected
     assert not (cache_dir(root, "local") / "generation_config.json").is_symlink()  # the cache holds the bytes
+
+
+def test_list_source_gives_the_size_for_a_capacity_check_and_writes_nothing(mount: Path) -> None:
+    config = ModelSourceConfig.model_validate(json.loads(fsx_source("models/llama")))
+    listing = list_source(config, Options(mount_root=str(mount)))
+    assert listing.total_bytes == sum(p.stat().st_size for p in (mount / "models" / "llama").rglob("*") if p.is_file())
+    assert sorted(f.path for f in listing.files) == [
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer/extra/empty", "tokenizer/tokenizer.json"]
 
 
 def test_a_symlink_pointing_outside_the_volume_is_refused(mount: Path, root: Path, tmp_path: Path) -> None:
