@@ -140,3 +140,24 @@ def test_a_file_of_several_hundred_mb_is_fetched_in_parallel_ranges(s3: Any, buc
     with open(big, "rb") as a, open(got, "rb") as b:
         while chunk := a.read(16 * MIB):
             assert chunk == b.read(16 * MIB)
+
+
+def test_several_download_processes_share_the_files(s3: Any, bucket: str, root: Path) -> None:
+    files = model_files()
+    for name, data in files.items():
+        put(s3, bucket, f"llama/{name}", data, part_size=5 * MIB if len(data) > 5 * MIB else None)
+
+    code, result = preload("--source-json", s3_source(bucket, "llama"), "--key", "procs", "--processes", "2",
+                           "--concurrency", "4", "--part-size-mb", "5", root=root)
+
+    assert (code, result["reason"], result["files"]) == (0, "Downloaded", len(files))
+    assert tree_digests(cache_dir(root, "procs")) == digests(files)
+
+
+def test_dealing_files_to_processes_evens_out_bytes() -> None:
+    from warmstart.preload.sources import RemoteFile, s3processes
+
+    files = [RemoteFile(f"f{i}", size, f"k{i}") for i, size in enumerate([100, 90, 50, 40, 10, 5, 5])]
+    groups = s3processes.deal(files, 2)
+    assert sorted(sum(f.size for f in g) for g in groups) == [150, 150]
+    assert s3processes.deal(files[:1], 4) == [[files[0]]]

@@ -47,6 +47,7 @@ def locked_moto() -> Iterator[tuple[MotoServer, dict[str, dict[str, str]]]]:
     s3, iam = boto3.client("s3", **admin), boto3.client("iam", **admin)
     s3.create_bucket(Bucket="private-models")
     s3.put_object(Bucket="private-models", Key="m/a.bin", Body=b"secret weights")
+    s3.put_object(Bucket="private-models", Key="m/b.bin", Body=b"more secret weights")
     users = {}
     for name, actions in (("lister", ["s3:ListBucket"]), ("nobody", [])):
         iam.create_user(UserName=name)
@@ -60,14 +61,14 @@ def locked_moto() -> Iterator[tuple[MotoServer, dict[str, dict[str, str]]]]:
     server.stop()
 
 
-@pytest.mark.parametrize("user", ["lister", "nobody"])
-def test_access_denied_by_iam(locked_moto: tuple[MotoServer, dict[str, dict[str, str]]], user: str, env: dict[str, str],
-                              monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+@pytest.mark.parametrize(("user", "processes"), [("lister", "1"), ("nobody", "1"), ("lister", "2")])
+def test_access_denied_by_iam(locked_moto: tuple[MotoServer, dict[str, dict[str, str]]], user: str, processes: str,
+                              env: dict[str, str], monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     server, users = locked_moto
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.url)
     for k, v in users[user].items():
         monkeypatch.setenv(k, v)
-    code, result = preload("--source-json", s3_source("private-models", "m"), "--key", "k", root=root)
+    code, result = preload("--source-json", s3_source("private-models", "m"), "--key", "k", "--processes", processes, root=root)
     assert_failed(code, result, "AccessDenied", "access denied", "IAM role")
     assert not cache_dir(root, "k").exists()
 

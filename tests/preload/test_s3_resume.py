@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+import pytest
+
 from preloadhelpers import cache_dir, digests, preload, preload_process, put, s3_source, tree_digests
 from warmstart.preload import store
 
@@ -36,13 +39,19 @@ def kill_after_some_files(proc: Any, root: Path, key: str, files: int) -> None:
         assert proc.poll() is None, "the preload ended before it could be killed; give it more data"
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    children = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=20)
+    assert not alive, "download workers outlived the preload"
 
 
-def test_sigkill_mid_download_then_rerun_resumes_and_completes(s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_sigkill_mid_download_then_rerun_resumes_and_completes(s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path,
+                                                                processes: str) -> None:
     files = upload_model(s3, bucket)
-    args = ["--source-json", s3_source(bucket, "m"), "--key", "resume", "--concurrency", "1", "--part-size-mb", "1"]
+    args = ["--source-json", s3_source(bucket, "m"), "--key", "resume", "--concurrency", processes, "--part-size-mb", "1",
+            "--processes", processes]
     proc = preload_process(*args, root=root, env=env, tlog=tmp_path / "tlog1")
     kill_after_some_files(proc, root, "resume", 2)
 

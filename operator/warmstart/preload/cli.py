@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mount-root", default=DEFAULT_MOUNT_ROOT, help="where the Job mounts an fsx or kubernetesVolume source")
     p.add_argument("--hf-token-file", default=None, help=f"file holding the Hub token (default {DEFAULT_HF_TOKEN_FILE} if present)")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="parallel requests or copies")
+    p.add_argument("--processes", type=int, default=1, help="S3: download processes sharing --concurrency (one GIL each)")
     p.add_argument("--part-size-mb", type=int, default=DEFAULT_PART_SIZE >> 20, help="range size for large files, MiB")
     p.add_argument("--termination-log", default="/dev/termination-log", help="where to write the JSON result")
     p.add_argument("--expected-bytes", type=int, default=0, help="size the operator expects; the capacity check uses the larger")
@@ -47,13 +48,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def options(args: argparse.Namespace) -> Options:
-    if args.concurrency < 1 or args.part_size_mb < 1:
-        raise PreloadError(Reason.INVALID_SOURCE, "--concurrency and --part-size-mb must be at least 1")
+    if args.concurrency < 1 or args.part_size_mb < 1 or args.processes < 1:
+        raise PreloadError(Reason.INVALID_SOURCE, "--concurrency, --processes and --part-size-mb must be at least 1")
     token_file = args.hf_token_file
     if token_file is None and os.path.exists(DEFAULT_HF_TOKEN_FILE):
         token_file = DEFAULT_HF_TOKEN_FILE
     return Options(concurrency=args.concurrency, part_size=args.part_size_mb << 20, mount_root=args.mount_root,
-                   hf_token_file=token_file, env=dict(os.environ))
+                   hf_token_file=token_file, env=dict(os.environ), processes=args.processes)
 
 
 def source_config(args: argparse.Namespace, opts: Options) -> ModelSourceConfig:

@@ -63,6 +63,7 @@ class Options:
     part_size: int = DEFAULT_PART_SIZE
     mount_root: str = DEFAULT_MOUNT_ROOT
     hf_token_file: str | None = None
+    processes: int = 1  # S3: download processes, each with `concurrency / processes` requests
     env: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
 
 

@@ -158,6 +158,13 @@ class S3Source:
 
     def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
               on_done: Callable[[RemoteFile], None], scratch: str) -> None:
+        if self.options.processes > 1 and len(files) > 1:
+            from warmstart.preload.sources import s3processes
+
+            spec = {"bucket": self.bucket, "location": self.location, "region": self.region, "endpoint": self.endpoint,
+                    "options": self.options}
+            s3processes.fetch(spec, files, part_path, on_bytes, on_done, self.options.processes)
+            return
         config = TransferConfig(
             max_concurrency=self.options.concurrency,
             multipart_chunksize=self.options.part_size,
