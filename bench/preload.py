@@ -208,9 +208,13 @@ def compare(name: str, endpoint: str, server_cpu: Any, root: Path, workdir: Path
     key = f"bench-{name}"
     baseline_dir = workdir / f"baseline-{name}"
 
-    def ours() -> dict[str, Any]:
-        shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
-        return run_preload(env, "bench", root, key, ["--concurrency", str(args.concurrency), "--part-size-mb", str(args.part_size_mb)], workdir)
+    def ours(processes: int = 1) -> Any:
+        def run() -> dict[str, Any]:
+            shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
+            return run_preload(env, "bench", root, key, ["--concurrency", str(args.concurrency), "--part-size-mb",
+                                                         str(args.part_size_mb), "--processes", str(processes)], workdir)
+
+        return run
 
     def baseline(fsync: str) -> Any:
         def run() -> dict[str, Any]:
@@ -221,9 +225,10 @@ def compare(name: str, endpoint: str, server_cpu: Any, root: Path, workdir: Path
 
         return run
 
-    runs = [median(f"[{name}] warmstart preload", server_cpu, ours, repeats),
+    runs = [median(f"[{name}] warmstart preload", server_cpu, ours(), repeats),
             median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline("fsync"), repeats)]
     if not durable_only:
+        runs.append(median(f"[{name}] warmstart preload --processes 2", server_cpu, ours(2), repeats))
         runs.append(median(f"[{name}] boto3 download_file seq., no fsync", server_cpu, baseline("none"), repeats))
     shutil.rmtree(baseline_dir)
     return runs
@@ -304,6 +309,9 @@ def main() -> int:
         }
         figures["ratios"]["file-s3"]["vs_baseline_no_fsync"] = (
             by["[file-s3] warmstart preload"] / by["[file-s3] boto3 download_file seq., no fsync"])
+        figures["ratios"]["file-s3 --processes 2"] = {
+            "vs_baseline": by["[file-s3] warmstart preload --processes 2"] / by["[file-s3] boto3 download_file seq. + fsync"],
+            "vs_copy": by["[file-s3] warmstart preload --processes 2"] / copy}
 
         env = {**os.environ, **CREDENTIALS}
         figures["if_missing_2gb"] = if_missing(env, root, "bench-file-s3", workdir)
