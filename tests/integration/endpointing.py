@@ -9,6 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
+import kube
 from warmstart.localcluster import nodes as kwok_nodes
 
 GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
@@ -36,13 +37,7 @@ def own_nodes(
 
 
 def endpoint(api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs") -> dict[str, Any] | None:
-    try:
-        result: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        return result
-    except client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
+    return kube.get_custom(api, namespace, plural, name)
 
 
 def status(api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs") -> dict[str, Any]:

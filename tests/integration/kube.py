@@ -39,6 +39,37 @@ def get(kubeconfig: str, resource: str, name: str, namespace: str) -> dict[str, 
     return value
 
 
+GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
+PLURALS = {
+    "InferenceEndpointConfig": "inferenceendpointconfigs",
+    "JumpStartModel": "jumpstartmodels",
+    "ModelDataCacheConfig": "modeldatacacheconfigs",
+    "ModelImageCache": "modelimagecaches",
+}
+
+
+def create_custom(api: Any, manifest: dict[str, Any]) -> str:
+    """Create a warmstart object from its manifest; returns its name."""
+    from kubernetes import client
+
+    meta = manifest["metadata"]
+    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURALS[manifest["kind"]], manifest)
+    return str(meta["name"])
+
+
+def get_custom(api: Any, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
+    """A warmstart object, or None when it does not exist."""
+    from kubernetes import client
+
+    try:
+        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        return found
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
 def install_crds(kubeconfig: str) -> None:
     """Apply crds/ server-side and wait until every CRD is Established."""
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))

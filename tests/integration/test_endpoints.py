@@ -25,9 +25,6 @@ def crds(cluster: Any) -> None:
     kube.install_crds(cluster.kubeconfig)
 
 
-def _create(api: client.ApiClient, body: dict[str, Any]) -> None:
-    ns = body["metadata"]["namespace"]
-    client.CustomObjectsApi(api).create_namespaced_custom_object(ep.GROUP, ep.VERSION, ns, "inferenceendpointconfigs", body)
 
 
 def _patch(api: client.ApiClient, ns: str, name: str, spec: dict[str, Any]) -> None:
@@ -85,7 +82,7 @@ def test_gate_timeout_deploys_anyway_and_says_degraded(cluster: Any, api_client:
     with ep.own_nodes(api_client, 2) as (instance_type, _nodes):
         body = ep.endpoint_manifest("slow", namespace, instance_type, maxDeployTimeInSeconds=4)
         with operating.operator(str(cluster.kubeconfig), [namespace], render={"preload_pod_annotations": SLOW_PRELOAD}):
-            _create(api_client, body)
+            kube.create_custom(api_client, body)
             kube.wait_for(lambda: _deployment(api_client, namespace, "slow"), timeout=120, what="the Deployment after the gate timeout")
             degraded = kube.wait_for(lambda: ep.condition(ep.status(api_client, namespace, "slow"), "Degraded").get("status") == "True" and ep.status(api_client, namespace, "slow"), what="Degraded")
             assert ep.condition(degraded, "Degraded")["reason"] == "MaxDeployTimeExceeded"
@@ -102,7 +99,7 @@ def test_scale_out_fills_warm_nodes_first_then_cold(cluster: Any, api_client: cl
         for node in warm:  # caches filled earlier: the label is what a completed preload leaves behind
             client.CoreV1Api(api_client).patch_node(node, {"metadata": {"labels": {labels.weights_ready_label(wkey): "ready"}}})
         with operating.operator(str(cluster.kubeconfig), [namespace], render={"preload_pod_annotations": SLOW_PRELOAD}):
-            _create(api_client, body)
+            kube.create_custom(api_client, body)
             selector = f"{labels.ENDPOINT_LABEL}=scale"
             kube.wait_for(lambda: sum(ep.running_pods_by_node(api_client, namespace, selector).values()) == 1, timeout=120, what="first replica")
             _patch(api_client, namespace, "scale", {"replicas": 6})
@@ -125,7 +122,7 @@ def test_source_change_keeps_serving_then_rolls_then_drops_the_old_cache(cluster
         body = ep.endpoint_manifest("roll", namespace, instance_type, replicas=2)
         old_key, _ = _keys(body)
         with operating.operator(str(cluster.kubeconfig), [namespace], render={"preload_pod_annotations": {"sim.warmstart.io/duration": "8s"}}):
-            _create(api_client, body)
+            kube.create_custom(api_client, body)
             kube.wait_for(lambda: ep.status(api_client, namespace, "roll").get("state") == "DeploymentComplete", timeout=180, what="first rollout")
             samples: list[int] = []
             stop = threading.Event()
@@ -166,8 +163,8 @@ def test_delete_releases_caches_but_shared_ones_survive(cluster: Any, api_client
         first = ep.endpoint_manifest("first", namespace, instance_type)
         second = ep.endpoint_manifest("second", namespace, instance_type, modelSourceConfig=first["spec"]["modelSourceConfig"])
         with operating.operator(str(cluster.kubeconfig), [namespace]):
-            _create(api_client, first)
-            _create(api_client, second)
+            kube.create_custom(api_client, first)
+            kube.create_custom(api_client, second)
             for name in ("first", "second"):
                 kube.wait_for(lambda n=name: ep.status(api_client, namespace, n).get("state") == "DeploymentComplete", timeout=180, what=f"{name} complete")
             mdccs = ep.caches(api_client, namespace, "modeldatacacheconfigs")
@@ -190,7 +187,7 @@ def test_operator_restart_mid_rollout_converges_without_duplicates(cluster: Any,
         body = ep.endpoint_manifest("restart", namespace, instance_type, replicas=2)
         annotations = {"preload_pod_annotations": {"sim.warmstart.io/duration": "6s"}}
         with operating.operator(str(cluster.kubeconfig), [namespace], render=annotations):
-            _create(api_client, body)
+            kube.create_custom(api_client, body)
             kube.wait_for(lambda: ep.caches(api_client, namespace, "modeldatacacheconfigs"), what="MDCC")
         with operating.operator(str(cluster.kubeconfig), [namespace], render=annotations):
             kube.wait_for(lambda: ep.status(api_client, namespace, "restart").get("state") == "DeploymentComplete", timeout=180, what="convergence")
@@ -205,7 +202,7 @@ def test_unsupported_fields_are_named_in_a_condition(cluster: Any, api_client: c
     with ep.own_nodes(api_client, 1) as (instance_type, _nodes):
         body = ep.endpoint_manifest("extras", namespace, instance_type, tlsConfig={"tlsCertificateOutputS3Uri": "s3://b/certs"}, kvCacheSpec={"enableL1Cache": True})
         with operating.operator(str(cluster.kubeconfig), [namespace]):
-            _create(api_client, body)
+            kube.create_custom(api_client, body)
             cond = kube.wait_for(lambda: ep.condition(ep.status(api_client, namespace, "extras"), "UnsupportedFields"), what="condition")
             assert cond["status"] == "True" and cond["reason"] == "FieldsIgnored"
             assert "spec.tlsConfig" in cond["message"] and "spec.kvCacheSpec" in cond["message"]

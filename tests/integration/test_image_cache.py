@@ -92,20 +92,10 @@ def mic_manifest(namespace: str, instance_type: str, image: str = IMAGE, parents
     return {"apiVersion": API_VERSION, "kind": "ModelImageCache", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
-def create(api: client.ApiClient, manifest: dict[str, Any]) -> str:
-    meta = manifest["metadata"]
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, meta["namespace"], MIC_PLURAL, manifest)
-    return str(meta["name"])
 
 
 def get_mic(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, MIC_PLURAL, name)
-        return found
-    except client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
+    return kube.get_custom(api, namespace, MIC_PLURAL, name)
 
 
 def delete_mic(api: client.ApiClient, namespace: str, name: str) -> None:
@@ -149,7 +139,7 @@ def test_four_target_nodes_get_ready_pods_labels_and_state_ready_others_get_none
     instance_type, targets = own_nodes.add(4)
     _, bystanders = own_nodes.add(2)
     with operator(cluster, api_client, namespace):
-        name = create(api_client, mic_manifest(namespace, instance_type))
+        name = kube.create_custom(api_client, mic_manifest(namespace, instance_type))
         status = wait_state(api_client, namespace, name, "Ready", readyNodes=4, targetNodes=4)
         key = key_of(name)
         kube.wait_for(lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="labels on the 4 target nodes")
@@ -172,7 +162,7 @@ def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_label
     instance_type, targets = own_nodes.add(3)
     with operator(cluster, api_client, namespace):
         manifest = mic_manifest(namespace, instance_type, parents=2)
-        name = create(api_client, manifest)
+        name = kube.create_custom(api_client, manifest)
         wait_state(api_client, namespace, name, "Ready", readyNodes=3, targetNodes=3)
         key = key_of(name)
         kube.wait_for(lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="labels")
@@ -197,9 +187,9 @@ def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_label
 def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes) -> None:
     instance_type, targets = own_nodes.add(2)
     with operator(cluster, api_client, namespace):
-        old = create(api_client, mic_manifest(namespace, instance_type))
+        old = kube.create_custom(api_client, mic_manifest(namespace, instance_type))
         wait_state(api_client, namespace, old, "Ready", readyNodes=2, targetNodes=2)
-        new = create(api_client, mic_manifest(namespace, instance_type, image="vllm/vllm-openai:v0.9.2"))
+        new = kube.create_custom(api_client, mic_manifest(namespace, instance_type, image="vllm/vllm-openai:v0.9.2"))
         assert new != old
         wait_state(api_client, namespace, new, "Ready", readyNodes=2, targetNodes=2)
         kube.wait_for(lambda: labeled(api_client, key_of(new)) == set(targets), TIMEOUT, what="labels of the new image")
@@ -217,7 +207,7 @@ def test_pull_failure_shows_image_and_node_and_state_failed(cluster: Any, api_cl
     image = "acme/does-not-exist:1.0"
     hooks = {"sim.warmstart.io/image-pull-error": "ErrImagePull", "sim.warmstart.io/image-pull-error-container": daemonsets.PULL_CONTAINER}
     with operator(cluster, api_client, namespace):
-        name = create(api_client, mic_manifest(namespace, instance_type, image=image, annotations=hooks))
+        name = kube.create_custom(api_client, mic_manifest(namespace, instance_type, image=image, annotations=hooks))
         wait_state(api_client, namespace, name, "Failed", readyNodes=0, targetNodes=2)
 
         def both_reported() -> dict[str, Any] | None:
@@ -238,7 +228,7 @@ def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_cl
     instance_type, targets = own_nodes.add(2)
     kubeconfig = str(cluster.kubeconfig)
     with operating.operator(kubeconfig, [namespace], render=RENDER):
-        name = create(api_client, mic_manifest(namespace, instance_type))
+        name = kube.create_custom(api_client, mic_manifest(namespace, instance_type))
         wait_state(api_client, namespace, name, "Ready", readyNodes=2, targetNodes=2)
         (before,) = daemonsets_of(api_client, namespace)
     # while the operator is down a node joins the targeting
@@ -258,12 +248,12 @@ def test_tainted_gpu_nodes_are_pre_pulled_only_when_tolerating_all_taints(
 ) -> None:
     instance_type, targets = own_nodes.add(2, tainted=True)
     with operator(cluster, api_client, namespace):
-        tolerant = create(api_client, mic_manifest(namespace, instance_type))
+        tolerant = kube.create_custom(api_client, mic_manifest(namespace, instance_type))
         wait_state(api_client, namespace, tolerant, "Ready", readyNodes=2, targetNodes=2)
         kube.wait_for(lambda: labeled(api_client, key_of(tolerant)) == set(targets), TIMEOUT, what="labels on tainted nodes")
         strict = mic_manifest(namespace, instance_type, image="vllm/vllm-openai:v0.9.2")
         strict["spec"]["tolerateAllTaints"] = False
         strict["metadata"]["name"] = "strict-cache"
-        create(api_client, strict)
+        kube.create_custom(api_client, strict)
         wait_state(api_client, namespace, "strict-cache", "Pending", targetNodes=0, message="no node matches the targeting")
         assert not labeled(api_client, daemonsets.cache_key("strict-cache", ModelImageCacheSpec.model_validate(strict["spec"])))

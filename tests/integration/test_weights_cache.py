@@ -81,20 +81,10 @@ def mdcc_manifest(namespace: str, instance_types: list[str], **spec: Any) -> dic
     return {"apiVersion": API_VERSION, "kind": MDCC_KIND, "metadata": {"name": keys.weights_cache_name(key), "namespace": namespace}, "spec": body}
 
 
-def create(api: client.ApiClient, manifest: dict[str, Any]) -> str:
-    meta = manifest["metadata"]
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, meta["namespace"], MDCC_PLURAL, manifest)
-    return str(meta["name"])
 
 
 def get_mdcc(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, name)
-        return found
-    except client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
+    return kube.get_custom(api, namespace, MDCC_PLURAL, name)
 
 
 def delete_all(api: client.ApiClient, namespace: str) -> None:
@@ -149,7 +139,7 @@ def test_four_nodes_become_ready_and_a_fifth_joins(cluster: Any, api_client: cli
     instance_type, targets = own_nodes.add(4)
     _, bystanders = own_nodes.add(1)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
-        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         key = key_of(name)
         status = wait_state(api_client, namespace, name, "Ready", readyNodes=4, targetNodes=4)
         assert labeled(api_client, key) == set(targets)
@@ -172,7 +162,7 @@ def test_node_deleted_mid_download_drops_out_of_the_target_count(
 ) -> None:
     instance_type, targets = own_nodes.add(3)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render(duration="20s")):
-        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         wait_state(api_client, namespace, name, "Downloading", targetNodes=3, readyNodes=0)
         kube.wait_for(lambda: job_nodes(api_client, namespace) == sorted(targets), TIMEOUT, what="three preload Jobs")
         leaving = targets[0]
@@ -192,7 +182,7 @@ def test_permanent_failure_fails_the_cache_with_the_reason_and_events(
     parent = config_map(api_client, namespace, "endpoint-a")
     hooks = {"sim.warmstart.io/exit-code": "66", "sim.warmstart.io/termination-message": json.dumps(NOT_FOUND)}
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
-        name = create(api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks, parentReferences=[parent]))
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks, parentReferences=[parent]))
         status = wait_state(api_client, namespace, name, "Failed", readyNodes=0, targetNodes=2)
 
         def both_failed() -> dict[str, Any] | None:
@@ -223,7 +213,7 @@ def test_two_parents_share_one_cache_and_the_last_one_leaving_cleans_up(
     manifest["metadata"]["ownerReferences"] = [{**p, "blockOwnerDeletion": False} for p in (first, second)]
     core = client.CoreV1Api(api_client)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render(duration="2s")):
-        name = create(api_client, manifest)
+        name = kube.create_custom(api_client, manifest)
         key = key_of(name)
         wait_state(api_client, namespace, name, "Ready", readyNodes=2, targetNodes=2)
         kube.wait_for(lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="labels")
@@ -257,7 +247,7 @@ def test_operator_restart_mid_download_creates_no_duplicates_and_converges(
     instance_type, targets = own_nodes.add(3)
     kubeconfig = str(cluster.kubeconfig)
     with operating.operator(kubeconfig, [namespace], render=render(duration="10s")):
-        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         kube.wait_for(lambda: job_nodes(api_client, namespace) == sorted(targets), TIMEOUT, what="three preload Jobs")
     before = {j.metadata.name: j.metadata.uid for j in jobs_of(api_client, namespace)}
     with operating.operator(kubeconfig, [namespace], render=render(duration="10s")):
@@ -274,7 +264,7 @@ def test_model_too_big_for_a_node_type_reports_insufficient_capacity_and_creates
     big_type, big = own_nodes.add(2, nvme=4000 * GB)
     small_type, small = own_nodes.add(1, nvme=100 * GB)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
-        name = create(api_client, mdcc_manifest(namespace, [big_type, small_type], modelSizeBytes=500 * GB))
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [big_type, small_type], modelSizeBytes=500 * GB))
         status = wait_state(api_client, namespace, name, "Failed", readyNodes=2, targetNodes=3)
         by_node = {n["node"]: n for n in status["nodes"]}
         assert by_node[small[0]]["state"] == "Failed" and by_node[small[0]]["reason"] == "InsufficientCapacity"
@@ -291,7 +281,7 @@ def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
 ) -> None:
     instance_type, targets = own_nodes.add(1)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
-        name = create(api_client, mdcc_manifest(namespace, [instance_type]))
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         key = key_of(name)
         wait_state(api_client, namespace, name, "Ready", readyNodes=1, targetNodes=1)
         client.CoreV1Api(api_client).patch_node(targets[0], {"metadata": {"labels": {labels.weights_ready_label(key): None}}})
@@ -314,7 +304,7 @@ def test_retryable_failure_keeps_downloading_and_retries_after_backoff(
     network = {"outcome": "Failed", "reason": "NetworkError", "message": "connection reset", "retryable": True}
     hooks = {"sim.warmstart.io/exit-code": "75", "sim.warmstart.io/termination-message": json.dumps(network)}
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
-        name = create(api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks))
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks))
 
         def failed_once() -> dict[str, Any] | None:
             status = status_of(api_client, namespace, name)

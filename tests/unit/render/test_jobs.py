@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import golden
 from warmstart.api.caches import ModelDataCacheConfigSpec
