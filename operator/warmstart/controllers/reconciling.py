@@ -98,6 +98,8 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     gate = gating.decide(endpoint.weights_enabled, weights, (now - waiting_since).total_seconds(), endpoint.max_deploy_time_seconds)
 
     deployment = store.get("apps/v1", "Deployment", endpoint.ref.name, endpoint.ref.namespace)
+    if gate.open and _serving_weights_key(deployment) != wkey:
+        metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
     if gate.open:
         deployment = store.apply(deployments.deployment(endpoint, Generation(wkey, ikey), context))
         store.apply(deployments.service(endpoint))
@@ -163,6 +165,15 @@ def _jumpstart_cache() -> Any:
 def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: str) -> CacheSummary:
     found = sharing.lookup(indexes[index], (endpoint.ref.namespace, name))
     return found[0] if found else CacheSummary(name=name)
+
+
+def _serving_weights_key(deployment: Mapping[str, Any] | None) -> str | None:
+    """The weights key of the generation the Deployment's pod template uses."""
+    if deployment is None:
+        return None
+    annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
+    key: str | None = annotations.get(f"{labels.CACHE_PREFIX}/weights-key")
+    return key
 
 
 def _deployment_facts(deployment: Mapping[str, Any] | None) -> DeploymentFacts:
