@@ -18,8 +18,9 @@ class PrefixIndex:
 
     def __init__(self, capacity_blocks: int) -> None:
         self.capacity_blocks = capacity_blocks
-        self._lru: dict[str, OrderedDict[int, None]] = {}
+        self._lru: dict[str, OrderedDict[int, int]] = {}  # block -> sequence number of first insertion
         self._holders: dict[int, set[str]] = {}
+        self._sequence = 0
 
     def match(self, blocks: tuple[int, ...], replicas: Iterable[str]) -> dict[str, int]:
         """Number of leading blocks each replica holds (only replicas with at least one)."""
@@ -47,11 +48,17 @@ class PrefixIndex:
             if block in lru:
                 lru.move_to_end(block)
             else:
-                lru[block] = None
+                self._sequence += 1
+                lru[block] = self._sequence
                 self._holders.setdefault(block, set()).add(replica)
         while len(lru) > self.capacity_blocks:
             evicted, _ = lru.popitem(last=False)
             self._drop_holder(evicted, replica)
+
+    def since(self, replica: str, block: int) -> int:
+        """When ``replica`` first got ``block`` (a sequence number; smaller = earlier; 0 = never)."""
+        lru = self._lru.get(replica)
+        return lru.get(block, 0) if lru is not None else 0
 
     def forget(self, replica: str) -> None:
         """Drop everything known about ``replica`` (it left the fleet)."""

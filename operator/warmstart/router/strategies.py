@@ -7,8 +7,10 @@ the first is the choice, the next ones are used only when a replica refuses the 
 ``prefixaware`` (the interesting one):
 
 1. Count, per replica, the leading blocks of the prompt it probably holds (:class:`PrefixIndex`).
-2. Rank replicas by the longest match, ties (and no match at all) broken by rendezvous
-   (highest-random-weight) hashing of the prompt's leading ``home_blocks`` blocks. A prefix
+2. Rank replicas by the longest match; among replicas holding the same longest match, the one
+   that has held it longest wins (existing prefixes stay on their warm replicas when one is
+   added). No match at all is ranked by rendezvous (highest-random-weight) hashing of the
+   prompt's leading ``home_blocks`` blocks. A prefix
    cached nowhere goes to the less loaded of its first ``home_choices`` rendezvous candidates
    (power of two choices: plain hashing of 64 prefixes onto 8 replicas leaves the busiest with
    ~1.5x the mean). Homes are thus drawn from a per-prefix set that every router replica
@@ -218,9 +220,12 @@ class PrefixAwarePolicy:
                 head = first[: self.home_choices]
                 best = min(head, key=lambda n: (self._backlog(by_name[n]), by_name[n].inflight, rank[n]))
             else:
-                # several replicas hold the longest match: the one with the shortest prefill backlog
+                # several replicas hold the longest match: the one that has held it longest (so a new
+                # replica does not pull existing prefixes away from their warm caches), or with
+                # prefill_aware the one with the shortest prefill backlog
+                deepest = key.blocks[best_match - 1]
                 holders = [n for n in first if matched.get(n, 0) == best_match]
-                best = min(holders, key=lambda n: (self._backlog(by_name[n]), rank[n]))
+                best = min(holders, key=lambda n: (self._backlog(by_name[n]), self.index.since(n, deepest), rank[n]))
             first.remove(best)
             first.insert(0, best)
         candidates = tuple(first + rest)

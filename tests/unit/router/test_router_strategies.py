@@ -208,3 +208,14 @@ def test_a_new_prefix_avoids_the_home_with_a_prefill_backlog() -> None:
     assert policy.choose(busy, key(22)).candidates[0] == order[1]
     blind = prefixaware(prefill_aware=False)
     assert blind.choose(busy, key(22)).candidates[0] == order[0]
+
+
+def test_an_existing_prefix_stays_with_its_first_holder_when_a_replica_joins() -> None:
+    policy = prefixaware()
+    grown = NAMES + ["http://10.0.0.8:8000"]
+    # a prefix whose rendezvous top, once the fleet grows, is the new replica
+    group = next(g for g in range(500) if policy.choose(snapshot(names=grown), key(g)).candidates[0] == grown[-1])
+    old_home = policy.choose(snapshot(), key(group)).candidates[0]
+    policy.placed(old_home, key(group))
+    policy.placed(grown[-1], key(group))  # one request spilled onto the new replica
+    assert policy.choose(snapshot(names=grown), key(group)).candidates[0] == old_home
