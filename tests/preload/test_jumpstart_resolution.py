@@ -137,3 +137,14 @@ def test_cli_preloads_a_jumpstart_model(s3: Any, buckets: tuple[str, str], tmp_p
                            "--root", str(root), tmp_path=tmp_path)
     assert (code, result["reason"], result["files"]) == (0, "Downloaded", 2)
     assert set(tree_digests(cache_dir(root, "js"))) == {"config.json", "model.safetensors"}
+
+
+def test_s3_errors_propagate_for_the_caller_to_classify(s3: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import botocore.exceptions
+
+    with pytest.raises(botocore.exceptions.ClientError):  # the operator retries these; a spec problem it does not
+        jumpstart.resolve("any", None, REGION, "ml.g5.2xlarge", True, s3, content_bucket="no-such-content-bucket")
+    monkeypatch.setenv("AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE", "no-such-content-bucket")
+    code, result = run_cli("--jumpstart-json", '{"modelId": "any"}', "--region", REGION, "--instance-type", "ml.g5.2xlarge",
+                           "--resolve-only", tmp_path=tmp_path)
+    assert (code, result["reason"]) == (66, "NotFound") and "no-such-content-bucket" in result["message"]

@@ -93,10 +93,9 @@ def resolve_jumpstart(args: argparse.Namespace, opts: Options) -> jumpstart.Reso
     except (jumpstart.ModelNotFound, jumpstart.VersionNotFound) as exc:
         raise PreloadError(Reason.NOT_FOUND, str(exc)) from exc
     except jumpstart.ResolutionError as exc:
-        cause = exc.__cause__
-        if cause is not None and not isinstance(cause, ValueError):
-            raise s3.error(cause, str(exc)) from exc
         raise PreloadError(Reason.INVALID_SOURCE, str(exc)) from exc
+    except Exception as exc:  # the S3 client's own errors: not found, denied, network
+        raise s3.error(exc, f"JumpStart manifest or spec in s3://{jumpstart.buckets(args.region, opts.env)[0]}") from exc
 
 
 def run(args: argparse.Namespace) -> Result:

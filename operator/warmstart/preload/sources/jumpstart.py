@@ -45,7 +45,7 @@ class UnsupportedInstanceType(ResolutionError):
 
 
 class SpecError(ResolutionError):
-    """The manifest or spec is missing, unreadable or lacks a field we need."""
+    """The manifest or spec is not valid JSON, or lacks a field we need (S3 errors are not wrapped in this)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +126,7 @@ def pick_version(model_id: str, requested: str | None, available: list[str]) -> 
 
 
 def _get_json(s3_client: Any, bucket: str, key: str) -> Any:
-    try:
-        body = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except Exception as exc:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
-        raise SpecError(f"cannot read s3://{bucket}/{key}: {code}") from exc
+    body = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()  # S3 errors propagate: the caller classifies them
     try:
         return json.loads(body)
     except ValueError as exc:
@@ -164,7 +160,11 @@ def _variant(variants: Mapping[str, Any], instance_type: str, field: str) -> Any
 
 def resolve(model_id: str, version: str | None, region: str, instance_type: str, accept_eula: bool, s3_client: Any, *,
             content_bucket: str | None = None, gated_bucket: str | None = None) -> Resolution:
-    """Resolve a JumpStart model for an instance type in a region. Raises a ResolutionError subclass."""
+    """Resolve a JumpStart model for an instance type in a region.
+
+    Raises a ResolutionError subclass for what the manifest and spec say; errors of the S3 client (botocore's
+    ClientError, BotoCoreError) propagate unchanged, so the caller can retry a network failure.
+    """
     default_content, default_gated = buckets(region)
     content_bucket, gated_bucket = content_bucket or default_content, gated_bucket or default_gated
     manifest = _get_json(s3_client, content_bucket, MANIFEST_KEY)
