@@ -9,20 +9,20 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 from kubernetes import client
 
+import kube
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "warmstart"
 WARMSTART = pathlib.Path(sys.executable).with_name("warmstart")
-T = TypeVar("T")
 
 
 def run_helm(helm: pathlib.Path, kubeconfig: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -34,16 +34,6 @@ def run_helm(helm: pathlib.Path, kubeconfig: pathlib.Path, *args: str, check: bo
     return result
 
 
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 120.0, interval: float = 0.5) -> T:
-    """Poll until `probe` returns something truthy (no timed assertions: generous timeouts, then a clear failure)."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last value: {last!r}")
 
 
 def service_account_kubeconfig(api: client.ApiClient, admin: pathlib.Path, namespace: str, name: str, out: pathlib.Path) -> pathlib.Path:
@@ -134,8 +124,8 @@ def operator_process(kubeconfig: pathlib.Path, env: dict[str, str], log: pathlib
         )
     running = OperatorProcess(process, log, health)
     try:
-        wait_for(
-            lambda: running.healthy() or process.poll() is not None, f"operator {pod_id} to answer /healthz", timeout=90
+        kube.wait_for(
+            lambda: running.healthy() or process.poll() is not None, what=f"operator {pod_id} to answer /healthz", timeout=90
         )
         assert process.poll() is None, f"operator {pod_id} exited with {process.returncode}:\n{running.tail()}"
         yield running

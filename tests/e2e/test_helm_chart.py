@@ -17,6 +17,7 @@ import yaml
 from kubernetes import client
 
 import helming
+import kube
 from warmstart.api import GROUP, VERSION
 from warmstart.localcluster import nodes
 
@@ -103,7 +104,7 @@ def test_install_seed_upgrade_uninstall(
         with helming.operator_process(sa_kubeconfig, env, tmp_path / "operator.log", pod_id=f"{fullname}-0") as operator:
             helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, seed)
             try:
-                helming.wait_for(lambda: _state(api_client, namespace, "example-model") == "DeploymentComplete", "the seed to reach DeploymentComplete", timeout=240)
+                kube.wait_for(lambda: _state(api_client, namespace, "example-model") == "DeploymentComplete", what="the seed to reach DeploymentComplete", timeout=240)
             except AssertionError as error:
                 raise AssertionError(f"{error}\noperator log:\n{operator.tail()}") from None
             assert "Forbidden" not in operator.output(), f"the chart's RBAC refused a request:\n{operator.tail()}"
@@ -112,9 +113,9 @@ def test_install_seed_upgrade_uninstall(
 
             # delete while the operator runs, so its finalizers are removed and nothing is left to block the namespace
             helming.custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")
-            helming.wait_for(lambda: _state(api_client, namespace, "example-model") is None and
+            kube.wait_for(lambda: _state(api_client, namespace, "example-model") is None and
                              helming.get_or_none(lambda: helming.custom(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")) is None,
-                             "the endpoint to be deleted", timeout=120)  # fmt: skip
+                             what="the endpoint to be deleted", timeout=120)  # fmt: skip
 
         # upgrade: a changed value reaches the operator's environment; a bad value is refused and changes nothing
         helming.run_helm(helm, kubeconfig, "upgrade", release, str(helming.CHART), "-n", namespace, "--reuse-values", "--set", "jumpstart.region=eu-west-1", "--wait", "--timeout", "180s")
@@ -126,7 +127,7 @@ def test_install_seed_upgrade_uninstall(
 
         # uninstall: nothing of the release is left, except the CRDs (Helm never deletes crds/)
         helming.run_helm(helm, kubeconfig, "uninstall", release, "-n", namespace, "--wait", "--timeout", "120s")
-        helming.wait_for(lambda: not _release_objects(api_client, release, [namespace]), "the release's objects to be gone", timeout=60)
+        kube.wait_for(lambda: not _release_objects(api_client, release, [namespace]), what="the release's objects to be gone", timeout=60)
         assert client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
         assert not json.loads(helming.run_helm(helm, kubeconfig, "list", "-n", namespace, "-o", "json").stdout)
     finally:

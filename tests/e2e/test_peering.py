@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client
 
 import helming
+import kube
 from warmstart.api import GROUP, VERSION
 
 pytestmark = pytest.mark.cluster
@@ -62,7 +63,7 @@ def test_two_replicas_one_active(
             helming.operator_process(sa_kubeconfig, env, tmp_path / "b.log", pod_id=f"{fullname}-b") as second,
         ):
             logs = lambda: f"--- a:\n{first.tail(30)}\n--- b:\n{second.tail(30)}"  # noqa: E731
-            helming.wait_for(lambda: {f"{fullname}-a", f"{fullname}-b"} <= set(_peers(api_client, namespace)), "both peers in the KopfPeering")
+            kube.wait_for(lambda: {f"{fullname}-a", f"{fullname}-b"} <= set(_peers(api_client, namespace)), what="both peers in the KopfPeering")
             peers = _peers(api_client, namespace)
             priorities = {peer: int(info.get("priority", 0)) for peer, info in peers.items() if peer.startswith(fullname)}
             assert len(set(priorities.values())) == 2, f"replicas need distinct peering priorities, got {priorities}"
@@ -70,20 +71,20 @@ def test_two_replicas_one_active(
             active, standby = (first, second) if leader == f"{fullname}-a" else (second, first)
             assert ALL_PAUSED not in first.output() + second.output(), f"both replicas paused:\n{logs()}"
             helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs", _endpoint(namespace, "one"))
-            helming.wait_for(lambda: _has_deployment(api_client, namespace, "one"), f"the active replica to deploy 'one'\n{logs()}")
-            helming.wait_for(lambda: HANDLED in active.output(), f"the active replica to log its handler\n{logs()}")
+            kube.wait_for(lambda: _has_deployment(api_client, namespace, "one"), what=f"the active replica to deploy 'one'\n{logs()}")
+            kube.wait_for(lambda: HANDLED in active.output(), what=f"the active replica to log its handler\n{logs()}")
             assert HANDLED not in standby.output(), f"the standby handled an object:\n{logs()}"
 
             seen = len(standby.output())  # kopf also logs RESUMED once at startup, before it meets its peer
             active.stop()  # the standby sees the peer leave and takes over
-            helming.wait_for(lambda: RESUMED in standby.output()[seen:], f"the standby to resume\n{logs()}", timeout=120)
+            kube.wait_for(lambda: RESUMED in standby.output()[seen:], what=f"the standby to resume\n{logs()}", timeout=120)
             helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs", _endpoint(namespace, "two"))
-            helming.wait_for(lambda: _has_deployment(api_client, namespace, "two"), f"the former standby to deploy 'two'\n{logs()}")
+            kube.wait_for(lambda: _has_deployment(api_client, namespace, "two"), what=f"the former standby to deploy 'two'\n{logs()}")
             for name in ("one", "two"):
                 helming.custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs", name)
-            helming.wait_for(
+            kube.wait_for(
                 lambda: not helming.custom(api_client).list_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs")["items"],
-                "the endpoints to be deleted",
+                what="the endpoints to be deleted",
             )
     finally:
         helming.run_helm(helm, kubeconfig, "uninstall", release, "-n", namespace, check=False)
