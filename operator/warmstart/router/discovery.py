@@ -118,12 +118,13 @@ def ready_urls(slices: Iterable[Any], port_name: str | None = None, scheme: str 
 
 
 def _pick_port(ports: list[Any], port_name: str | None) -> int | None:
-    for port in ports:
-        if port.port is None:
-            continue
-        if port_name is None or port.name == port_name:
-            return int(port.port)
-    return None
+    """The port named ``port_name``; without that name (or without a match) the slice's first port."""
+    numbered = [port for port in ports if port.port is not None]
+    named = [port for port in numbered if port_name is not None and port.name == port_name]
+    if port_name is not None and not named and numbered:
+        log.warning("no EndpointSlice port named %r; using port %s", port_name, numbered[0].port)
+    chosen = (named or numbered)[:1]
+    return int(chosen[0].port) if chosen else None
 
 
 class KubernetesWatcher:
