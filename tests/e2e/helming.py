@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import pathlib
 import signal
@@ -15,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
 from kubernetes import client
 
 import kube
@@ -36,30 +34,6 @@ def run_helm(helm: pathlib.Path, kubeconfig: pathlib.Path, *args: str, check: bo
 
 
 
-def service_account_kubeconfig(api: client.ApiClient, admin: pathlib.Path, namespace: str, name: str, out: pathlib.Path) -> pathlib.Path:
-    """A kubeconfig that authenticates as a ServiceAccount (TokenRequest API), so RBAC applies as it would in-cluster."""
-    token = client.CoreV1Api(api).create_namespaced_service_account_token(
-        name, namespace, {"spec": {"expirationSeconds": 3600}}
-    ).status.token
-    config = yaml.safe_load(admin.read_text())
-    cluster = dict(config["clusters"][0]["cluster"])
-    if "certificate-authority" in cluster:
-        ca = pathlib.Path(cluster.pop("certificate-authority"))
-        ca = ca if ca.is_absolute() else admin.parent / ca
-        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
-    out.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "local", "cluster": cluster}],
-                "users": [{"name": name, "user": {"token": token}}],
-                "contexts": [{"name": name, "context": {"cluster": "local", "user": name, "namespace": namespace}}],
-                "current-context": name,
-            }
-        )
-    )
-    return out
 
 
 def chart_environment(api: client.ApiClient, namespace: str, deployment: str) -> dict[str, str]:

@@ -99,7 +99,7 @@ def test_install_seed_upgrade_uninstall(
         assert crd.spec.names.kind == "InferenceEndpointConfig"
 
         env = helming.chart_environment(api_client, namespace, fullname)
-        sa_kubeconfig = helming.service_account_kubeconfig(api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig")
+        sa_kubeconfig = kube.service_account_kubeconfig(api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig")
         seed = _seed(namespace, instance_type, suffix)
         with helming.operator_process(sa_kubeconfig, env, tmp_path / "operator.log", pod_id=f"{fullname}-0") as operator:
             helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, seed)

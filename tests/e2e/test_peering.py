@@ -57,7 +57,7 @@ def test_two_replicas_one_active(
         fullname = f"{release}-warmstart"
         env = helming.chart_environment(api_client, namespace, fullname)
         assert env["WARMSTART_PEERING"] == "warmstart"
-        sa_kubeconfig = helming.service_account_kubeconfig(api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig")
+        sa_kubeconfig = kube.service_account_kubeconfig(api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig")
         with (
             helming.operator_process(sa_kubeconfig, env, tmp_path / "a.log", pod_id=f"{fullname}-a") as first,
             helming.operator_process(sa_kubeconfig, env, tmp_path / "b.log", pod_id=f"{fullname}-b") as second,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
@@ -93,3 +94,30 @@ def seed_manifest() -> dict[str, Any]:
     text = (ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text()
     doc: dict[str, Any] = yaml.safe_load(text)
     return doc
+
+def service_account_kubeconfig(api: Any, admin: Path, namespace: str, name: str, out: Path) -> Path:
+    """A kubeconfig that authenticates as a ServiceAccount (TokenRequest API), so RBAC applies as it would in-cluster."""
+    from kubernetes import client
+
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(
+        name, namespace, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    config = yaml.safe_load(admin.read_text())
+    cluster = dict(config["clusters"][0]["cluster"])
+    if "certificate-authority" in cluster:
+        ca = Path(cluster.pop("certificate-authority"))
+        ca = ca if ca.is_absolute() else admin.parent / ca
+        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
+    out.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": cluster}],
+                "users": [{"name": name, "user": {"token": token}}],
+                "contexts": [{"name": name, "context": {"cluster": "local", "user": name, "namespace": namespace}}],
+                "current-context": name,
+            }
+        )
+    )
+    return out

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,7 +40,7 @@ def _router_status(port: int) -> dict[str, Any] | None:
         return None
 
 
-def test_strategy_change_reaches_the_running_router_without_restart(cluster: Any, api_client: client.ApiClient, namespace: str) -> None:
+def test_strategy_change_reaches_the_running_router_without_restart(cluster: Any, api_client: client.ApiClient, namespace: str, tmp_path: Path) -> None:
     with ep.own_nodes(api_client, 2) as (instance_type, _nodes):
         body = ep.endpoint_manifest(
             "routed",
@@ -60,8 +61,10 @@ def test_strategy_change_reaches_the_running_router_without_restart(cluster: Any
             kube.wait_for(lambda: ep.status(api_client, namespace, "routed").get("state") == "DeploymentComplete", timeout=120, what="endpoint complete")
 
             port = _free_port()
+            # the router authenticates as the ServiceAccount the operator rendered, so its least-privilege Role is what it gets
+            router_kubeconfig = kube.service_account_kubeconfig(api_client, cluster.kubeconfig, namespace, "routed-router", tmp_path / "router.kubeconfig")
             router = subprocess.Popen(
-                [sys.executable, "-m", "warmstart.cli", "router", "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
+                [sys.executable, "-m", "warmstart.cli", "router", "--kubeconfig", str(router_kubeconfig), "--namespace", namespace,
                  "--service", "routed", "--configmap", "routed-router", "--port", str(port), "--host", "127.0.0.1"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             )

@@ -97,7 +97,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             endpoint.worker.model_invocation_port.name,
         ],
         "ports": [{"name": ROUTER_METRICS_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 5},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": ROUTER_PORT}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": dict(security.RESTRICTED),
