@@ -28,7 +28,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from warmstart.localcluster import building, running
+from warmstart.localcluster import building, running, versions
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -99,3 +99,12 @@ def _release_finalizers(api: client.ApiClient, namespace: str) -> None:
                 objects.patch_namespaced_custom_object(
                     group, version, namespace, plural, item["metadata"]["name"], {"metadata": {"finalizers": None}}
                 )
+
+
+@pytest.fixture(scope="session")
+def helm() -> pathlib.Path:
+    """The helm binary of the local cluster's toolchain, built (helm only) if missing."""
+    path = building.binary_path("helm", versions.HELM)
+    if not path.is_file():
+        building.build_one(versions.HELM_BUILD)
+    return path

@@ -1,4 +1,4 @@
-"""End-to-end fixtures: the same REAL control plane as tests/integration (reused, not re-implemented), plus helm.
+"""End-to-end set-up: the same REAL control plane and helm fixtures as everywhere (tests/conftest.py).
 
 The cluster, API client and per-test namespace fixtures come from tests/conftest.py, shared with the integration
 tests, so one session starts at most one cluster and WARMSTART_KUBECONFIG works the same way (reuse a running one). The operator runs as a separate PROCESS
@@ -16,18 +16,8 @@ from __future__ import annotations
 import pathlib
 import sys
 
-import pytest
 
-from warmstart.localcluster import building, versions
 
 INTEGRATION = pathlib.Path(__file__).resolve().parents[1] / "integration"
 sys.path.insert(0, str(INTEGRATION))  # kube.py and friends, as the integration tests import them
 
-
-@pytest.fixture(scope="session")
-def helm() -> pathlib.Path:
-    """The helm binary of the local cluster's toolchain, built (helm only) if missing."""
-    path = building.binary_path("helm", versions.HELM)
-    if not path.is_file():
-        building.build_one(versions.HELM_BUILD)
-    return path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 import kube
-from warmstart.localcluster import nodes as kwok_nodes
+from nodepool import NodePool
 
 GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
 
@@ -20,20 +19,11 @@ def own_nodes(
     api: client.ApiClient, count: int, *, gpus: int = 8, nvme_bytes: int = 3_800_000_000_000, instance_type: str | None = None
 ) -> Iterator[tuple[str, list[str]]]:
     """`count` fresh kwok nodes of a test-unique instance type; yields (instance type, names); deletes them after."""
-    instance_type = instance_type or f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
-    core = client.CoreV1Api(api)
-    names = []
-    for index in range(count):
-        manifest = kwok_nodes.node_manifest(kwok_nodes.node_name(instance_type, index, f"it{uuid.uuid4().hex[:6]}"), instance_type)
-        manifest["metadata"]["annotations"][kwok_nodes.NVME_ANNOTATION] = str(nvme_bytes)
-        for key in ("capacity", "allocatable"):
-            manifest["status"][key]["nvidia.com/gpu"] = str(gpus)
-        core.create_node(manifest)
-        names.append(manifest["metadata"]["name"])
+    pool = NodePool(api, prefix="it")
     try:
-        yield instance_type, names
+        yield pool.add(count, instance_type=instance_type, gpus=gpus, nvme=nvme_bytes)
     finally:
-        kwok_nodes.delete_nodes(api, names)
+        pool.delete_all()
 
 
 def endpoint(api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs") -> dict[str, Any] | None:

@@ -16,10 +16,10 @@ import pytest
 from kubernetes import client
 
 import kube
+from nodepool import NodePool
 import operating
 from warmstart.api import API_VERSION, GROUP, VERSION
 from warmstart.api.caches import MIC_PLURAL, ModelImageCacheSpec, NodeTargeting
-from warmstart.localcluster import nodes as kwok_nodes
 from warmstart.placement import instance_type_affinity
 from warmstart.render import daemonsets, keys, labels
 
@@ -35,30 +35,8 @@ def crds(cluster: Any) -> None:
     kube.install_crds(str(cluster.kubeconfig))
 
 
-class Nodes:
-    """kwok nodes of test-unique instance types, deleted afterwards."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.prefix = f"mic{uuid.uuid4().hex[:6]}"
-        self.created: list[str] = []
-
-    def add(self, count: int, start: int = 0, instance_type: str | None = None, tainted: bool = False) -> tuple[str, list[str]]:
-        instance_type = instance_type or f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
-        taints = [kwok_nodes.Taint("nvidia.com/gpu", "present")] if tainted else []
-        names = kwok_nodes.create_nodes(self.api, [(instance_type, count)], start=start, prefix=self.prefix, taints=taints)
-        self.created += names
-        kube.wait_for(lambda: kwok_nodes.ready_nodes(self.api, names) == set(names), TIMEOUT, what=f"nodes {names} Ready")
-        return instance_type, names
 
 
-@pytest.fixture
-def own_nodes(api_client: client.ApiClient) -> Iterator[Nodes]:
-    made = Nodes(api_client)
-    try:
-        yield made
-    finally:
-        kwok_nodes.delete_nodes(api_client, made.created)
 
 
 @contextmanager
@@ -134,7 +112,7 @@ def key_of(name: str) -> str:
 
 
 def test_four_target_nodes_get_ready_pods_labels_and_state_ready_others_get_none(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(4)
     _, bystanders = own_nodes.add(2)
@@ -157,7 +135,7 @@ def test_four_target_nodes_get_ready_pods_labels_and_state_ready_others_get_none
 
 
 def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_labels(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(3)
     with operator(cluster, api_client, namespace):
@@ -184,7 +162,7 @@ def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_label
         kube.wait_for(lambda: not ready_pods(api_client, namespace, name), TIMEOUT, what="pre-pull pods gone")
 
 
-def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes) -> None:
+def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
     instance_type, targets = own_nodes.add(2)
     with operator(cluster, api_client, namespace):
         old = kube.create_custom(api_client, mic_manifest(namespace, instance_type))
@@ -202,7 +180,7 @@ def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_cli
         assert labeled(api_client, key_of(new)) == set(targets)
 
 
-def test_pull_failure_shows_image_and_node_and_state_failed(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes) -> None:
+def test_pull_failure_shows_image_and_node_and_state_failed(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
     instance_type, targets = own_nodes.add(2)
     image = "acme/does-not-exist:1.0"
     hooks = {"sim.warmstart.io/image-pull-error": "ErrImagePull", "sim.warmstart.io/image-pull-error-container": daemonsets.PULL_CONTAINER}
@@ -224,7 +202,7 @@ def test_pull_failure_shows_image_and_node_and_state_failed(cluster: Any, api_cl
         assert not labeled(api_client, key_of(name))
 
 
-def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes) -> None:
+def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
     instance_type, targets = own_nodes.add(2)
     kubeconfig = str(cluster.kubeconfig)
     with operating.operator(kubeconfig, [namespace], render=RENDER):
@@ -244,7 +222,7 @@ def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_cl
 
 
 def test_tainted_gpu_nodes_are_pre_pulled_only_when_tolerating_all_taints(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(2, tainted=True)
     with operator(cluster, api_client, namespace):

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 import kube
+from nodepool import NodePool
 import operating
 from warmstart.api import API_VERSION, GROUP, VERSION
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
@@ -45,33 +44,8 @@ def crds(cluster: Any) -> None:
     kube.install_crds(str(cluster.kubeconfig))
 
 
-class Nodes:
-    """kwok nodes of test-unique instance types, deleted afterwards."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.prefix = f"mdcc{uuid.uuid4().hex[:6]}"
-        self.created: list[str] = []
-
-    def add(self, count: int, start: int = 0, instance_type: str | None = None, nvme: int | None = None) -> tuple[str, list[str]]:
-        instance_type = instance_type or f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
-        names = kwok_nodes.create_nodes(self.api, [(instance_type, count)], start=start, prefix=self.prefix)
-        self.created += names
-        if nvme is not None:
-            patch = {"metadata": {"annotations": {labels.NVME_CAPACITY_ANNOTATION: str(nvme)}}}
-            for name in names:
-                client.CoreV1Api(self.api).patch_node(name, patch)
-        kube.wait_for(lambda: kwok_nodes.ready_nodes(self.api, names) == set(names), 60, what=f"nodes {names} Ready")
-        return instance_type, names
 
 
-@pytest.fixture
-def own_nodes(api_client: client.ApiClient) -> Iterator[Nodes]:
-    made = Nodes(api_client)
-    try:
-        yield made
-    finally:
-        kwok_nodes.delete_nodes(api_client, made.created)
 
 
 def mdcc_manifest(namespace: str, instance_types: list[str], **spec: Any) -> dict[str, Any]:
@@ -135,7 +109,7 @@ def config_map(api: client.ApiClient, namespace: str, name: str) -> dict[str, st
     return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": made.metadata.uid}
 
 
-def test_four_nodes_become_ready_and_a_fifth_joins(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes) -> None:
+def test_four_nodes_become_ready_and_a_fifth_joins(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
     instance_type, targets = own_nodes.add(4)
     _, bystanders = own_nodes.add(1)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
@@ -158,7 +132,7 @@ def test_four_nodes_become_ready_and_a_fifth_joins(cluster: Any, api_client: cli
 
 
 def test_node_deleted_mid_download_drops_out_of_the_target_count(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(3)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render(duration="20s")):
@@ -176,7 +150,7 @@ def test_node_deleted_mid_download_drops_out_of_the_target_count(
 
 
 def test_permanent_failure_fails_the_cache_with_the_reason_and_events(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(2)
     parent = config_map(api_client, namespace, "endpoint-a")
@@ -205,7 +179,7 @@ def test_permanent_failure_fails_the_cache_with_the_reason_and_events(
 
 
 def test_two_parents_share_one_cache_and_the_last_one_leaving_cleans_up(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(2)
     first, second = config_map(api_client, namespace, "endpoint-a"), config_map(api_client, namespace, "endpoint-b")
@@ -242,7 +216,7 @@ def test_two_parents_share_one_cache_and_the_last_one_leaving_cleans_up(
 
 
 def test_operator_restart_mid_download_creates_no_duplicates_and_converges(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(3)
     kubeconfig = str(cluster.kubeconfig)
@@ -259,7 +233,7 @@ def test_operator_restart_mid_download_creates_no_duplicates_and_converges(
 
 
 def test_model_too_big_for_a_node_type_reports_insufficient_capacity_and_creates_no_job(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     big_type, big = own_nodes.add(2, nvme=4000 * GB)
     small_type, small = own_nodes.add(1, nvme=100 * GB)
@@ -277,7 +251,7 @@ def test_model_too_big_for_a_node_type_reports_insufficient_capacity_and_creates
 
 
 def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, targets = own_nodes.add(1)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
@@ -298,7 +272,7 @@ def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
 
 
 def test_retryable_failure_keeps_downloading_and_retries_after_backoff(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: Nodes
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
 ) -> None:
     instance_type, _ = own_nodes.add(1)
     network = {"outcome": "Failed", "reason": "NetworkError", "message": "connection reset", "retryable": True}

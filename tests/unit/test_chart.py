@@ -16,7 +16,6 @@ import yaml
 
 import golden
 from warmstart.controllers import settings as settings_module
-from warmstart.localcluster import building, versions
 from warmstart.render import daemonsets, priority
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -43,14 +42,6 @@ VALUES: dict[str, dict[str, Any]] = {
     },
 }
 
-
-@pytest.fixture(scope="module")
-def helm() -> pathlib.Path:
-    """The helm binary of the local cluster's toolchain, built (helm only) if missing."""
-    path = building.binary_path("helm", versions.HELM)
-    if not path.is_file():
-        building.build_one(versions.HELM_BUILD)
-    return path
 
 
 def run_helm(helm: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
