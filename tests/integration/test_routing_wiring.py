@@ -81,3 +81,11 @@ def test_strategy_change_reaches_the_running_router_without_restart(cluster: Any
             finally:
                 router.terminate()
                 router.wait(10)
+            assert ep.status(api_client, namespace, "routed")["routerName"] == "routed-router"
+            client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+                ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "routed", {"spec": {"intelligentRoutingSpec": {"enabled": False}}}
+            )
+            kube.wait_for(lambda: kube.get(str(cluster.kubeconfig), "deployment", "routed-router", namespace) is None, what="the router removed")
+            assert kube.get(str(cluster.kubeconfig), "configmap", "routed-router", namespace) is None
+            assert kube.get(str(cluster.kubeconfig), "role", "routed-router", namespace) is None
+            kube.wait_for(lambda: "routerName" not in ep.status(api_client, namespace, "routed"), what="routerName cleared")

@@ -55,6 +55,7 @@ class EndpointStatus(ApiModel):
     resolved: ResolvedModel | None = Field(default=None, description="What the spec resolved to.")
     warm_placement: WarmPlacement | None = Field(default=None, description="Pods on warm versus cold nodes.")
     deployment_name: str | None = Field(default=None, description="The model Deployment.")
+    router_name: str | None = Field(default=None, description="The router Deployment and Service, while routing is on.")
     gate_opened_at: str | None = Field(default=None, description="When the deployment gate opened (RFC 3339).")
     waiting_since: str | None = Field(default=None, description="When the endpoint started waiting for the current cache generation.")
     deployment_status: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible deployment details.")

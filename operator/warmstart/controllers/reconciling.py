@@ -105,7 +105,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         store.apply(deployments.service(endpoint))
     elif deployment is not None and deployment.get("spec", {}).get("replicas") != endpoint.replicas:
         deployment = store.merge_patch("apps/v1", "Deployment", endpoint.ref.name, {"spec": {"replicas": endpoint.replicas}}, endpoint.ref.namespace)
-    routing.ensure(store, endpoint, context)
+    router_name = routing.ensure(store, endpoint, context, deployed=bool(old_status.get("routerName")))
 
     facts = _deployment_facts(deployment)
     if facts.rolled_out and gate.open:
@@ -131,6 +131,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         ),
         warm_placement=placement,
         deployment_name=endpoint.ref.name if deployment is not None else None,
+        router_name=router_name,
         waiting_since=_iso(waiting_since) if not gate.open or gate.degraded else old_status.get("waitingSince"),
         gate_opened_at=old_status.get("gateOpenedAt") or (_iso(now) if gate.open else None),
     ).to_api()
@@ -252,6 +253,7 @@ _OWNED = (
     "resolved",
     "warmPlacement",
     "deploymentName",
+    "routerName",
     "waitingSince",
     "gateOpenedAt",
 )
@@ -273,7 +275,8 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
     with _lock(memo, uid):
         try:
             store.merge_patch(API_VERSION, kind, name, {"status": {"state": EndpointState.DELETION_IN_PROGRESS.value}}, ns, subresource="status")
-            routing.remove(store, ns, name)
+            if (body.get("status") or {}).get("routerName"):
+                routing.remove(store, ns, name)
             store.delete("apps/v1", "Deployment", name, ns)
             store.delete("v1", "Service", name, ns)
             for cache_name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)):
