@@ -19,18 +19,21 @@ from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.api.base import Condition
 from warmstart.api.statuses import CacheSummary, EndpointStatus, ResolvedModel, WarmPlacement
 from warmstart.api.states import ConditionType, EndpointState
-from warmstart.controllers import metrics, routing, sharing
+from warmstart.controllers import applying, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store, StorageError
-from warmstart.render import caches, deployments, endpoint_status, gating, keys, labels
+from warmstart.render import caches, deployments, endpoint_status, gating, keys, labels, router
 from warmstart.render.conditions import condition, merge_conditions
+from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoint_status import DeploymentFacts
 from warmstart.render.endpoints import Endpoint
 from warmstart.render.unsupported import unsupported_fields
 
 TIMER_SECONDS = float(os.environ.get("WARMSTART_RESYNC_SECONDS", "10"))
+
+Manifest = dict[str, Any]
 
 _locks_guard = threading.Lock()
 
@@ -85,10 +88,6 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         return
 
     wkey, ikey = endpoint.weights_key(), endpoint.image_key()
-    if endpoint.weights_enabled:
-        sharing.attach(store, caches.weights_cache(endpoint), endpoint.ref.uid)
-    if endpoint.image_cache:
-        sharing.attach(store, caches.image_cache(endpoint), endpoint.ref.uid)
     weights = _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey)) if endpoint.weights_enabled else None
     image = _summary(indexes, "image_cache_summaries", endpoint, keys.image_cache_name(ikey)) if endpoint.image_cache else None
 
@@ -100,12 +99,15 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     deployment = store.get("apps/v1", "Deployment", endpoint.ref.name, endpoint.ref.namespace)
     if gate.open and _serving_weights_key(deployment) != wkey:
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
-    if gate.open:
-        deployment = store.apply(deployments.deployment(endpoint, Generation(wkey, ikey), context))
-        store.apply(deployments.service(endpoint))
-    elif deployment is not None and deployment.get("spec", {}).get("replicas") != endpoint.replicas:
+    children = _children(endpoint, gate.open, Generation(wkey, ikey), context)
+    if applying.needed(memo, endpoint.ref.uid, children, deployment):
+        deployment = _apply(store, endpoint, children) or deployment
+        applying.record(memo, endpoint.ref.uid, children, deployment)
+    elif not gate.open and deployment is not None and deployment.get("spec", {}).get("replicas") != endpoint.replicas:
         deployment = store.merge_patch("apps/v1", "Deployment", endpoint.ref.name, {"spec": {"replicas": endpoint.replicas}}, endpoint.ref.namespace)
-    router_name = routing.ensure(store, endpoint, context, deployed=bool(old_status.get("routerName")))
+    router_name = router.name(endpoint.ref.name) if endpoint.routing_enabled else None
+    if router_name is None and old_status.get("routerName"):
+        routing.remove(store, endpoint.ref.namespace, endpoint.ref.name)
 
     facts = _deployment_facts(deployment)
     if facts.rolled_out and gate.open:
@@ -166,6 +168,33 @@ def _jumpstart_cache() -> Any:
 def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: str) -> CacheSummary:
     found = sharing.lookup(indexes[index], (endpoint.ref.namespace, name))
     return found[0] if found else CacheSummary(name=name)
+
+
+def _children(endpoint: Endpoint, gate_open: bool, generation: Generation, context: RenderContext) -> list[Manifest]:
+    """Everything this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
+    wanted: list[Manifest] = []
+    if endpoint.weights_enabled:
+        wanted.append(caches.weights_cache(endpoint))
+    if endpoint.image_cache:
+        wanted.append(caches.image_cache(endpoint))
+    if gate_open:
+        wanted += [deployments.deployment(endpoint, generation, context), deployments.service(endpoint)]
+    if endpoint.routing_enabled:
+        wanted += router.manifests(endpoint, context)
+    return wanted
+
+
+def _apply(store: Store, endpoint: Endpoint, children: list[Manifest]) -> Manifest | None:
+    """Apply every child; caches under this endpoint's own field manager. Returns the applied Deployment, if any."""
+    applied_deployment: Manifest | None = None
+    for manifest in children:
+        if manifest["kind"] in (MDCC_KIND, MIC_KIND):
+            sharing.attach(store, manifest, endpoint.ref.uid)
+        elif manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == endpoint.ref.name:
+            applied_deployment = store.apply(manifest)
+        else:
+            store.apply(manifest)
+    return applied_deployment
 
 
 def _serving_weights_key(deployment: Mapping[str, Any] | None) -> str | None:
@@ -286,6 +315,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
         except StorageError as error:
             raise kopf.TemporaryError(f"releasing children failed: {error}", delay=5) from error
     _forget_metrics(ns, name)
+    applying.forget(memo, uid)
     kopf.info(body, reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
 
 

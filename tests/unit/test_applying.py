@@ -1,0 +1,41 @@
+"""Children are re-applied only when their rendering or the Deployment changed, or after the full-resync period."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+
+from warmstart.controllers import applying
+
+CHILDREN = [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "m"}, "spec": {"ports": [{"port": 8000}]}}]
+
+
+def _deployment(generation: int) -> dict[str, Any]:
+    return {"metadata": {"name": "m", "generation": generation}}
+
+
+def test_first_time_then_only_on_change() -> None:
+    memo = kopf.Memo()
+    assert applying.needed(memo, "uid", CHILDREN, _deployment(1))
+    applying.record(memo, "uid", CHILDREN, _deployment(1))
+    assert not applying.needed(memo, "uid", CHILDREN, _deployment(1))
+    changed = [{**CHILDREN[0], "spec": {"ports": [{"port": 9000}]}}]
+    assert applying.needed(memo, "uid", changed, _deployment(1)), "a new rendering is applied"
+    assert applying.needed(memo, "uid", CHILDREN, _deployment(2)), "an edited Deployment is put back"
+    assert applying.needed(memo, "uid", CHILDREN, None), "a deleted Deployment is recreated"
+
+
+def test_full_resync_after_the_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    memo = kopf.Memo()
+    applying.record(memo, "uid", CHILDREN, None)
+    monkeypatch.setattr(applying, "FULL_RESYNC_SECONDS", -1.0)
+    assert applying.needed(memo, "uid", CHILDREN, None)
+
+
+def test_forget_starts_over() -> None:
+    memo = kopf.Memo()
+    applying.record(memo, "uid", CHILDREN, None)
+    applying.forget(memo, "uid")
+    assert applying.needed(memo, "uid", CHILDREN, None)
