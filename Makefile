@@ -49,6 +49,7 @@ bench: $(BIN)/warmstart
 	$(BIN)/python bench/preload.py
 	$(BIN)/python bench/routing.py
 	$(BIN)/python bench/operator_scale.py
+	$(BIN)/python bench/endpoint_idle_traffic.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info bench/out
