@@ -119,6 +119,16 @@ def _div(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b and not math.isnan(b) else "n/a"
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Write a figure as PNG and release it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_workload(workload: str, rows: list[Row], out: Path) -> list[Path]:
     """TTFT CDF and per-replica request counts, one PNG each."""
     import matplotlib
@@ -138,11 +148,7 @@ def plot_workload(workload: str, rows: list[Row], out: Path) -> list[Path]:
     ax.set_title(f"TTFT CDF - {workload}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    path = out / f"ttft_cdf_{workload}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
+    paths.append(_save(fig, out / f"ttft_cdf_{workload}.png"))
 
     fleet_rows = [row for row in rows if not row.router.startswith("ideal")]
     replicas = sorted({name for row in fleet_rows for name in row.per_replica})
@@ -156,11 +162,7 @@ def plot_workload(workload: str, rows: list[Row], out: Path) -> list[Path]:
         ax.set_ylabel("requests served")
         ax.set_title(f"Per-replica load - {workload}")
         ax.legend(fontsize=7)
-        path = out / f"replica_load_{workload}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_save(fig, out / f"replica_load_{workload}.png"))
     return paths
 
 
