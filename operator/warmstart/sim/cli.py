@@ -1,8 +1,10 @@
 """`warmstart sim`: run N simulated vLLM replicas as asyncio servers in one process.
 
-    warmstart sim --replicas 8 --base-port 9000 [--time-scale 0.25] [--cache-tokens 65536]
+    warmstart sim --replicas 8 --base-port 9000 [--time-scale 0.25] [--cache-tokens 65536] [--model-dir DIR]
 
-Replica i listens on base-port + i and is named ``r<i>``.
+Replica i listens on base-port + i and is named ``r<i>``. With ``--model-dir``, the replicas listen at once but
+answer ``/health`` with 503 until every weight file has been read (see :mod:`warmstart.sim.loading`); a missing or
+incomplete model directory ends the process with exit code 1, as a real server that cannot load its model.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import pathlib
 import signal
 
+from warmstart.sim import loading
 from warmstart.sim.engine import EngineParams
 from warmstart.sim.server import SimReplica, serve
 
@@ -36,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale-factor", type=int, default=1,
                    help="make each replica N times larger (cache, prefill rate, slots): the ideal bound")
     p.add_argument("--stream-chunk-tokens", type=int, default=1, help="tokens per SSE chunk after the first")
+    p.add_argument("--model-dir", type=pathlib.Path, default=None,
+                   help="read every weight file here before reporting ready (checked against the preload manifest)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -51,12 +57,26 @@ def params_from(args: argparse.Namespace) -> EngineParams:
 
 async def run(args: argparse.Namespace) -> int:
     params = params_from(args)
-    runners = []
+    runners, replicas = [], []
     for i in range(args.replicas):
         replica = SimReplica(f"{args.name_prefix}{i}", params, stream_chunk_tokens=args.stream_chunk_tokens)
+        replica.ready = args.model_dir is None
         runner, port = await serve(replica, args.host, args.base_port + i)
         runners.append(runner)
+        replicas.append(replica)
         log.info("replica %s on http://%s:%d", replica.name, args.host, port)
+    if args.model_dir is not None:
+        try:
+            report = await asyncio.get_running_loop().run_in_executor(None, loading.load, args.model_dir)
+        except (loading.WeightsError, OSError) as exc:
+            log.error("cannot load the model from %s: %s", args.model_dir, exc)
+            for runner in runners:
+                await runner.cleanup()
+            return 1
+        log.info("loaded %d files, %d bytes in %.2f s (%s)", report.files, report.bytes, report.seconds,
+                 "checked against the preload manifest" if report.manifest else "no manifest")
+        for replica in replicas:
+            replica.ready = True
     print(f"sim: {args.replicas} replicas ready on ports {args.base_port}-{args.base_port + args.replicas - 1}",
           flush=True)
     stop = asyncio.Event()

@@ -91,6 +91,8 @@ class SimReplica:
         self.open_requests = Gauge("sim_open_requests", "Requests being served.", registry=self.registry)
         self._ids = itertools.count(1)
         self._open: dict[int, web.BaseRequest] = {}
+        self.ready = True
+        """False while the replica still loads its weights: /health answers 503, as vLLM does before it serves."""
         self.app = self._make_app()
 
     def _make_app(self) -> web.Application:
@@ -202,6 +204,8 @@ class SimReplica:
                                                              "owned_by": "warmstart-sim"}]})
 
     async def handle_health(self, request: web.Request) -> web.Response:
+        if not self.ready:
+            return web.Response(status=503, text="loading weights")
         return web.Response(text="")
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
