@@ -13,11 +13,4 @@ termination message that a pod annotation asks for.
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
-
-
-INTEGRATION = pathlib.Path(__file__).resolve().parents[1] / "integration"
-sys.path.insert(0, str(INTEGRATION))  # kube.py and friends, as the integration tests import them
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -16,9 +14,7 @@ from kubernetes import client
 import endpointing as ep
 import kube
 import operating
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "preload"))
-from preloadservers import CREDENTIALS, MotoServer  # noqa: E402
+from preloadservers import CREDENTIALS, MotoServer
 
 pytestmark = pytest.mark.cluster
 
