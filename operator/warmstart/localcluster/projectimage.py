@@ -23,7 +23,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 
-from warmstart.localcluster import images, stepping
+from warmstart.localcluster import images, pruning, stepping
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ def build(store: images.Store, base_reference: str, source: pathlib.Path, ref: s
         ]
         stepping.run(label, command, log, milestones=_MILESTONES)
     logger.info("%s: %s built in %.0f s", label, ref, time.monotonic() - started)
+    pruning.prune(store, [ref, base_reference], log)
 
 
 def _trust_volumes() -> list[str]:
