@@ -100,7 +100,8 @@ def content_key(parts: Iterable[bytes]) -> str:
 def store() -> Store:
     """The buildah store: an existing one is reused; a new one uses overlay if this machine supports it, else vfs."""
     base = images_dir() / "containers"
-    runroot_base = _runroot_base()
+    # one run-time directory per store: two caches (say XDG_CACHE_HOME=/elsewhere) must not share mount state
+    runroot_base = _runroot_base() / content_key([str(base).encode()])
     for driver in DRIVERS:
         if (base / driver).is_dir():
             return Store(base / driver, runroot_base / driver, driver)
