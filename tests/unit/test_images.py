@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from warmstart.localcluster import imagecli, launching, projectimage, pruning, pushing, smallimages, stepping
-from warmstart.localcluster.images import LocalImage
+from warmstart.localcluster.imagestore import LocalImage
 from warmstart.render import daemonsets
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 
-from warmstart.localcluster import images, stepping
+from warmstart.localcluster import imagestore, stepping
 
 logger = logging.getLogger(__name__)
 
@@ -50,35 +50,35 @@ _MILESTONES = re.compile(r"^I: (?!removing|cleaning)")
 def key() -> str:
     """Content key of everything that decides the base's content."""
     parts = [SUITE, *PACKAGES, *MMDEBSTRAP_OPTIONS, *(f"{name}={value}" for name, value in ENV), CMD]
-    return images.content_key(part.encode() for part in parts)
+    return imagestore.content_key(part.encode() for part in parts)
 
 
 def reference() -> str:
     return f"{REPOSITORY}:{SUITE}-{key()}"
 
 
-def ensure(store: images.Store) -> images.LocalImage:
-    """The base image in ``store``, built first if missing (call under :func:`images.build_lock`)."""
+def ensure(store: imagestore.Store) -> imagestore.LocalImage:
+    """The base image in ``store``, built first if missing (call under :func:`imagestore.build_lock`)."""
     ref = reference()
     if not store.has_image(ref):
         build(store, ref)
-    repository, tag = ref.removeprefix(images.LOCAL_PREFIX).rsplit(":", 1)
-    return images.LocalImage(repository=repository, tag=tag, source=store.source(ref))
+    repository, tag = ref.removeprefix(imagestore.LOCAL_PREFIX).rsplit(":", 1)
+    return imagestore.LocalImage(repository=repository, tag=tag, source=store.source(ref))
 
 
-def build(store: images.Store, ref: str) -> None:
+def build(store: imagestore.Store, ref: str) -> None:
     """mmdebstrap a root filesystem into a tarball, then commit it as ``ref`` with buildah."""
     for tool in ("mmdebstrap", "buildah"):
         if shutil.which(tool) is None:
             raise stepping.StepError(f"`{tool}` is not installed: run scripts/install-host-packages.sh")
-    log = images.logs_dir() / f"base-{SUITE}-{key()}.log"
+    log = imagestore.logs_dir() / f"base-{SUITE}-{key()}.log"
     label = "base image"
     started = time.monotonic()
     logger.info(
         "%s: building %s from Debian packages (%s), first time only, ~%d min; log: %s",
         label, ref, ", ".join(PACKAGES), MINUTES_COLD, log,
     )
-    with tempfile.TemporaryDirectory(dir=images.scratch_dir()) as tmp:
+    with tempfile.TemporaryDirectory(dir=imagestore.scratch_dir()) as tmp:
         rootfs = f"{tmp}/rootfs.tar"
         command = ["mmdebstrap", *MMDEBSTRAP_OPTIONS, f"--include={','.join(PACKAGES)}", SUITE, rootfs]
         seconds = stepping.run(label, command, log, milestones=_MILESTONES)

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from warmstart.localcluster import images, imaging, launching, pushing, stepping
+from warmstart.localcluster import imagestore, imaging, launching, pushing, stepping
 
 
 def main(argv: list[str]) -> int:
@@ -17,7 +17,7 @@ def main(argv: list[str]) -> int:
             return _build(args.only, args.push)
         rest = args.args[1:] if args.args[:1] == ["--"] else args.args
         outcome = launching.run(
-            images.store(),
+            imagestore.store(),
             args.image,
             args=rest or None,
             entrypoint=[args.entrypoint] if args.entrypoint else None,
@@ -65,7 +65,7 @@ def _build(only: str, registry: str | None) -> int:
     return 0
 
 
-def _local_reference(image: images.LocalImage) -> str:
+def _local_reference(image: imagestore.LocalImage) -> str:
     """How local tools name it: the store name for buildah images, the ``oci:`` path for the layout's."""
     if image.source.startswith("containers-storage:"):
         return image.source.split("]", 1)[1]

@@ -13,7 +13,7 @@ import enum
 import pathlib
 from collections.abc import Iterable
 
-from warmstart.localcluster import baseimage, images, projectimage, pushing, smallimages
+from warmstart.localcluster import baseimage, imagestore, projectimage, pushing, smallimages
 
 
 class Kind(str, enum.Enum):
@@ -33,26 +33,26 @@ class Pushed:
     shellless: str
 
 
-def project_image(source: pathlib.Path | None = None) -> images.LocalImage:
+def project_image(source: pathlib.Path | None = None) -> imagestore.LocalImage:
     """The project's image built from ``source`` (default: this checkout), with its base built first if needed."""
     checkout = source or projectimage.source_root()
-    store = images.store()
-    with images.build_lock():
+    store = imagestore.store()
+    with imagestore.build_lock():
         base = baseimage.ensure(store)
         return projectimage.ensure(store, base, checkout)
 
 
-def pause_image() -> images.LocalImage:
-    with images.build_lock():
+def pause_image() -> imagestore.LocalImage:
+    with imagestore.build_lock():
         return smallimages.ensure(smallimages.PAUSE)
 
 
-def shellless_image() -> images.LocalImage:
-    with images.build_lock():
+def shellless_image() -> imagestore.LocalImage:
+    with imagestore.build_lock():
         return smallimages.ensure(smallimages.SHELLLESS)
 
 
-def build(kinds: Iterable[Kind] = tuple(Kind), source: pathlib.Path | None = None) -> dict[Kind, images.LocalImage]:
+def build(kinds: Iterable[Kind] = tuple(Kind), source: pathlib.Path | None = None) -> dict[Kind, imagestore.LocalImage]:
     """Each requested image, built where missing."""
     makers = {Kind.PROJECT: lambda: project_image(source), Kind.PAUSE: pause_image, Kind.SHELLLESS: shellless_image}
     return {kind: makers[kind]() for kind in kinds}

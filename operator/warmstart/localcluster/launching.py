@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from warmstart.localcluster import images, stepping
+from warmstart.localcluster import imagestore, stepping
 
 #: like the chart's ``tmp`` emptyDir (sizeLimit 64Mi)
 TMP_SIZE = "64m"
@@ -45,7 +45,7 @@ class ImageConfig:
     working_dir: str
 
 
-def image_config(store: images.Store, reference: str) -> ImageConfig:
+def image_config(store: imagestore.Store, reference: str) -> ImageConfig:
     inspected = json.loads(stepping.output([*store.buildah(), "inspect", "--type", "image", reference]))
     config: dict[str, Any] = inspected["OCIv1"].get("config") or {}
     return ImageConfig(
@@ -102,7 +102,7 @@ def runtime_spec(template: dict[str, Any], config: ImageConfig, argv: list[str],
 
 
 def run(
-    store: images.Store,
+    store: imagestore.Store,
     reference: str,
     args: Sequence[str] | None = None,
     entrypoint: Sequence[str] | None = None,
@@ -116,10 +116,10 @@ def run(
     name = f"warmstart-launch-{os.getpid()}"
     buildah = store.buildah()
     container = stepping.output([*buildah, "from", "--pull=never", "--name", name, reference]).strip()
-    state = images.images_dir() / "runc"
+    state = imagestore.images_dir() / "runc"
     try:
         rootfs = stepping.output([*buildah, "mount", container]).strip()
-        with tempfile.TemporaryDirectory(dir=images.scratch_dir()) as bundle:
+        with tempfile.TemporaryDirectory(dir=imagestore.scratch_dir()) as bundle:
             stepping.output(["runc", "spec", "--bundle", bundle])
             template = json.loads(pathlib.Path(bundle, "config.json").read_text())
             spec = runtime_spec(template, config, argv, rootfs)

@@ -23,7 +23,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 
-from warmstart.localcluster import images, pruning, stepping
+from warmstart.localcluster import imagestore, pruning, stepping
 
 logger = logging.getLogger(__name__)
 
@@ -82,35 +82,35 @@ def context_key(source: pathlib.Path, base_reference: str) -> str:
             yield f"{relative.as_posix()}:{path.stat().st_mode & 0o777:o}".encode()
             yield path.read_bytes()
 
-    return images.content_key(parts())
+    return imagestore.content_key(parts())
 
 
 def reference(source: pathlib.Path, base_reference: str) -> str:
     return f"{REPOSITORY}:{version(source)}-{context_key(source, base_reference)}"
 
 
-def ensure(store: images.Store, base: images.LocalImage, source: pathlib.Path) -> images.LocalImage:
-    """The project image for ``source`` on ``base``, built first if missing (call under :func:`images.build_lock`)."""
-    base_reference = images.LOCAL_PREFIX + base.name
+def ensure(store: imagestore.Store, base: imagestore.LocalImage, source: pathlib.Path) -> imagestore.LocalImage:
+    """The project image for ``source`` on ``base``, built first if missing (call under :func:`imagestore.build_lock`)."""
+    base_reference = imagestore.LOCAL_PREFIX + base.name
     ref = reference(source, base_reference)
     if store.has_image(ref):
         logger.info("project image: %s is current (same context and base)", ref)
     else:
         build(store, base_reference, source, ref)
-    repository, tag = ref.removeprefix(images.LOCAL_PREFIX).rsplit(":", 1)
-    return images.LocalImage(repository=repository, tag=tag, source=store.source(ref))
+    repository, tag = ref.removeprefix(imagestore.LOCAL_PREFIX).rsplit(":", 1)
+    return imagestore.LocalImage(repository=repository, tag=tag, source=store.source(ref))
 
 
-def build(store: images.Store, base_reference: str, source: pathlib.Path, ref: str) -> None:
+def build(store: imagestore.Store, base_reference: str, source: pathlib.Path, ref: str) -> None:
     """Stage the context and run ``buildah bud`` on the project's Dockerfile."""
     if shutil.which("buildah") is None:
         raise stepping.StepError("`buildah` is not installed: run scripts/install-host-packages.sh")
     label = "project image"
-    log = images.logs_dir() / f"project-{ref.rsplit(':', 1)[1]}.log"
+    log = imagestore.logs_dir() / f"project-{ref.rsplit(':', 1)[1]}.log"
     logger.info("%s: building %s from %s (cold ~%d min, less with cached layers); log: %s",
                 label, ref, source / DOCKERFILE, MINUTES_COLD, log)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(dir=images.scratch_dir()) as context:
+    with tempfile.TemporaryDirectory(dir=imagestore.scratch_dir()) as context:
         for relative in context_files(source):
             target = pathlib.Path(context) / relative
             target.parent.mkdir(parents=True, exist_ok=True)

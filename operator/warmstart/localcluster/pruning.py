@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from warmstart.localcluster import images, stepping
+from warmstart.localcluster import imagestore, stepping
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def stale_tags(tags: list[tuple[str, int]], current: str, newest: int) -> list[s
     return [name for name, _ in mine if name != current and name not in recent]
 
 
-def prune(store: images.Store, current: Iterable[str], build_log: pathlib.Path) -> int:
+def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Path) -> int:
     """Untag stale tags of each current reference's repository, then drop unused dangling images; count them."""
     buildah = store.buildah()
     tags = _tags(store)
@@ -60,7 +60,7 @@ def prune(store: images.Store, current: Iterable[str], build_log: pathlib.Path) 
     return removed
 
 
-def _tags(store: images.Store) -> list[tuple[str, int]]:
+def _tags(store: imagestore.Store) -> list[tuple[str, int]]:
     """``(name:tag, created)`` of every tagged image (``created`` in Unix seconds)."""
     listed: list[dict[str, Any]] = json.loads(stepping.output([*store.buildah(), "images", "--json"]) or "[]")
     return [(name, int(image.get("created", 0))) for image in listed for name in image.get("names") or ()]

@@ -20,7 +20,7 @@ import shutil
 import tarfile
 import tempfile
 
-from warmstart.localcluster import images, stepping
+from warmstart.localcluster import imagestore, stepping
 
 logger = logging.getLogger(__name__)
 
@@ -47,21 +47,21 @@ SHELLLESS = SmallImage(repository="warmstart/shellless", program="hello", user=N
 def key(image: SmallImage, compiler_version: str) -> str:
     source = (PROGRAMS / f"{image.program}.c").read_bytes()
     parts = [source, compiler_version.encode(), " ".join(CFLAGS).encode(), (image.user or "").encode()]
-    return images.content_key(parts)
+    return imagestore.content_key(parts)
 
 
-def ensure(image: SmallImage) -> images.LocalImage:
-    """``image`` in the OCI layout, compiled and packed first if missing (call under :func:`images.build_lock`)."""
+def ensure(image: SmallImage) -> imagestore.LocalImage:
+    """``image`` in the OCI layout, compiled and packed first if missing (call under :func:`imagestore.build_lock`)."""
     for tool in ("gcc", "umoci"):
         if shutil.which(tool) is None:
             raise stepping.StepError(f"`{tool}` is not installed: run scripts/install-host-packages.sh")
     tag = key(image, stepping.output(["gcc", "-dumpfullversion"]).strip())
-    layout = images.oci_layout()
-    local = images.LocalImage(repository=image.repository, tag=tag, source=f"oci:{layout}:{_layout_tag(image, tag)}")
+    layout = imagestore.oci_layout()
+    local = imagestore.LocalImage(repository=image.repository, tag=tag, source=f"oci:{layout}:{_layout_tag(image, tag)}")
     if layout.is_dir() and _layout_tag(image, tag) in stepping.output(["umoci", "ls", "--layout", str(layout)]).split():
         return local
-    log = images.logs_dir() / "small-images.log"
-    with tempfile.TemporaryDirectory(dir=images.scratch_dir()) as tmp:
+    log = imagestore.logs_dir() / "small-images.log"
+    with tempfile.TemporaryDirectory(dir=imagestore.scratch_dir()) as tmp:
         binary = pathlib.Path(tmp) / image.program
         stepping.run(image.program, ["gcc", *CFLAGS, "-o", str(binary), str(PROGRAMS / f"{image.program}.c")], log)
         layer = pathlib.Path(tmp) / "layer.tar"
@@ -88,7 +88,7 @@ def _layout_tag(image: SmallImage, tag: str) -> str:
 
 def _pack(image: SmallImage, layout_tag: str, layer: pathlib.Path, log: pathlib.Path) -> None:
     """Assemble under a scratch tag, then tag it: a present final tag is always a complete image."""
-    layout = images.oci_layout()
+    layout = imagestore.oci_layout()
     if not layout.is_dir():
         stepping.run("umoci", ["umoci", "init", "--layout", str(layout)], log, nice=False)
     partial = f"{layout}:{layout_tag}.partial"
