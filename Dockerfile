@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # warmstart: one image for every role (`warmstart operator|preload|router|sim|plan`), plus a static busybox that the
 # image pre-pull DaemonSet copies into target images that may have no shell (operator/warmstart/render/daemonsets.py).
-# CI has no Docker engine: scripts/check-dockerfile.sh lints this file and performs the same install in a clean venv.
+# Without a Docker engine, `warmstart cluster image build` builds it with buildah on a Debian base passed as PYTHON_IMAGE
+# (docs/image.md); scripts/check-dockerfile.sh lints it, builds it that way and runs the image.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -12,9 +13,15 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/warmstart
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+# the pinned dependencies get a layer of their own, so a change of source alone does not download them again
+RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+        > /tmp/requirements.txt \
+    && /opt/warmstart/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+COPY README.md ./
 COPY operator/ operator/
 RUN /opt/warmstart/bin/pip install --no-cache-dir . \
+    && /opt/warmstart/bin/pip check \
     && /opt/warmstart/bin/warmstart --help > /dev/null
 
 # --- noop: a statically linked busybox (no libc needed), used as `busybox true` / `busybox sleep` -------------------

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER_DIR ?= .cluster
 
-.PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status lint bench clean
+.PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ cluster-down: $(BIN)/warmstart
 
 cluster-status: $(BIN)/warmstart
 	$(BIN)/warmstart cluster status --dir $(CLUSTER_DIR)
+
+## cluster-image: build the project image from the Dockerfile (buildah), the pause and the shell-less image (docs/image.md)
+cluster-image: $(BIN)/warmstart
+	$(BIN)/warmstart cluster image build
 
 lint: $(BIN)/warmstart
 	$(BIN)/lint-imports

@@ -1,4 +1,4 @@
-"""The ``warmstart cluster build|up|down|status`` command."""
+"""The ``warmstart cluster build|up|down|status|image`` command."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import sys
 
 from kubernetes import client
 
-from warmstart.localcluster import building, nodes, running
+from warmstart.localcluster import building, imagecli, nodes, running
 
 DEFAULT_DIR = pathlib.Path(".cluster")
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["image"]:
+        return imagecli.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -58,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
         if name == "down":
             sub.add_argument("--purge", action="store_true", help="also delete the cluster directory")
+    # listed for --help only: main() hands `image ...` to imagecli before parsing
+    commands.add_parser("image", help="build|run the images of the real node (project image, pause, shell-less)")
     return parser
 
 
