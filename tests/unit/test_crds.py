@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from warmstart.api import crds
-from warmstart.router.config import RouterConfig
+from warmstart.api.routers import RouterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

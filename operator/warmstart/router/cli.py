@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from warmstart.api import strategies
+from warmstart.api.routers import RouterConfig
 from warmstart.router import discovery, proxying
-from warmstart.router.config import RouterConfig
 from warmstart.router.routing import Router
 
 log = logging.getLogger("warmstart.router")

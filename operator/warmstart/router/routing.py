@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.router import strategies
-from warmstart.router.config import RouterConfig
 from warmstart.router.metrics import CHARS_PER_TOKEN, RouterMetrics
 from warmstart.router.prefixes import PromptKey, prompt_key
 from warmstart.router.replicas import Fleet

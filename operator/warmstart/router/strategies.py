@@ -32,8 +32,8 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
+from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
-from warmstart.router.config import RouterConfig
 from warmstart.router.indexes import PrefixIndex
 from warmstart.router.prefixes import PromptKey, stable_hash
 

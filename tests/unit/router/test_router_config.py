@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from warmstart.api.routers import CONFIGMAP_KEY, RouterConfig
 from warmstart.api.strategies import SPELLINGS, RoutingStrategy
-from warmstart.router.config import CONFIGMAP_KEY, RouterConfig
 
 
 @pytest.mark.parametrize(("spelling", "expected"), sorted(SPELLINGS.items()))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.router import strategies
-from warmstart.router.config import RouterConfig
 from warmstart.router.prefixes import PromptKey, block_hashes
 from warmstart.router.strategies import ReplicaLoad, Snapshot
 

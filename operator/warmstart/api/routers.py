@@ -1,13 +1,13 @@
 """The router's configuration: one validated model, loadable from a file or a ConfigMap's `router.yaml`.
 
 The operator renders this model (dumped by alias, camelCase) into the ConfigMap key
-``router.yaml``; the router reads it back with :meth:`RouterConfig.from_yaml`. Every knob has a
-documented default, so an empty document is a valid configuration (the ``random`` strategy).
+``router.yaml``; the router reads it back with :meth:`RouterConfig.from_yaml`. It is the contract
+between the two, so it lives in the API. Every knob has a documented default, so an empty document
+is a valid configuration (the ``random`` strategy).
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,6 @@ from pydantic.alias_generators import to_camel
 
 from warmstart.api import strategies
 from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
-
-log = logging.getLogger(__name__)
 
 #: The ConfigMap data key that holds the router configuration.
 CONFIGMAP_KEY = "router.yaml"
