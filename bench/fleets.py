@@ -159,7 +159,7 @@ async def _json(session: aiohttp.ClientSession, url: str) -> Any:
 async def start_warmstart(session: aiohttp.ClientSession, strategy: str, urls: list[str], logs: Path,
                           config_extra: dict[str, Any] | None = None) -> RouterUnderTest:
     """``warmstart router`` as its own process, fed by a config file and a backends file."""
-    from warmstart.router.config import RouterConfig
+    from warmstart.api.routers import RouterConfig
 
     port = free_port()
     workdir = logs / f"warmstart-{strategy}-{port}"

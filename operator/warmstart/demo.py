@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from warmstart.api import API_VERSION
+from warmstart.api import API_VERSION, nodelabels
 from warmstart.api.crds import KINDS, crd
 from warmstart.controllers.storage import Store, load_api_client
 from warmstart.localcluster import building, nodes, running
@@ -98,10 +98,10 @@ class Table:
         ]
         for node in sorted(self.store.list("v1", "Node"), key=lambda n: n["metadata"]["name"]):
             name, node_labels = node["metadata"]["name"], node["metadata"].get("labels", {})
-            weights = "ready" if wkey and node_labels.get(labels.weights_ready_label(wkey)) == "ready" else "-"
-            image = "ready" if ikey and node_labels.get(labels.image_ready_label(ikey)) == "ready" else "-"
+            weights = "ready" if wkey and node_labels.get(nodelabels.weights_ready_label(wkey)) == "ready" else "-"
+            image = "ready" if ikey and node_labels.get(nodelabels.image_ready_label(ikey)) == "ready" else "-"
             preload = per_node.get(name, {}).get("state", "-")
-            lines.append(f"  {name:<28} {node_labels.get(labels.INSTANCE_TYPE, ''):<16} {preload:<12} {weights:<8} {image:<8} {'#' * pods.get(name, 0)}")
+            lines.append(f"  {name:<28} {node_labels.get(nodelabels.INSTANCE_TYPE, ''):<16} {preload:<12} {weights:<8} {image:<8} {'#' * pods.get(name, 0)}")
         return lines
 
     def show(self) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from warmstart.api.nodelabels import INSTANCE_TYPE, NVME_CAPACITY_ANNOTATION
 from warmstart.api.scheduling import NodeAffinity, NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm
-from warmstart.render.labels import INSTANCE_TYPE, NVME_CAPACITY_ANNOTATION
 
 GB = 1_000_000_000
 

@@ -5,7 +5,7 @@ pre-check always agree. The cache is per node: NVMe use grows linearly with the 
 downloads the whole model once on every node (in parallel, so the source sees nodes x bandwidth). A warm start then
 reads the model from local NVMe at about 7 GB/s.
 
-Computation is pure; I/O lives in `source_bytes` (listing a source) and `main` (arguments, printing).
+Computation is pure; I/O lives in `source_bytes` (the preloader's listing of a source) and `main` (arguments, printing).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 
 from warmstart import placement
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
+from warmstart.preload import sources
+from warmstart.preload.results import PreloadError
 
 GB = placement.GB
 DEFAULT_BANDWIDTH = 1.25 * GB  # bytes/s: a 10 Gbit/s link, fully used
@@ -248,31 +250,13 @@ def as_json(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: floa
 
 
 def source_bytes(source: ModelSourceConfig) -> int:
-    """Measure a source by listing it: S3 (honours AWS_ENDPOINT_URL_S3 and s3Storage.endpointUrl) or the Hub."""
-    if source.model_source_type == ModelSourceType.S3 and source.s3_storage is not None:
-        import boto3
-
-        storage = source.s3_storage
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        s3 = boto3.client("s3", region_name=storage.region, endpoint_url=storage.endpoint_url)
-        prefix = (source.model_location or "").lstrip("/")
-        total = 0
-        try:
-            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=storage.bucket_name, Prefix=prefix):
-                total += sum(int(item["Size"]) for item in page.get("Contents", []))
-        except (BotoCoreError, ClientError) as error:
-            raise PlanError(f"cannot list s3://{storage.bucket_name}/{prefix}: {error}") from error
-        if total == 0:
-            raise PlanError(f"nothing found under s3://{storage.bucket_name}/{prefix}")
-        return total
-    if source.model_source_type == ModelSourceType.HUGGINGFACE and source.hugging_face_model is not None:
-        from huggingface_hub import HfApi
-
-        model = source.hugging_face_model
-        info = HfApi().model_info(model.model_id, revision=model.commit_sha, files_metadata=True)
-        return sum(int(s.size or 0) for s in info.siblings or [])
-    raise PlanError(f"cannot list a {source.model_source_type.value} source from here: give the size with --size")
+    """Measure a source with the preloader's own listing: S3 (honours AWS_ENDPOINT_URL_S3 and s3Storage.endpointUrl) or the Hub."""
+    if source.model_source_type not in (ModelSourceType.S3, ModelSourceType.HUGGINGFACE):
+        raise PlanError(f"cannot list a {source.model_source_type.value} source from here: give the size with --size")
+    try:
+        return sources.list_source(source).total_bytes
+    except PreloadError as error:
+        raise PlanError(f"cannot measure the source: {error.message}") from error
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from kubernetes import client
 import endpointing as ep
 import kube
 import operating
+from warmstart.api import nodelabels
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.render import endpoints as rendering
 from warmstart.render import labels
@@ -66,8 +67,8 @@ def test_seed_example_goes_end_to_end(cluster: Any, api_client: client.ApiClient
         mic = ep.caches(api_client, namespace, "modelimagecaches")
         assert [m["metadata"]["name"] for m in mdcc] == [f"weights-{wkey}"] and mdcc[0]["status"]["state"] == "Ready"
         assert [m["metadata"]["name"] for m in mic] == [f"image-{ikey}"]
-        g5 = [n for n in client.CoreV1Api(api_client).list_node(label_selector=f"{labels.INSTANCE_TYPE}=ml.g5.24xlarge").items]
-        warm = {n.metadata.name for n in g5 if n.metadata.labels.get(labels.weights_ready_label(wkey)) == "ready"}
+        g5 = [n for n in client.CoreV1Api(api_client).list_node(label_selector=f"{nodelabels.INSTANCE_TYPE}=ml.g5.24xlarge").items]
+        warm = {n.metadata.name for n in g5 if n.metadata.labels.get(nodelabels.weights_ready_label(wkey)) == "ready"}
         assert warm == {n.metadata.name for n in g5}, "every target node is labelled"
         pods = ep.running_pods_by_node(api_client, namespace, f"{labels.ENDPOINT_LABEL}=example-model")
         assert sum(pods.values()) == 1 and set(pods) <= warm
@@ -97,7 +98,7 @@ def test_scale_out_fills_warm_nodes_first_then_cold(cluster: Any, api_client: cl
         wkey, _ = _keys(body)
         warm = set(names[:3])
         for node in warm:  # caches filled earlier: the label is what a completed preload leaves behind
-            client.CoreV1Api(api_client).patch_node(node, {"metadata": {"labels": {labels.weights_ready_label(wkey): "ready"}}})
+            client.CoreV1Api(api_client).patch_node(node, {"metadata": {"labels": {nodelabels.weights_ready_label(wkey): "ready"}}})
         with operating.operator(str(cluster.kubeconfig), [namespace], render={"preload_pod_annotations": SLOW_PRELOAD}):
             kube.create_custom(api_client, body)
             selector = f"{labels.ENDPOINT_LABEL}=scale"
@@ -140,10 +141,10 @@ def test_source_change_keeps_serving_then_rolls_then_drops_the_old_cache(cluster
             new_key, _ = _keys({**body, "spec": {**body["spec"], "modelSourceConfig": new_source}})
             kube.wait_for(lambda: f"weights-{new_key}" in {m["metadata"]["name"] for m in ep.caches(api_client, namespace, "modeldatacacheconfigs")}, what="new MDCC")
             progressing = kube.wait_for(lambda: (s := ep.status(api_client, namespace, "roll")).get("state") == "DeploymentInProgress" and s, what="waiting on the new cache")
-            assert _deployment(api_client, namespace, "roll").spec.template.metadata.annotations[f"{labels.CACHE_PREFIX}/weights-key"] == old_key
+            assert _deployment(api_client, namespace, "roll").spec.template.metadata.annotations[f"{nodelabels.CACHE_PREFIX}/weights-key"] == old_key
             assert "serving the previous generation" in ep.condition(progressing, "Progressing")["message"]
             kube.wait_for(
-                lambda: _deployment(api_client, namespace, "roll").spec.template.metadata.annotations[f"{labels.CACHE_PREFIX}/weights-key"] == new_key,
+                lambda: _deployment(api_client, namespace, "roll").spec.template.metadata.annotations[f"{nodelabels.CACHE_PREFIX}/weights-key"] == new_key,
                 timeout=120,
                 what="the roll to the new generation",
             )

@@ -18,7 +18,7 @@ from kubernetes import client
 import kube
 from nodepool import NodePool
 import operating
-from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
 from warmstart.api.caches import MIC_PLURAL, ModelImageCacheSpec, NodeTargeting
 from warmstart.placement import instance_type_affinity
 from warmstart.render import daemonsets, keys, labels
@@ -94,7 +94,7 @@ def daemonsets_of(api: client.ApiClient, namespace: str) -> list[Any]:
 
 
 def labeled(api: client.ApiClient, key: str) -> set[str]:
-    selector = f"{labels.image_ready_label(key)}={labels.READY}"
+    selector = f"{nodelabels.image_ready_label(key)}={nodelabels.READY}"
     return {n.metadata.name for n in client.CoreV1Api(api).list_node(label_selector=selector).items}
 
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from warmstart.api.routers import CONFIGMAP_KEY, RouterConfig
 from warmstart.localcluster import running
 from warmstart.router import discovery
-from warmstart.router.config import CONFIGMAP_KEY, RouterConfig
 from warmstart.router.routing import Router
 
 pytestmark = pytest.mark.cluster

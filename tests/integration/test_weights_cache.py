@@ -19,7 +19,7 @@ from kubernetes import client
 import kube
 from nodepool import NodePool
 import operating
-from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.localcluster import nodes as kwok_nodes
@@ -86,7 +86,7 @@ def key_of(name: str) -> str:
 
 
 def labeled(api: client.ApiClient, key: str) -> set[str]:
-    selector = f"{labels.weights_ready_label(key)}={labels.READY}"
+    selector = f"{nodelabels.weights_ready_label(key)}={nodelabels.READY}"
     return {n.metadata.name for n in client.CoreV1Api(api).list_node(label_selector=selector).items}
 
 
@@ -258,7 +258,7 @@ def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
         name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         key = key_of(name)
         wait_state(api_client, namespace, name, "Ready", readyNodes=1, targetNodes=1)
-        client.CoreV1Api(api_client).patch_node(targets[0], {"metadata": {"labels": {labels.weights_ready_label(key): None}}})
+        client.CoreV1Api(api_client).patch_node(targets[0], {"metadata": {"labels": {nodelabels.weights_ready_label(key): None}}})
 
         def second_attempt() -> list[Any]:
             return [j for j in jobs_of(api_client, namespace) if j.metadata.labels[jobs.ATTEMPT_LABEL] == "2"]

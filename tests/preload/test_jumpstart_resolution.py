@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import Any
 import pytest
 
 from preloadhelpers import cache_dir, tree_digests
+from warmstart.api import jumpstartspecs as jumpstart
 from warmstart.preload import cli
-from warmstart.preload.sources import jumpstart
+from warmstart.preload.sources import s3 as s3_source
 
 REGION = "us-west-2"
 ECR = "763104351884.dkr.ecr.us-west-2.amazonaws.com/djl-inference:0.29.0-lmi11.0.0-cu124"
@@ -72,9 +74,17 @@ def buckets(s3: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str
     yield content, gated
 
 
+def resolve(s3: Any, model_id: str, version: str | None, instance_type: str, accept_eula: bool, *,
+            content_bucket: str | None = None) -> jumpstart.Resolution:
+    """Resolve as the preloader does: through its S3 client, with the buckets the environment names."""
+    content, gated = jumpstart.buckets(REGION, os.environ, content_bucket)
+    return jumpstart.resolve(model_id, version, REGION, instance_type, accept_eula, s3_source.object_reader(s3),
+                             content_bucket=content, gated_bucket=gated)
+
+
 def test_open_model_resolves_artifacts_image_and_env(s3: Any, buckets: tuple[str, str]) -> None:
     content, _ = buckets
-    r = jumpstart.resolve("huggingface-llm-mistral-7b", None, REGION, "ml.g5.12xlarge", False, s3)
+    r = resolve(s3, "huggingface-llm-mistral-7b", None, "ml.g5.12xlarge", False)
     assert (r.bucket, r.gated, r.eula_key, r.version) == (content, False, None, "1.0.0")
     assert r.key == "huggingface-llm-mistral-7b/artifacts/inference-prepack-lmi/v1.0.0/"  # the top-ranked config won
     assert r.image == ECR  # the g5 family variant, its alias resolved for the region
@@ -85,25 +95,25 @@ def test_open_model_resolves_artifacts_image_and_env(s3: Any, buckets: tuple[str
 def test_gated_model_needs_accept_eula(s3: Any, buckets: tuple[str, str]) -> None:
     content, gated = buckets
     with pytest.raises(jumpstart.EulaNotAccepted, match="acceptEula: true") as info:
-        jumpstart.resolve("meta-textgeneration-llama-3-1-8b", "2.0.1", REGION, "ml.p4d.24xlarge", False, s3)
+        resolve(s3, "meta-textgeneration-llama-3-1-8b", "2.0.1", "ml.p4d.24xlarge", False)
     assert f"s3://{content}/fmhMetadata/eula/" in str(info.value)
-    r = jumpstart.resolve("meta-textgeneration-llama-3-1-8b", "2.0.1", REGION, "ml.p4d.24xlarge", True, s3)
+    r = resolve(s3, "meta-textgeneration-llama-3-1-8b", "2.0.1", "ml.p4d.24xlarge", True)
     assert (r.bucket, r.gated, r.env["SM_NUM_GPUS"]) == (gated, True, "1")
 
 
 @pytest.mark.parametrize(("requested", "chosen"), [(None, "2.0.1"), ("*", "2.0.1"), ("1.*", "1.10.0"), ("1.2.3", "1.2.3")])
 def test_version_selection(s3: Any, buckets: tuple[str, str], requested: str | None, chosen: str) -> None:
-    r = jumpstart.resolve("meta-textgeneration-llama-3-1-8b", requested, REGION, "ml.g5.2xlarge", True, s3)
+    r = resolve(s3, "meta-textgeneration-llama-3-1-8b", requested, "ml.g5.2xlarge", True)
     assert r.version == chosen and f"v{chosen}/" in r.key
 
 
 def test_unknown_id_version_and_instance_type(s3: Any, buckets: tuple[str, str]) -> None:
     with pytest.raises(jumpstart.ModelNotFound, match="'no-such-model' is not in"):
-        jumpstart.resolve("no-such-model", None, REGION, "ml.g5.2xlarge", True, s3)
+        resolve(s3, "no-such-model", None, "ml.g5.2xlarge", True)
     with pytest.raises(jumpstart.VersionNotFound, match="no version matching '9.9.9'.*2.0.1"):
-        jumpstart.resolve("meta-textgeneration-llama-3-1-8b", "9.9.9", REGION, "ml.g5.2xlarge", True, s3)
+        resolve(s3, "meta-textgeneration-llama-3-1-8b", "9.9.9", "ml.g5.2xlarge", True)
     with pytest.raises(jumpstart.UnsupportedInstanceType, match="ml.c5.xlarge"):
-        jumpstart.resolve("huggingface-llm-mistral-7b", None, REGION, "ml.c5.xlarge", True, s3)
+        resolve(s3, "huggingface-llm-mistral-7b", None, "ml.c5.xlarge", True)
 
 
 def run_cli(*args: str, tmp_path: Path) -> tuple[int, dict[str, Any]]:
@@ -143,7 +153,7 @@ def test_s3_errors_propagate_for_the_caller_to_classify(s3: Any, monkeypatch: py
     import botocore.exceptions
 
     with pytest.raises(botocore.exceptions.ClientError):  # the operator retries these; a spec problem it does not
-        jumpstart.resolve("any", None, REGION, "ml.g5.2xlarge", True, s3, content_bucket="no-such-content-bucket")
+        resolve(s3, "any", None, "ml.g5.2xlarge", True, content_bucket="no-such-content-bucket")
     monkeypatch.setenv("AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE", "no-such-content-bucket")
     code, result = run_cli("--jumpstart-json", '{"modelId": "any"}', "--region", REGION, "--instance-type", "ml.g5.2xlarge",
                            "--resolve-only", tmp_path=tmp_path)

@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
-from warmstart.router.config import RouterConfig
 from warmstart.router.routing import Router
 from warmstart.sim.engine import EngineParams
 from warmstart.sim.server import SimReplica

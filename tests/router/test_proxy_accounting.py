@@ -10,8 +10,8 @@ from aiohttp import web
 from conftest import RouterFactory, RunningRouter, SimFactory
 from routerhelpers import sse_events
 
+from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
-from warmstart.router.config import RouterConfig
 from warmstart.sim.engine import EngineParams
 
 PROMPT = "shared system prompt for accounting tests. " * 30

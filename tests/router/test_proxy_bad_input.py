@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 from conftest import RouterFactory, SimFactory
 
-from warmstart.router.config import RouterConfig
+from warmstart.api.routers import RouterConfig
 
 
 async def error_of(response: aiohttp.ClientResponse) -> dict[str, object]:

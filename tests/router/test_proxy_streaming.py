@@ -10,8 +10,8 @@ from aiohttp import web
 from conftest import RouterFactory, SimFactory
 from routerhelpers import sse_events
 
+from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
-from warmstart.router.config import RouterConfig
 
 PROMPT = "You are a careful assistant. " * 40  # ~1,160 chars: several 256-char blocks
 

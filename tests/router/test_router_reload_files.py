@@ -9,8 +9,8 @@ from pathlib import Path
 import aiohttp
 from conftest import RouterFactory, SimFactory
 
+from warmstart.api.routers import RouterConfig
 from warmstart.router import discovery
-from warmstart.router.config import RouterConfig
 
 
 async def status(client: aiohttp.ClientSession, url: str) -> dict[str, object]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from warmstart.api import crds
+from warmstart.api.routers import RouterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,3 +63,12 @@ def test_files_parse_as_single_documents() -> None:
     for path in (ROOT / "crds").glob("*.yaml"):
         docs = list(yaml.safe_load_all(path.read_text()))
         assert len(docs) == 1 and docs[0]["kind"] == "CustomResourceDefinition"
+
+
+def test_every_routing_strategy_the_crds_admit_is_one_the_router_runs() -> None:
+    for plural in ("inferenceendpointconfigs", "jumpstartmodels"):
+        spec = _crd(plural)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        admitted = spec["properties"]["intelligentRoutingSpec"]["properties"]["routingStrategy"]["enum"]
+        assert {"roundrobin", "least_outstanding_requests", "prefix_aware", "kvaware"} <= set(admitted)
+        for spelling in admitted:
+            RouterConfig(strategy=spelling)  # raises if the router cannot read it

@@ -131,11 +131,12 @@ def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_source_json_lists_s3_and_sums_sizes(s3_endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
     s3 = boto3.client("s3", region_name="us-west-2")
     s3.create_bucket(Bucket="models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    for name, size in {"a/config.json": 100, "a/model-1.safetensors": 3000, "a/model-2.safetensors": 2000, "b/other": 7}.items():
+    for name, size in {"a/config.json": 100, "a/model-1.safetensors": 3000, "a/model-2.safetensors": 2000, "ab/other": 7}.items():
         s3.put_object(Bucket="models", Key=name, Body=b"x" * size)
-    source = {"modelSourceType": "s3", "s3Storage": {"bucketName": "models", "region": "us-west-2"}, "modelLocation": "a/"}
-    assert planning.main(["--source-json", json.dumps(source), "--instance-type", "ml.g5.xlarge", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["modelBytes"] == 5100
+    for location in ("a/", "a"):  # the folder "a", as the preloader would cache it: "ab/other" is not in it
+        source = {"modelSourceType": "s3", "s3Storage": {"bucketName": "models", "region": "us-west-2"}, "modelLocation": location}
+        assert planning.main(["--source-json", json.dumps(source), "--instance-type", "ml.g5.xlarge", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["modelBytes"] == 5100
 
 
 def test_source_json_with_an_empty_prefix_is_a_clear_error(s3_endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,7 +145,7 @@ def test_source_json_with_an_empty_prefix_is_a_clear_error(s3_endpoint: str, cap
     )
     source = {"modelSourceType": "s3", "s3Storage": {"bucketName": "empty", "region": "us-west-2"}, "modelLocation": "m"}
     assert planning.main(["--source-json", json.dumps(source)]) == 2
-    assert "nothing found under s3://empty/m" in capsys.readouterr().err
+    assert "s3://empty/m/: no objects under this prefix" in capsys.readouterr().err
 
 
 def test_fsx_source_asks_for_a_size(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from warmstart.api.base import ApiModel
 from warmstart.api.sources import NO_DOTDOT
-from warmstart.api.states import RoutingStrategy
+from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
 
 DEFAULT_HOST_PATH = "/opt/dlami/nvme"
 
@@ -50,7 +50,7 @@ class IntelligentRoutingSpec(ApiModel):
     """The router in front of the model replicas."""
 
     enabled: bool = Field(default=False, description="Deploy the router in front of the model replicas.")
-    routing_strategy: RoutingStrategy = Field(
+    routing_strategy: RoutingStrategyField = Field(
         default=RoutingStrategy.PREFIXAWARE,
         description="random, roundrobin, leastoutstanding, session, prefixaware or kvaware (served as prefixaware). Changeable live.",
     )

@@ -1,4 +1,4 @@
-"""The string constants of the API: states, condition types, reasons and routing strategies."""
+"""The string constants of the API: states and condition types (routing strategies: `strategies.py`)."""
 
 from __future__ import annotations
 
@@ -47,15 +47,3 @@ class ConditionType(StrEnum):
     RESOLVED = "Resolved"
     UNSUPPORTED_FIELDS = "UnsupportedFields"
 
-
-class RoutingStrategy(StrEnum):
-    """Request routing strategies accepted on `intelligentRoutingSpec.routingStrategy`."""
-
-    RANDOM = "random"
-    ROUNDROBIN = "roundrobin"
-    LEASTOUTSTANDING = "leastoutstanding"
-    LEAST_OUTSTANDING_REQUESTS = "least_outstanding_requests"
-    SESSION = "session"
-    PREFIXAWARE = "prefixaware"
-    PREFIX_AWARE = "prefix_aware"
-    KVAWARE = "kvaware"

@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 import pydantic
 
-from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
 from warmstart.api.caches import MIC_KIND, MIC_PLURAL, ModelImageCacheSpec, ModelImageCacheStatus
 from warmstart.api.states import CacheState
 from warmstart.controllers import metrics
@@ -162,7 +162,7 @@ def _reconcile(body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> 
 
 
 def _relabel(store: Store, key: str, nodes: list[Any], own: list[PrepullPod], others: list[PrepullPod], targeted: set[str]) -> None:
-    label = labels.image_ready_label(key)
+    label = nodelabels.image_ready_label(key)
     labeled = {n.name for n in nodes if label in n.labels}
     _patch_labels(store, label, image_labels.label_changes(key, labeled, own, others, targeted))
 
@@ -238,7 +238,7 @@ def release(body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> Non
         others = [p for p in _all_pods(indexes["prepull_pods"]) if (p.namespace, p.mic) != own_id]
         for key in stale:
             # ask the API, not the node index: a label set a moment ago must not be missed
-            label = labels.image_ready_label(key)
+            label = nodelabels.image_ready_label(key)
             labeled = {str(n["metadata"]["name"]) for n in store.list("v1", "Node", label_selector=label)}
             _patch_labels(store, label, image_labels.label_changes(key, labeled, [], others, set()))
     _export_metrics(namespace, name, ModelImageCacheStatus(state=CacheState.DELETING), indexes.get("image_cache_states"), gone=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from warmstart.api import API_VERSION
+from warmstart.api import API_VERSION, nodelabels
 from warmstart.api.caches import MDCC_KIND, MIC_KIND
 from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
@@ -23,7 +23,7 @@ from warmstart.controllers import applying, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store, StorageError
-from warmstart.render import caches, deployments, endpoint_status, gating, keys, labels, router
+from warmstart.render import caches, deployments, endpoint_status, gating, keys, router
 from warmstart.render.conditions import condition, merge_conditions
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
@@ -202,7 +202,7 @@ def _serving_weights_key(deployment: Mapping[str, Any] | None) -> str | None:
     if deployment is None:
         return None
     annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
-    key: str | None = annotations.get(f"{labels.CACHE_PREFIX}/weights-key")
+    key: str | None = annotations.get(f"{nodelabels.CACHE_PREFIX}/weights-key")
     return key
 
 
@@ -236,13 +236,13 @@ def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> War
     """Count the endpoint's scheduled pods on weights-warm versus cold nodes."""
     pods = sharing.lookup(indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.kind.lower()))
     nodes: dict[str, NodeFacts] = {n.name: n for n in all_nodes(indexes["node_facts"])}
-    label = labels.weights_ready_label(wkey)
+    label = nodelabels.weights_ready_label(wkey)
     warm = cold = 0
     for _pod, node in pods:
         if not node:
             continue
         facts = nodes.get(node)
-        if endpoint.weights_enabled and facts is not None and facts.labels.get(label) == labels.READY:
+        if endpoint.weights_enabled and facts is not None and facts.labels.get(label) == nodelabels.READY:
             warm += 1
         else:
             cold += 1

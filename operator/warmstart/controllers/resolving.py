@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from warmstart.api import jumpstartspecs
 from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
@@ -76,27 +78,31 @@ def _resolve_jumpstart(spec: JumpStartModelSpec, context: RenderContext) -> Jump
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from warmstart.preload.sources import jumpstart
-
     s3 = boto3.client("s3", region_name=context.jumpstart_region)
+
+    def read(bucket: str, key: str) -> bytes:
+        body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return body
+
+    content, gated = jumpstartspecs.buckets(context.jumpstart_region, os.environ, context.jumpstart_bucket, context.jumpstart_gated_bucket)
     try:
-        result = jumpstart.resolve(
+        result = jumpstartspecs.resolve(
             spec.model.model_id,
             spec.model.model_version,
             context.jumpstart_region,
             spec.server.instance_type,
             spec.model.accept_eula,
-            s3,
-            content_bucket=context.jumpstart_bucket,
-            gated_bucket=context.jumpstart_gated_bucket,
+            read,
+            content_bucket=content,
+            gated_bucket=gated,
         )
-    except jumpstart.EulaNotAccepted as error:
+    except jumpstartspecs.EulaNotAccepted as error:
         raise ResolutionFailed("EulaNotAccepted", str(error)) from error
-    except jumpstart.ModelNotFound as error:
+    except jumpstartspecs.ModelNotFound as error:
         raise ResolutionFailed("ModelNotFound", str(error)) from error
-    except jumpstart.VersionNotFound as error:
+    except jumpstartspecs.VersionNotFound as error:
         raise ResolutionFailed("VersionNotFound", str(error)) from error
-    except (jumpstart.UnsupportedInstanceType, jumpstart.SpecError) as error:
+    except (jumpstartspecs.UnsupportedInstanceType, jumpstartspecs.SpecError) as error:
         raise ResolutionFailed(type(error).__name__, str(error)) from error
     except (BotoCoreError, ClientError) as error:
         raise ResolutionFailed("JumpStartUnavailable", f"cannot read the JumpStart manifest: {error}", retryable=True) from error

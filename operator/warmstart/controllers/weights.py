@@ -21,7 +21,7 @@ from typing import Any, cast
 import kopf
 from pydantic import ValidationError
 
-from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, ModelDataCacheConfigSpec, ModelDataCacheConfigStatus
 from warmstart.api.states import CacheState, NodeCacheState
 from warmstart.controllers import metrics, nodes
@@ -121,8 +121,8 @@ def _overlay(facts: Iterable[nodes.NodeFacts], label: str, memory: _Memory, cloc
     memory.labelled = {n: t for n, t in memory.labelled.items() if clock - t < LABEL_GRACE_SECONDS}
     result = []
     for node in facts:
-        if node.name in memory.labelled and node.labels.get(label) != labels.READY:
-            node = dataclasses.replace(node, labels={**node.labels, label: labels.READY})
+        if node.name in memory.labelled and node.labels.get(label) != nodelabels.READY:
+            node = dataclasses.replace(node, labels={**node.labels, label: nodelabels.READY})
         result.append(node)
     return result
 
@@ -286,7 +286,7 @@ def _reconcile(
     generation = int(meta.get("generation") or 1)
     own_jobs = _own(jobs_index, owner, render_jobs.ROLE_PRELOAD)
     clock = time.monotonic()
-    live = _overlay(nodes.all_nodes(node_facts), labels.weights_ready_label(key), memory, clock)
+    live = _overlay(nodes.all_nodes(node_facts), nodelabels.weights_ready_label(key), memory, clock)
     results = read_results(store, owner.namespace, planning.unrecorded(own_jobs, old))
     observed = planning.Observed(
         generation=generation, key=key, spec=spec, status=old, nodes=live, jobs=own_jobs, results=results,
@@ -304,7 +304,7 @@ def _reconcile(
             log.warning("cache %s/%s: preload Job for node %s not applied: %s", owner.namespace, owner.name, node, error)
     for node in plan.label:
         try:
-            store.merge_patch("v1", "Node", node, {"metadata": {"labels": {labels.weights_ready_label(key): labels.READY}}})
+            store.merge_patch("v1", "Node", node, {"metadata": {"labels": {nodelabels.weights_ready_label(key): nodelabels.READY}}})
         except NotFound:
             continue  # the node left; the next reconcile drops it
         memory.labelled[node] = time.monotonic()
@@ -361,12 +361,12 @@ def finalize(
     if sharers:
         log.info("cache %s/%s: key %s is also used by %s; keeping files and labels", owner.namespace, owner.name, key, sharers[0][:2])
         return
-    label = labels.weights_ready_label(key)
+    label = nodelabels.weights_ready_label(key)
     old = _status(body)
     live = {n.name: n for n in nodes.all_nodes(node_facts)}
     preloads = _own(jobs_index, owner, render_jobs.ROLE_PRELOAD)
     cleanups = {j.node: j for j in _own(jobs_index, owner, render_jobs.ROLE_CLEANUP)}
-    touched = {n.name for n in live.values() if n.labels.get(label) == labels.READY}
+    touched = {n.name for n in live.values() if n.labels.get(label) == nodelabels.READY}
     touched |= {j.node for j in preloads} | {n.node for n in old.nodes or [] if n.attempts}
     holders = sorted(n for n in touched if n in live)
     message = f"removing the cache from {len(holders)} nodes"

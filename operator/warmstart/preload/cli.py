@@ -15,11 +15,12 @@ import time
 
 import pydantic
 
+from warmstart.api import jumpstartspecs
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.preload import preloading, results, store
 from warmstart.preload.results import PreloadError, Reason, Result
 from warmstart.preload.sources import (DEFAULT_CONCURRENCY, DEFAULT_HF_TOKEN_FILE, DEFAULT_MOUNT_ROOT,
-                                       DEFAULT_PART_SIZE, Options, jumpstart, open_source)
+                                       DEFAULT_PART_SIZE, Options, open_source)
 
 log = logging.getLogger("warmstart.preload")
 
@@ -70,11 +71,10 @@ def source_config(args: argparse.Namespace, opts: Options) -> ModelSourceConfig:
                            "only uncompressed S3Prefix artifacts are cached")
     from warmstart.preload.sources import s3
 
-    endpoint = s3.endpoint_url(None, opts.env)
-    return ModelSourceConfig.model_validate(resolution.model_source(endpoint))
+    return resolution.model_source(s3.endpoint_url(None, opts.env))
 
 
-def resolve_jumpstart(args: argparse.Namespace, opts: Options) -> jumpstart.Resolution:
+def resolve_jumpstart(args: argparse.Namespace, opts: Options) -> jumpstartspecs.Resolution:
     from warmstart.preload.sources import s3
 
     if not args.region or not args.instance_type:
@@ -84,18 +84,19 @@ def resolve_jumpstart(args: argparse.Namespace, opts: Options) -> jumpstart.Reso
         model_id = str(ref["modelId"])
     except (ValueError, KeyError, TypeError) as exc:
         raise PreloadError(Reason.INVALID_SOURCE, f"--jumpstart-json needs at least modelId: {exc}") from exc
-    client = s3.client(args.region, s3.endpoint_url(None, opts.env), 4)
+    content, gated = jumpstartspecs.buckets(args.region, opts.env)
+    read = s3.object_reader(s3.client(args.region, s3.endpoint_url(None, opts.env), 4))
     try:
-        return jumpstart.resolve(model_id, ref.get("modelVersion"), args.region, args.instance_type,
-                                 bool(ref.get("acceptEula", False)), client)
-    except jumpstart.EulaNotAccepted as exc:
+        return jumpstartspecs.resolve(model_id, ref.get("modelVersion"), args.region, args.instance_type,
+                                      bool(ref.get("acceptEula", False)), read, content_bucket=content, gated_bucket=gated)
+    except jumpstartspecs.EulaNotAccepted as exc:
         raise PreloadError(Reason.EULA_NOT_ACCEPTED, str(exc)) from exc
-    except (jumpstart.ModelNotFound, jumpstart.VersionNotFound) as exc:
+    except (jumpstartspecs.ModelNotFound, jumpstartspecs.VersionNotFound) as exc:
         raise PreloadError(Reason.NOT_FOUND, str(exc)) from exc
-    except jumpstart.ResolutionError as exc:
+    except jumpstartspecs.ResolutionError as exc:
         raise PreloadError(Reason.INVALID_SOURCE, str(exc)) from exc
     except Exception as exc:  # the S3 client's own errors: not found, denied, network
-        raise s3.error(exc, f"JumpStart manifest or spec in s3://{jumpstart.buckets(args.region, opts.env)[0]}") from exc
+        raise s3.error(exc, f"JumpStart manifest or spec in s3://{content}") from exc
 
 
 def run(args: argparse.Namespace) -> Result:

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from warmstart.api import nodelabels
 from warmstart.api.workers import Worker
 from warmstart.render import labels, security
 from warmstart.render.context import RenderContext
@@ -39,21 +40,21 @@ def selector_string(endpoint: Endpoint) -> str:
 
 
 def _warm_term(label: str, weight: int) -> Manifest:
-    return {"weight": weight, "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [labels.READY]}]}}
+    return {"weight": weight, "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [nodelabels.READY]}]}}
 
 
 def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
     """Required: the target nodes. Preferred: weights-warm, then image-warm, then the instance-type order."""
     preferred = []
     if endpoint.weights_enabled:
-        preferred.append(_warm_term(labels.weights_ready_label(generation.weights_key), WEIGHTS_WARM_WEIGHT))
+        preferred.append(_warm_term(nodelabels.weights_ready_label(generation.weights_key), WEIGHTS_WARM_WEIGHT))
     if endpoint.image_cache:
-        preferred.append(_warm_term(labels.image_ready_label(generation.image_key), IMAGE_WARM_WEIGHT))
+        preferred.append(_warm_term(nodelabels.image_ready_label(generation.image_key), IMAGE_WARM_WEIGHT))
     for rank, instance_type in enumerate(endpoint.instance_types or []):
         if len(endpoint.instance_types or []) < 2:
             break
         weight = max(INSTANCE_TYPE_TOP_WEIGHT - rank, 1)
-        preferred.append({"weight": weight, "preference": {"matchExpressions": [{"key": labels.INSTANCE_TYPE, "operator": "In", "values": [instance_type]}]}})
+        preferred.append({"weight": weight, "preference": {"matchExpressions": [{"key": nodelabels.INSTANCE_TYPE, "operator": "In", "values": [instance_type]}]}})
     if endpoint.node_affinity is not None:
         preferred += [p.to_api() for p in endpoint.node_affinity.preferred_during_scheduling_ignored_during_execution or []]
     node_affinity: Manifest = {}
@@ -166,8 +167,8 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
     selector = pod_selector(endpoint)
     pod_labels = {**labels.managed({labels.COMPONENT: "model-server"}), **selector, **((endpoint.kubernetes.labels or {}) if endpoint.kubernetes else {})}
     annotations = {
-        f"{labels.CACHE_PREFIX}/weights-key": generation.weights_key,
-        f"{labels.CACHE_PREFIX}/image-key": generation.image_key,
+        f"{nodelabels.CACHE_PREFIX}/weights-key": generation.weights_key,
+        f"{nodelabels.CACHE_PREFIX}/image-key": generation.image_key,
         **((endpoint.kubernetes.annotations or {}) if endpoint.kubernetes else {}),
     }
     pod_spec: Manifest = {

@@ -16,7 +16,7 @@ from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.api.scheduling import NodeAffinity
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.api.states import RoutingStrategy
+from warmstart.api.strategies import RoutingStrategy
 from warmstart.api.workers import EnvironmentVariable, ModelInvocationPort, ModelVolumeMount, Resources, Worker
 from warmstart.placement import instance_type_affinity
 from warmstart.render import keys

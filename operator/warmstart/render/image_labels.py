@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Set
 
+from warmstart.api.nodelabels import READY
 from warmstart.render.image_status import PrepullPod
-from warmstart.render.labels import READY
 
 #: node name -> "ready" (set) or None (remove), as a merge patch of metadata.labels wants it
 LabelChanges = dict[str, str | None]

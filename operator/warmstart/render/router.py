@@ -6,10 +6,10 @@ from typing import Any
 
 import yaml
 
+from warmstart.api.routers import CONFIGMAP_KEY, RouterConfig
 from warmstart.render import labels, security
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
-from warmstart.router.config import CONFIGMAP_KEY, RouterConfig
 
 Manifest = dict[str, Any]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
-from warmstart.api.states import RoutingStrategy
+from warmstart.api.strategies import RoutingStrategy
 
 #: top-level spec fields (by API name) that are accepted for compatibility only
 _IGNORED = (

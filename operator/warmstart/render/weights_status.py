@@ -21,9 +21,10 @@ from enum import StrEnum
 from typing import Protocol
 
 from warmstart import placement
+from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus
 from warmstart.api.states import CacheState, ConditionType, NodeCacheState
-from warmstart.render import conditions, labels
+from warmstart.render import conditions
 
 RETRY_BASE_SECONDS = 30.0
 RETRY_MAX_SECONDS = 600.0
@@ -153,7 +154,7 @@ class _NodePlanner:
 
     @property
     def label_key(self) -> str:
-        return labels.weights_ready_label(self.observed.key)
+        return nodelabels.weights_ready_label(self.observed.key)
 
     def retryable(self, reason: str) -> bool:
         return is_retryable(reason, self.observed.retryable_reasons)
@@ -165,9 +166,9 @@ class _NodePlanner:
         if latest and previous and previous.attempts and latest.attempt < previous.attempts:
             current = None
         self.plan.delete += [j.name for j in jobs if current is None or j.attempt < current.attempt]
-        if node.labels.get(self.label_key) == labels.READY:
+        if node.labels.get(self.label_key) == nodelabels.READY:
             return self._ready(node.name, previous, current)
-        capacity = placement.check_capacity(self.size, placement.nvme_capacity_bytes(node.labels.get(labels.INSTANCE_TYPE), node.annotations)) if self.size else None
+        capacity = placement.check_capacity(self.size, placement.nvme_capacity_bytes(node.labels.get(nodelabels.INSTANCE_TYPE), node.annotations)) if self.size else None
         if capacity is not None and not capacity.fits:
             return NodeCacheStatus(node=node.name, state=NodeCacheState.FAILED, reason=INSUFFICIENT_CAPACITY, message=capacity.message,
                                    attempts=previous.attempts if previous else None)

@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from warmstart.api import strategies
+from warmstart.api.routers import RouterConfig
 from warmstart.router import discovery, proxying
-from warmstart.router.config import RouterConfig, parse_strategy
 from warmstart.router.routing import Router
 
 log = logging.getLogger("warmstart.router")
@@ -82,7 +83,7 @@ def sources_ctx(router: Router, sources: list[discovery.Source]) -> Callable[[we
 async def run(args: argparse.Namespace) -> int:
     config = RouterConfig.from_file(args.config) if args.config else RouterConfig()
     if args.strategy:
-        config = config.model_copy(update={"strategy": parse_strategy(args.strategy)})
+        config = config.model_copy(update={"strategy": strategies.parse(args.strategy)})
     router = Router(config, discovery.parse_backends(args.backends))
     app = proxying.make_app(router)
     app.cleanup_ctx.append(sources_ctx(router, build_sources(args)))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from warmstart.router.config import RouterConfig
+from warmstart.api.routers import RouterConfig
 from warmstart.router.routing import Router
 
 log = logging.getLogger(__name__)

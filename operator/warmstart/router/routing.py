@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from warmstart.api.routers import RouterConfig
+from warmstart.api.strategies import RoutingStrategy
 from warmstart.router import strategies
-from warmstart.router.config import RouterConfig, Strategy
 from warmstart.router.metrics import CHARS_PER_TOKEN, RouterMetrics
 from warmstart.router.prefixes import PromptKey, prompt_key
 from warmstart.router.replicas import Fleet
@@ -48,7 +49,7 @@ class Router:
         self.set_backends(backends or [])
 
     @property
-    def strategy(self) -> Strategy:
+    def strategy(self) -> RoutingStrategy:
         """The configured strategy (as written; see ``policy.strategy`` for the one served)."""
         return self.config.strategy
 
@@ -115,6 +116,6 @@ class Router:
 
     @staticmethod
     def _note_kvaware(config: RouterConfig) -> None:
-        if config.strategy is Strategy.KVAWARE:
+        if config.strategy is RoutingStrategy.KVAWARE:
             log.warning("routing strategy 'kvaware' is not implemented; serving it with 'prefixaware' "
                         "(router-side prefix index instead of engine KV events)")

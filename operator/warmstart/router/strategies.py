@@ -32,7 +32,8 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from warmstart.router.config import RouterConfig, Strategy
+from warmstart.api.routers import RouterConfig
+from warmstart.api.strategies import RoutingStrategy
 from warmstart.router.indexes import PrefixIndex
 from warmstart.router.prefixes import PromptKey, stable_hash
 
@@ -71,7 +72,7 @@ class Decision:
 class Policy(Protocol):
     """What every strategy implements."""
 
-    strategy: Strategy
+    strategy: RoutingStrategy
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
         """Order the replicas for this request; empty snapshot -> no candidates."""
@@ -110,7 +111,7 @@ class _Stateless:
 class RandomPolicy(_Stateless):
     """Uniformly random replica (the default)."""
 
-    strategy = Strategy.RANDOM
+    strategy = RoutingStrategy.RANDOM
 
     def __init__(self, cap: int | None, rng: random.Random) -> None:
         self.cap, self.rng = cap, rng
@@ -124,7 +125,7 @@ class RandomPolicy(_Stateless):
 class RoundRobinPolicy(_Stateless):
     """Each replica in turn (by name order)."""
 
-    strategy = Strategy.ROUNDROBIN
+    strategy = RoutingStrategy.ROUNDROBIN
 
     def __init__(self, cap: int | None) -> None:
         self.cap = cap
@@ -142,7 +143,7 @@ class RoundRobinPolicy(_Stateless):
 class LeastOutstandingPolicy(_Stateless):
     """Fewest in-flight requests; ties broken at random."""
 
-    strategy = Strategy.LEASTOUTSTANDING
+    strategy = RoutingStrategy.LEASTOUTSTANDING
 
     def __init__(self, cap: int | None, rng: random.Random) -> None:
         self.cap, self.rng = cap, rng
@@ -160,7 +161,7 @@ def rendezvous_order(seed: str | int, names: list[str]) -> list[str]:
 class SessionPolicy(_Stateless):
     """Consistent (rendezvous) hash of the session key; no key -> least outstanding."""
 
-    strategy = Strategy.SESSION
+    strategy = RoutingStrategy.SESSION
 
     def __init__(self, cap: int | None, rng: random.Random) -> None:
         self.cap = cap
@@ -185,7 +186,7 @@ def load_ceiling(snapshot: Snapshot, epsilon: float, min_ceiling: int) -> int:
 class PrefixAwarePolicy:
     """Longest cached prefix, bounded load, rendezvous homes and spill order (see module doc)."""
 
-    strategy = Strategy.PREFIXAWARE
+    strategy = RoutingStrategy.PREFIXAWARE
 
     def __init__(self, config: RouterConfig, rng: random.Random) -> None:
         self.cap = config.max_concurrent_requests
@@ -252,12 +253,12 @@ def build(config: RouterConfig, rng: random.Random | None = None) -> Policy:
     rng = rng or random.Random()
     cap = config.max_concurrent_requests
     strategy = config.effective_strategy
-    if strategy is Strategy.ROUNDROBIN:
+    if strategy is RoutingStrategy.ROUNDROBIN:
         return RoundRobinPolicy(cap)
-    if strategy is Strategy.LEASTOUTSTANDING:
+    if strategy is RoutingStrategy.LEASTOUTSTANDING:
         return LeastOutstandingPolicy(cap, rng)
-    if strategy is Strategy.SESSION:
+    if strategy is RoutingStrategy.SESSION:
         return SessionPolicy(cap, rng)
-    if strategy is Strategy.PREFIXAWARE:
+    if strategy is RoutingStrategy.PREFIXAWARE:
         return PrefixAwarePolicy(config, rng)
     return RandomPolicy(cap, rng)

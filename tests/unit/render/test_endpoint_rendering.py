@@ -52,6 +52,20 @@ def test_router_objects_golden() -> None:
     check_golden("router", router.manifests(endpoint, CONTEXT))
 
 
+@pytest.mark.parametrize(("spelling", "served"), [("prefix_aware", "prefixaware"), ("least_outstanding_requests", "leastoutstanding")])
+def test_router_configmap_names_the_strategy_in_its_one_spelling(spelling: str, served: str) -> None:
+    endpoint = endpoints.from_iec(REF, seed_spec(intelligentRoutingSpec={"enabled": True, "routingStrategy": spelling}))
+    assert yaml.safe_load(router.configmap(endpoint)["data"]["router.yaml"]) == {"strategy": served}
+
+
+def test_kvaware_in_any_spelling_is_named_unsupported() -> None:
+    from warmstart.render.unsupported import unsupported_fields
+
+    for spelling in ("kvaware", "kv_aware"):
+        spec = seed_spec(intelligentRoutingSpec={"enabled": True, "routingStrategy": spelling})
+        assert "spec.intelligentRoutingSpec.routingStrategy=kvaware (served as prefixaware)" in unsupported_fields(spec)
+
+
 def test_same_source_same_key_other_source_new_key() -> None:
     a = endpoints.from_iec(REF, seed_spec())
     b = endpoints.from_iec(REF.model_copy(update={"name": "other", "uid": "3333"}), seed_spec(modelName="other", replicas=4))

@@ -6,15 +6,15 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus
 from warmstart.api.states import CacheState, NodeCacheState
 from warmstart.placement import GB, instance_type_affinity
-from warmstart.render import labels
 from warmstart.render import weights_status as planning
 from warmstart.render.weights_status import JobPhase, PreloadJob, PreloadResult
 
 KEY = "0123456789ab"
-READY = {labels.weights_ready_label(KEY): labels.READY}
+READY = {nodelabels.weights_ready_label(KEY): nodelabels.READY}
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
 RETRYABLE = frozenset({"NetworkError"})
 
@@ -27,8 +27,8 @@ class Node:
 
 
 def node(name: str, itype: str = "ml.g5.24xlarge", ready: bool = False, nvme: int | None = None) -> Node:
-    found = {labels.INSTANCE_TYPE: itype, **(READY if ready else {})}
-    return Node(name, found, {labels.NVME_CAPACITY_ANNOTATION: str(nvme)} if nvme else {})
+    found = {nodelabels.INSTANCE_TYPE: itype, **(READY if ready else {})}
+    return Node(name, found, {nodelabels.NVME_CAPACITY_ANNOTATION: str(nvme)} if nvme else {})
 
 
 def spec(**changes: Any) -> ModelDataCacheConfigSpec:

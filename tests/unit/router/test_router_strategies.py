@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from warmstart.api.routers import RouterConfig
+from warmstart.api.strategies import RoutingStrategy
 from warmstart.router import strategies
-from warmstart.router.config import RouterConfig, Strategy
 from warmstart.router.prefixes import PromptKey, block_hashes
 from warmstart.router.strategies import ReplicaLoad, Snapshot
 
@@ -35,7 +36,7 @@ def test_build_maps_every_strategy_and_kvaware_to_prefixaware() -> None:
                        ("session", strategies.SessionPolicy), ("prefix_aware", strategies.PrefixAwarePolicy),
                        ("kvaware", strategies.PrefixAwarePolicy)]:
         assert isinstance(strategies.build(RouterConfig(strategy=name)), kind)
-    assert strategies.build(RouterConfig(strategy="kvaware")).strategy is Strategy.PREFIXAWARE
+    assert strategies.build(RouterConfig(strategy="kvaware")).strategy is RoutingStrategy.PREFIXAWARE
 
 
 def test_empty_fleet_gives_no_candidates() -> None:

@@ -8,6 +8,7 @@ an object overwritten mid-download fails instead of mixing two versions.
 
 from __future__ import annotations
 
+import functools
 import logging
 import posixpath
 import threading
@@ -23,7 +24,7 @@ from s3transfer.subscribers import BaseSubscriber
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.preload import store, verifying
 from warmstart.preload.results import PreloadError, Reason
-from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location
+from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location, s3processes
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,16 @@ def client(region: str | None, endpoint: str | None, concurrency: int) -> Any:
         s3={"addressing_style": "path"} if endpoint else None,
     )
     return boto3.session.Session().client("s3", region_name=region, endpoint_url=endpoint, config=config)
+
+
+def object_reader(s3_client: Any) -> Callable[[str, str], bytes]:
+    """Read one whole (small) object by bucket and key: how JumpStart resolution reads its documents."""
+
+    def read(bucket: str, key: str) -> bytes:
+        body: bytes = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return body
+
+    return read
 
 
 def error(exc: BaseException, what: str) -> PreloadError:
@@ -159,11 +170,8 @@ class S3Source:
     def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
               on_done: Callable[[RemoteFile], None], scratch: str) -> None:
         if self.options.processes > 1 and len(files) > 1:
-            from warmstart.preload.sources import s3processes
-
-            spec = {"bucket": self.bucket, "location": self.location, "region": self.region, "endpoint": self.endpoint,
-                    "options": self.options}
-            s3processes.fetch(spec, files, part_path, on_bytes, on_done, self.options.processes)
+            factory = functools.partial(S3Source, self.bucket, self.location, self.region, self.endpoint)
+            s3processes.fetch(factory, self.options, files, part_path, on_bytes, on_done, self.options.processes)
             return
         config = TransferConfig(
             max_concurrency=self.options.concurrency,

@@ -17,7 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from warmstart.preload.results import PreloadError, Reason
-from warmstart.preload.sources import OnBytes, Options, RemoteFile
+from warmstart.preload.sources import OnBytes, Options, RemoteFile, Source
+
+#: Builds, in a worker process, the source that fetches that worker's files (picklable: it crosses the spawn).
+SourceFactory = Callable[[Options], Source]
 
 BYTES_BATCH = 4 << 20  # a worker reports progress every 4 MiB, not every chunk
 
@@ -40,10 +43,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(worker: int, spec: dict[str, Any], jobs: list[tuple[RemoteFile, str]], out: Any) -> None:
+def _worker(worker: int, factory: SourceFactory, options: Options, jobs: list[tuple[RemoteFile, str]], out: Any) -> None:
     _die_with_parent()
-    from warmstart.preload.sources.s3 import S3Source  # imported in the child, after spawn
-
     paths = {file.ref: path for file, path in jobs}
     lock = threading.Lock()
     pending = [0]
@@ -57,7 +58,7 @@ def _worker(worker: int, spec: dict[str, Any], jobs: list[tuple[RemoteFile, str]
         out.put(("bytes", worker, n))
 
     try:
-        source = S3Source(spec["bucket"], spec["location"], spec["region"], spec["endpoint"], spec["options"])
+        source = factory(options)
         source.fetch([f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), "")
     except PreloadError as exc:
         out.put(("error", worker, exc.reason.value, exc.message))
@@ -68,16 +69,17 @@ def _worker(worker: int, spec: dict[str, Any], jobs: list[tuple[RemoteFile, str]
         out.put(("exit", worker))
 
 
-def fetch(spec: dict[str, Any], files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
-          on_done: Callable[[RemoteFile], None], processes: int) -> None:
-    """Download `files` with `processes` workers; raise the first permanent failure (else the first failure)."""
+def fetch(factory: SourceFactory, options: Options, files: list[RemoteFile], part_path: Callable[[RemoteFile], str],
+          on_bytes: OnBytes, on_done: Callable[[RemoteFile], None], processes: int) -> None:
+    """Download `files` with `processes` workers; raise the first permanent failure (else the first failure).
+
+    Each worker builds its own source with `factory(options)`, its share of the concurrency in `options`."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     groups = deal(files, processes)
-    options: Options = spec["options"]
     per_worker = Options(concurrency=max(1, -(-options.concurrency // len(groups))), part_size=options.part_size,
                          mount_root=options.mount_root, env=dict(options.env))
-    workers = [ctx.Process(target=_worker, args=(i, {**spec, "options": per_worker}, [(f, part_path(f)) for f in g], out),
+    workers = [ctx.Process(target=_worker, args=(i, factory, per_worker, [(f, part_path(f)) for f in g], out),
                            name=f"preload-s3-{i}", daemon=True) for i, g in enumerate(groups)]
     for w in workers:
         w.start()

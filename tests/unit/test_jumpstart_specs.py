@@ -1,10 +1,10 @@
-"""JumpStart resolution's pure parts: version choice, instance families, the ranked-config merge, bucket names."""
+"""JumpStart resolution's pure parts (warmstart.api.jumpstartspecs): version choice, instance families, the ranked-config merge, bucket names."""
 
 from __future__ import annotations
 
 import pytest
 
-from warmstart.preload.sources import jumpstart
+from warmstart.api import jumpstartspecs as jumpstart
 
 VERSIONS = ["1.0.0", "1.2.3", "1.10.0", "2.0.1", "2.0.10"]
 
@@ -42,3 +42,5 @@ def test_bucket_names_and_overrides() -> None:
     assert jumpstart.buckets("us-west-2", {}) == ("jumpstart-cache-prod-us-west-2", "jumpstart-private-cache-prod-us-west-2")
     assert jumpstart.buckets("us-west-2", {"WARMSTART_JUMPSTART_BUCKET": "a", "AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE": "b"})[0] == "a"
     assert jumpstart.buckets("x", {"AWS_JUMPSTART_GATED_CONTENT_BUCKET_OVERRIDE": "g"})[1] == "g"
+    overridden = {"WARMSTART_JUMPSTART_BUCKET": "a", "AWS_JUMPSTART_GATED_CONTENT_BUCKET_OVERRIDE": "g"}
+    assert jumpstart.buckets("x", overridden, "mirror", "gated-mirror") == ("mirror", "gated-mirror")  # the operator's settings win

@@ -1,11 +1,14 @@
-"""SageMaker JumpStart: resolve a model id and version to its S3 artifacts, image and environment.
+"""Resolve a SageMaker JumpStart model to its S3 artifacts, image and environment, from JumpStart's own documents.
 
 This follows the public layout the SageMaker Python SDK reads: `models_manifest.json` at the root of the
 content bucket lists `{model_id, version, spec_key}`; the spec at `spec_key` is merged with its top-ranked
 inference config; per-instance-type (or family) variants override the artifact key, the environment and
 the image (an `$alias` resolved through `regional_aliases[region]`). Gated models live in the gated bucket
-and need `acceptEula: true`. The operator imports `resolve` and the exceptions; the only I/O is through the
-S3 client it is given.
+and need `acceptEula: true`.
+
+The operator and the preloader both resolve with `resolve`. It does no I/O of its own: it reads the two
+documents through the `Reader` its caller gives it (a get-object of the caller's S3 client), so the
+caller's S3 errors reach the caller unchanged, to be classified (retry a network failure, not a bad spec).
 """
 
 from __future__ import annotations
@@ -13,15 +16,21 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from warmstart.api.sources import ModelSourceConfig
+
+#: Environment variables that override the content bucket (the first one set wins).
 CONTENT_BUCKET_ENV = ("WARMSTART_JUMPSTART_BUCKET", "AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE")
+#: Environment variable that overrides the gated content bucket.
 GATED_BUCKET_ENV = "AWS_JUMPSTART_GATED_CONTENT_BUCKET_OVERRIDE"
 MANIFEST_KEY = "models_manifest.json"
+
+#: (bucket, key) -> the object's bytes. Its errors propagate: the caller classifies them.
+Reader = Callable[[str, str], bytes]
 
 
 class ResolutionError(Exception):
@@ -75,19 +84,18 @@ class Resolution:
             "specKey": self.spec_key,
         }
 
-    def model_source(self, endpoint_url: str | None = None) -> dict[str, Any]:
-        """The artifacts as a ModelSourceConfig (camelCase dict), for the weights cache."""
+    def model_source(self, endpoint_url: str | None = None) -> ModelSourceConfig:
+        """The artifacts as a ModelSourceConfig, for the weights cache."""
         s3: dict[str, Any] = {"bucketName": self.bucket, "region": self.region}
         if endpoint_url:
             s3["endpointUrl"] = endpoint_url
-        return {"modelSourceType": "s3", "s3Storage": s3, "modelLocation": self.key}
+        return ModelSourceConfig.model_validate({"modelSourceType": "s3", "s3Storage": s3, "modelLocation": self.key})
 
 
-def buckets(region: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(content bucket, gated bucket) for a region, honouring the override variables."""
-    env = os.environ if env is None else env
-    content = next((env[name] for name in CONTENT_BUCKET_ENV if env.get(name)), f"jumpstart-cache-prod-{region}")
-    gated = env.get(GATED_BUCKET_ENV) or f"jumpstart-private-cache-prod-{region}"
+def buckets(region: str, env: Mapping[str, str], content: str | None = None, gated: str | None = None) -> tuple[str, str]:
+    """(content bucket, gated bucket) for a region: the ones given, else the override variables in `env`, else JumpStart's."""
+    content = content or next((env[name] for name in CONTENT_BUCKET_ENV if env.get(name)), f"jumpstart-cache-prod-{region}")
+    gated = gated or env.get(GATED_BUCKET_ENV) or f"jumpstart-private-cache-prod-{region}"
     return content, gated
 
 
@@ -125,8 +133,8 @@ def pick_version(model_id: str, requested: str | None, available: list[str]) -> 
     return max(candidates, key=key)
 
 
-def _get_json(s3_client: Any, bucket: str, key: str) -> Any:
-    body = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()  # S3 errors propagate: the caller classifies them
+def _get_json(read: Reader, bucket: str, key: str) -> Any:
+    body = read(bucket, key)  # S3 errors propagate: the caller classifies them
     try:
         return json.loads(body)
     except ValueError as exc:
@@ -158,22 +166,20 @@ def _variant(variants: Mapping[str, Any], instance_type: str, field: str) -> Any
     return None
 
 
-def resolve(model_id: str, version: str | None, region: str, instance_type: str, accept_eula: bool, s3_client: Any, *,
-            content_bucket: str | None = None, gated_bucket: str | None = None) -> Resolution:
-    """Resolve a JumpStart model for an instance type in a region.
+def resolve(model_id: str, version: str | None, region: str, instance_type: str, accept_eula: bool, read: Reader, *,
+            content_bucket: str, gated_bucket: str) -> Resolution:
+    """Resolve a JumpStart model for an instance type in a region (the buckets come from `buckets`).
 
-    Raises a ResolutionError subclass for what the manifest and spec say; errors of the S3 client (botocore's
-    ClientError, BotoCoreError) propagate unchanged, so the caller can retry a network failure.
+    Raises a ResolutionError subclass for what the manifest and spec say; errors of `read` (for an S3 client,
+    botocore's ClientError or BotoCoreError) propagate unchanged, so the caller can retry a network failure.
     """
-    default_content, default_gated = buckets(region)
-    content_bucket, gated_bucket = content_bucket or default_content, gated_bucket or default_gated
-    manifest = _get_json(s3_client, content_bucket, MANIFEST_KEY)
+    manifest = _get_json(read, content_bucket, MANIFEST_KEY)
     entries = [e for e in manifest if isinstance(e, dict) and e.get("model_id") == model_id]
     if not entries:
         raise ModelNotFound(f"JumpStart model {model_id!r} is not in s3://{content_bucket}/{MANIFEST_KEY}")
     chosen = pick_version(model_id, version, [str(e.get("version")) for e in entries])
     spec_key = next(e["spec_key"] for e in entries if str(e.get("version")) == chosen)
-    spec = merged_spec(_get_json(s3_client, content_bucket, spec_key))
+    spec = merged_spec(_get_json(read, content_bucket, spec_key))
 
     variants_root = spec.get("hosting_instance_type_variants") or {}
     variants = variants_root.get("variants") or {}

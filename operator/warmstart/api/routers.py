@@ -1,70 +1,25 @@
 """The router's configuration: one validated model, loadable from a file or a ConfigMap's `router.yaml`.
 
 The operator renders this model (dumped by alias, camelCase) into the ConfigMap key
-``router.yaml``; the router reads it back with :meth:`RouterConfig.from_yaml`. Every knob has a
-documented default, so an empty document is a valid configuration (the ``random`` strategy).
+``router.yaml``; the router reads it back with :meth:`RouterConfig.from_yaml`. It is the contract
+between the two, so it lives in the API. Every knob has a documented default, so an empty document
+is a valid configuration (the ``random`` strategy).
 """
 
 from __future__ import annotations
 
-import enum
-import logging
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-log = logging.getLogger(__name__)
+from warmstart.api import strategies
+from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
 
 #: The ConfigMap data key that holds the router configuration.
 CONFIGMAP_KEY = "router.yaml"
-
-
-class Strategy(str, enum.Enum):
-    """How the router picks a replica for a request."""
-
-    RANDOM = "random"
-    ROUNDROBIN = "roundrobin"
-    LEASTOUTSTANDING = "leastoutstanding"
-    SESSION = "session"
-    PREFIXAWARE = "prefixaware"
-    KVAWARE = "kvaware"
-
-
-#: Accepted spellings (lower-cased, with '-' read as '_') -> strategy.
-STRATEGY_ALIASES: dict[str, Strategy] = {
-    "random": Strategy.RANDOM,
-    "roundrobin": Strategy.ROUNDROBIN,
-    "round_robin": Strategy.ROUNDROBIN,
-    "leastoutstanding": Strategy.LEASTOUTSTANDING,
-    "least_outstanding_requests": Strategy.LEASTOUTSTANDING,
-    "least_outstanding": Strategy.LEASTOUTSTANDING,
-    "session": Strategy.SESSION,
-    "prefixaware": Strategy.PREFIXAWARE,
-    "prefix_aware": Strategy.PREFIXAWARE,
-    "kvaware": Strategy.KVAWARE,
-    "kv_aware": Strategy.KVAWARE,
-}
-
-
-def parse_strategy(value: str | Strategy) -> Strategy:
-    """Map any accepted spelling of a strategy to its enum member; raise ValueError otherwise."""
-    if isinstance(value, Strategy):
-        return value
-    key = str(value).strip().lower().replace("-", "_")
-    if key not in STRATEGY_ALIASES:
-        accepted = ", ".join(sorted(STRATEGY_ALIASES))
-        raise ValueError(f"unknown routing strategy {value!r}; accepted: {accepted}")
-    return STRATEGY_ALIASES[key]
-
-
-def effective_strategy(strategy: Strategy) -> Strategy:
-    """The strategy actually run: ``kvaware`` is accepted but served by ``prefixaware``."""
-    if strategy is Strategy.KVAWARE:
-        return Strategy.PREFIXAWARE
-    return strategy
 
 
 class RouterConfig(BaseModel):
@@ -77,13 +32,13 @@ class RouterConfig(BaseModel):
         frozen=True,
     )
 
-    strategy: Strategy = Field(
-        default=Strategy.RANDOM,
+    strategy: RoutingStrategyField = Field(
+        default=RoutingStrategy.RANDOM,
         validation_alias=AliasChoices("strategy", "routingStrategy"),
         description="Routing strategy: random, roundrobin, leastoutstanding, session, prefixaware, "
         "kvaware (served by prefixaware).",
     )
-    """Routing strategy; any accepted spelling (e.g. ``prefix_aware``) is normalised."""
+    """Routing strategy; any accepted spelling (``warmstart.api.strategies.SPELLINGS``) is normalised."""
 
     block_chars: int = Field(default=256, ge=16, le=65536)
     """Prefix block size in characters of the rendered prompt (about 64 tokens at ~4 chars/token)."""
@@ -139,15 +94,10 @@ class RouterConfig(BaseModel):
     retries: int = Field(default=1, ge=0, le=3)
     """How many further candidates are tried when a replica refuses the connection."""
 
-    @field_validator("strategy", mode="before")
-    @classmethod
-    def _normalise_strategy(cls, value: Any) -> Strategy:
-        return parse_strategy(value)
-
     @property
-    def effective_strategy(self) -> Strategy:
+    def effective_strategy(self) -> RoutingStrategy:
         """The strategy actually served (``kvaware`` -> ``prefixaware``)."""
-        return effective_strategy(self.strategy)
+        return strategies.served(self.strategy)
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as plain data, camelCase keys (what the ConfigMap holds)."""
