@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.api.preloading import Reason
+from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import OnBytes, Options, RemoteFile
 
 BYTES_BATCH = 4 << 20  # a worker reports progress every 4 MiB, not every chunk
