@@ -91,7 +91,9 @@ def _pinned(node: str) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 
-def _pod_spec(spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, source: ModelSourceConfig | None) -> dict[str, Any]:
+def _pod_spec(
+    spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, source: ModelSourceConfig | None
+) -> dict[str, Any]:
     cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path)
     preload = preload_containers.render(CONTAINER, args, cache, source, ctx)
     pod: dict[str, Any] = {

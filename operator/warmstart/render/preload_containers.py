@@ -56,7 +56,9 @@ class Rendered:
 def cache_volume(name: str, host_path: str, *, on_node: bool = True) -> Mounted:
     """The node's `<hostPath>/warmstart` (created if missing), or an emptyDir in its place; mounted at that path."""
     path = preloading.cache_dir(host_path)
-    volume: Manifest = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}} if on_node else {"name": name, "emptyDir": {}}
+    volume: Manifest = {"name": name, "emptyDir": {}}
+    if on_node:
+        volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
     return Mounted(volume, {"name": name, "mountPath": path})
 
 
@@ -87,7 +89,8 @@ def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
     ref = source.hugging_face_model.token_secret_ref if source.hugging_face_model else None
     if preloading.has_hf_token(source) and ref is not None:
         secret = {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": HF_TOKEN_MODE}
-        found.append(Mounted({"name": HF_TOKEN_VOLUME, "secret": secret}, {"name": HF_TOKEN_VOLUME, "mountPath": preloading.HF_TOKEN_DIR, "readOnly": True}))
+        mount = {"name": HF_TOKEN_VOLUME, "mountPath": preloading.HF_TOKEN_DIR, "readOnly": True}
+        found.append(Mounted({"name": HF_TOKEN_VOLUME, "secret": secret}, mount))
     return found
 
 

@@ -179,7 +179,8 @@ def test_state_is_pending_until_the_deployment_exists() -> None:
 
 def test_state_is_in_progress_while_progressing() -> None:
     progressing = condition(ConditionType.PROGRESSING, True, "RollingOut")
-    assert state_of(progressing, condition(ConditionType.READY, False, "NotReady"), deployment=ROLLING) == EndpointState.DEPLOYMENT_IN_PROGRESS
+    not_ready = condition(ConditionType.READY, False, "NotReady")
+    assert state_of(progressing, not_ready, deployment=ROLLING) == EndpointState.DEPLOYMENT_IN_PROGRESS
 
 
 def test_state_is_in_progress_when_rolled_out_but_not_ready() -> None:
@@ -202,6 +203,8 @@ def test_state_is_in_progress_without_any_condition_once_the_deployment_exists()
         (OPEN, DeploymentFacts(exists=True, failed_message="timed out"), EndpointState.DEPLOYMENT_FAILED),
     ],
 )
-def test_state_follows_the_conditions_computed_for_the_same_observation(gate: Gate, deployment: DeploymentFacts, expected: EndpointState) -> None:
+def test_state_follows_the_conditions_computed_for_the_same_observation(
+    gate: Gate, deployment: DeploymentFacts, expected: EndpointState
+) -> None:
     conds = endpoint_status.conditions(GEN, gate, READY_CACHE, True, READY_CACHE, True, deployment)
     assert endpoint_status.state(conds, deployment) == expected

@@ -47,7 +47,8 @@ def endpoint_spec(source: dict[str, Any], *, cache: bool = True, volume: str = "
 
 
 def model_pod(source: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    endpoint = endpoints.from_iec(ObjectRef(kind="InferenceEndpointConfig", name="m", namespace="ns", uid="u"), endpoint_spec(source, **changes))
+    ref = ObjectRef(kind="InferenceEndpointConfig", name="m", namespace="ns", uid="u")
+    endpoint = endpoints.from_iec(ref, endpoint_spec(source, **changes))
     manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key(), endpoint.image_key()), CONTEXT)
     pod: dict[str, Any] = manifest["spec"]["template"]["spec"]
     return pod
