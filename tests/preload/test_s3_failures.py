@@ -14,14 +14,14 @@ import pytest
 
 from preloadhelpers import cache_dir, preload, put, s3_source
 from preloadservers import CREDENTIALS, CorruptingProxy, MotoServer
-from warmstart.preload import results
+from warmstart.api import preloading
 
 MIB = 1 << 20
 
 
 def assert_failed(code: int, result: dict[str, Any], reason: str, *words: str) -> None:
     assert result["outcome"] == "Failed" and result["reason"] == reason, result
-    assert code == results.exit_code(results.Reason(reason)) and code != 0
+    assert code == preloading.exit_code(preloading.Reason(reason)) and code != 0
     for word in words:
         assert word in result["message"], result["message"]
 
@@ -149,4 +149,4 @@ def test_unreachable_store_is_retryable(env: dict[str, str], monkeypatch: pytest
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     code, result = preload("--source-json", s3_source("bucket-x", "m"), "--key", "k", root=root)
     assert_failed(code, result, "NetworkError")
-    assert code == results.EXIT_RETRYABLE and result["retryable"] is True
+    assert code == preloading.EXIT_RETRYABLE and result["retryable"] is True

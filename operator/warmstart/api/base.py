@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from warmstart.api import API_VERSION
+
 
 def api_config(*rules: dict[str, str]) -> ConfigDict:
     """The model config of every API model, with optional CEL rules (`x-kubernetes-validations`) on the object."""
@@ -51,7 +53,7 @@ class Condition(ApiModel):
 class ParentReference(ApiModel):
     """An endpoint (InferenceEndpointConfig or JumpStartModel) that uses a shared cache."""
 
-    api_version: str = Field(default="inference.sagemaker.aws.amazon.com/v1", description="API version of the parent.")
+    api_version: str = Field(default=API_VERSION, description="API version of the parent.")
     kind: str = Field(description="Kind of the parent.")
     name: str = Field(description="Name of the parent, in the cache's namespace.")
     uid: str = Field(description="UID of the parent; the key of this list.")

@@ -216,9 +216,3 @@ class Store:
             return True
         except NotFound:
             return False
-
-    def create(self, manifest: Manifest) -> Manifest:
-        meta = manifest["metadata"]
-        path = collection_path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"))
-        result: Manifest = self._call("POST", path, body=manifest)
-        return result

@@ -21,15 +21,14 @@ from typing import Any, cast
 import kopf
 from pydantic import ValidationError
 
-from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
+from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels, preloading
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, ModelDataCacheConfigSpec, ModelDataCacheConfigStatus
 from warmstart.api.states import CacheState, NodeCacheState
 from warmstart.controllers import metrics, nodes
 from warmstart.controllers.storage import Conflict, Forbidden, Invalid, NotFound, Store, Unavailable
-from warmstart.preload import results as preload_results
 from warmstart.render import jobs as render_jobs
 from warmstart.render import keys, labels
-from warmstart.render import weights_status as planning
+from warmstart.render import weights_plans as planning
 from warmstart.render.context import RenderContext
 
 log = logging.getLogger(__name__)
@@ -199,11 +198,11 @@ def _report(body: Mapping[str, Any], spec: ModelDataCacheConfigSpec, plan: plann
 
 
 def retryable_reasons() -> frozenset[str]:
-    return frozenset(str(reason) for reason in preload_results.RETRYABLE_REASONS)
+    return frozenset(str(reason) for reason in preloading.RETRYABLE_REASONS)
 
 
 def permanent_exit_codes() -> list[int]:
-    return sorted(preload_results.PERMANENT_EXIT_CODES.values())
+    return sorted(preloading.PERMANENT_EXIT_CODES.values())
 
 
 @kopf.index("batch", "v1", "jobs", labels={labels.MDCC_LABEL: kopf.PRESENT})  # type: ignore[arg-type]
@@ -234,7 +233,7 @@ def _own(index: Mapping[Any, Any], owner: render_jobs.Owner, role: str) -> list[
 
 def read_results(store: Store, namespace: str, finished: Iterable[planning.PreloadJob]) -> dict[str, planning.PreloadResult]:
     """Termination messages of finished Jobs' pods (one LIST per Job, only until status has recorded it)."""
-    codes = {code: str(reason) for code, reason in preload_results.REASON_BY_EXIT_CODE.items()}
+    codes = {code: str(reason) for code, reason in preloading.REASON_BY_EXIT_CODE.items()}
     found: dict[str, planning.PreloadResult] = {}
     for job in finished:
         pods = store.list("v1", "Pod", namespace, label_selector=f"batch.kubernetes.io/controller-uid={job.uid}")

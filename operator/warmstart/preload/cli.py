@@ -1,7 +1,7 @@
 """`warmstart preload`: parse the command line, run one preload, delete or JumpStart resolution, report the Result.
 
 Every outcome ends the same way: one log line, the JSON termination message (when the directory of
---termination-log exists, as /dev exists in a pod) and the exit code of its reason (see results.py).
+--termination-log exists, as /dev exists in a pod) and the exit code of its reason (see warmstart.api.preloading).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import time
 import pydantic
 
 from warmstart.api import jumpstartspecs
+from warmstart.api import preloading as contract
+from warmstart.api.preloading import Reason, Result
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.preload import preloading, results, store
-from warmstart.preload.results import PreloadError, Reason, Result
-from warmstart.preload.sources import (DEFAULT_CONCURRENCY, DEFAULT_HF_TOKEN_FILE, DEFAULT_MOUNT_ROOT,
-                                       DEFAULT_PART_SIZE, Options, open_source)
+from warmstart.preload.results import PreloadError
+from warmstart.preload.sources import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Options, open_source
 
 log = logging.getLogger("warmstart.preload")
 
@@ -34,12 +35,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="cache key: ^[a-z0-9][a-z0-9-]{0,62}$")
     p.add_argument("--root", help="host path holding warmstart/weights/<key>/")
     p.add_argument("--if-missing", action="store_true", help="exit 0 at once if a complete cache of --key exists")
-    p.add_argument("--mount-root", default=DEFAULT_MOUNT_ROOT, help="where the Job mounts an fsx or kubernetesVolume source")
-    p.add_argument("--hf-token-file", default=None, help=f"file holding the Hub token (default {DEFAULT_HF_TOKEN_FILE} if present)")
+    p.add_argument("--mount-root", default=contract.SOURCE_MOUNT, help="where the Job mounts an fsx or kubernetesVolume source")
+    p.add_argument("--hf-token-file", default=None, help=f"file holding the Hub token (default {contract.HF_TOKEN_FILE} if present)")
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="parallel requests or copies")
     p.add_argument("--processes", type=int, default=1, help="S3: download processes sharing --concurrency (one GIL each)")
     p.add_argument("--part-size-mb", type=int, default=DEFAULT_PART_SIZE >> 20, help="range size for large files, MiB")
-    p.add_argument("--termination-log", default="/dev/termination-log", help="where to write the JSON result")
+    p.add_argument("--termination-log", default=contract.TERMINATION_LOG, help="where to write the JSON result")
     p.add_argument("--expected-bytes", type=int, default=0, help="size the operator expects; the capacity check uses the larger")
     p.add_argument("--region", help="AWS region (JumpStart)")
     p.add_argument("--instance-type", help="instance type, e.g. ml.g5.12xlarge (JumpStart)")
@@ -52,8 +53,8 @@ def options(args: argparse.Namespace) -> Options:
     if args.concurrency < 1 or args.part_size_mb < 1 or args.processes < 1:
         raise PreloadError(Reason.INVALID_SOURCE, "--concurrency, --processes and --part-size-mb must be at least 1")
     token_file = args.hf_token_file
-    if token_file is None and os.path.exists(DEFAULT_HF_TOKEN_FILE):
-        token_file = DEFAULT_HF_TOKEN_FILE
+    if token_file is None and os.path.exists(contract.HF_TOKEN_FILE):
+        token_file = contract.HF_TOKEN_FILE
     return Options(concurrency=args.concurrency, part_size=args.part_size_mb << 20, mount_root=args.mount_root,
                    hf_token_file=token_file, env=dict(os.environ), processes=args.processes)
 
@@ -137,7 +138,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - reported as InternalError with its type, never a bare traceback only
         log.exception("unexpected failure")
         result = Result(Reason.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
-    level = logging.INFO if result.outcome == results.Outcome.SUCCEEDED else logging.ERROR
+    level = logging.INFO if result.outcome == contract.Outcome.SUCCEEDED else logging.ERROR
     log.log(level, "%s: %s", result.reason.value, result.message)
     results.write_termination_log(args.termination_log, result)
     return result.exit_code

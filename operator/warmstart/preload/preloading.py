@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from warmstart.api.preloading import Reason, Result
 from warmstart.preload import progress, store
-from warmstart.preload.results import PreloadError, Reason, Result
+from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, RemoteFile, Source
 
 log = logging.getLogger(__name__)

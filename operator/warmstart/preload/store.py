@@ -25,7 +25,8 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.api.preloading import CACHE_DIR_NAME, Reason
+from warmstart.preload.results import PreloadError
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class Layout:
 
     @property
     def weights_dir(self) -> str:
-        return os.path.join(self.root, "warmstart", "weights")
+        return os.path.join(self.root, CACHE_DIR_NAME, "weights")
 
     @property
     def final(self) -> str:

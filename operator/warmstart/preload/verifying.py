@@ -13,7 +13,8 @@ import hashlib
 import os
 from typing import Any
 
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.api.preloading import Reason
+from warmstart.preload.results import PreloadError
 
 MIB = 1 << 20
 CHUNK = 8 * MIB

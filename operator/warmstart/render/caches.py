@@ -6,7 +6,7 @@ from typing import Any
 
 from warmstart.api import API_VERSION
 from warmstart.api.caches import MDCC_KIND, MIC_KIND
-from warmstart.render import keys, labels
+from warmstart.render import keys, labels, owners
 from warmstart.render.endpoints import Endpoint, ObjectRef
 
 Manifest = dict[str, Any]
@@ -17,15 +17,11 @@ def parent_field_manager(uid: str) -> str:
     return f"warmstart-parent-{uid}"
 
 
-def owner_reference(ref: ObjectRef) -> Manifest:
-    """A non-controller owner reference: garbage collection removes the cache only when every parent is gone."""
-    return {"apiVersion": API_VERSION, "kind": ref.kind, "name": ref.name, "uid": ref.uid, "blockOwnerDeletion": False}
-
-
 def _metadata(name: str, ref: ObjectRef, extra_labels: dict[str, str], with_owner: bool) -> Manifest:
     meta: Manifest = {"name": name, "namespace": ref.namespace, "labels": labels.managed(extra_labels)}
     if with_owner:
-        meta["ownerReferences"] = [owner_reference(ref)]
+        # not a controller: garbage collection removes the cache only when every parent is gone
+        meta["ownerReferences"] = [owners.owner_reference(ref.kind, ref.name, ref.uid, controller=False)]
     return meta
 
 

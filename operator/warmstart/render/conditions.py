@@ -44,7 +44,3 @@ def find(conditions: Iterable[Condition] | None, type_: str) -> Condition | None
             return item
     return None
 
-
-def is_true(conditions: Iterable[Condition] | None, type_: str) -> bool:
-    found = find(conditions, type_)
-    return found is not None and found.status == ConditionStatus.TRUE

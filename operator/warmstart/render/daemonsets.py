@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from warmstart.api import API_VERSION, GROUP
+from warmstart.api import GROUP
 from warmstart.api.caches import MIC_KIND, ModelImageCacheSpec, NodeTargeting
-from warmstart.render import keys, labels
+from warmstart.render import keys, labels, owners
 from warmstart.render.context import RenderContext
 
 Manifest = dict[str, Any]
@@ -173,16 +173,7 @@ def daemonset(owner: Owner, spec: ModelImageCacheSpec, key: str, context: Render
             "name": daemonset_name(owner.name),
             "namespace": owner.namespace,
             "labels": dict(pod_labels),
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": MIC_KIND,
-                    "name": owner.name,
-                    "uid": owner.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owners.owner_reference(MIC_KIND, owner.name, owner.uid, controller=True)],
         },
         "spec": {
             "selector": {"matchLabels": selector_labels(owner.name)},

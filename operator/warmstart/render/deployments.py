@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from warmstart.api import nodelabels
+from warmstart.api import nodelabels, preloading
 from warmstart.api.workers import Worker
-from warmstart.render import labels, security
+from warmstart.render import labels, owners, preload_containers
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -18,9 +17,7 @@ WEIGHTS_WARM_WEIGHT = 100
 IMAGE_WARM_WEIGHT = 30
 #: the first of `instanceTypes` gets this weight, the next one less, never below 1
 INSTANCE_TYPE_TOP_WEIGHT = 10
-CACHE_MOUNT = "/warmstart-cache"
-HF_TOKEN_DIR = "/var/run/secrets/warmstart/hf"
-SOURCE_MOUNT = "/mnt/source"
+INIT_CONTAINER = "warmstart-preload"
 
 
 @dataclass(frozen=True)
@@ -70,68 +67,16 @@ def _env(worker: Worker) -> list[Manifest]:
     return [e.to_api() for e in worker.environment_variables or []]
 
 
-def preload_init_container(endpoint: Endpoint, generation: Generation, context: RenderContext) -> Manifest:
-    """`warmstart preload --if-missing`: milliseconds on a warm node, the normal download on a cold one."""
-    args = [
-        "preload",
-        "--if-missing",
-        "--source-json",
-        json.dumps(endpoint.source.to_api(), sort_keys=True, separators=(",", ":")),
-        "--key",
-        generation.weights_key,
-        "--root",
-        CACHE_MOUNT,
-        "--termination-log",
-        "/dev/termination-log",
-    ]
-    mounts: list[Manifest] = [{"name": endpoint.worker.model_volume_mount.name, "mountPath": f"{CACHE_MOUNT}/warmstart"}]
-    hf = endpoint.source.hugging_face_model
-    if hf and hf.token_secret_ref:
-        args += ["--hf-token-file", f"{HF_TOKEN_DIR}/token"]
-        mounts.append({"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True})
-    if endpoint.source.fsx_storage or endpoint.source.kubernetes_volume:
-        args += ["--mount-root", SOURCE_MOUNT]
-        mounts.append({"name": "model-source", "mountPath": SOURCE_MOUNT, "readOnly": True})
-    return {
-        "name": "warmstart-preload",
-        "image": context.operator_image,
-        "imagePullPolicy": context.image_pull_policy,
-        "args": args,
-        "env": [{"name": k, "value": v} for k, v in sorted(context.preload_env.items())],
-        "volumeMounts": mounts,
-        "terminationMessagePolicy": "File",
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
-        "securityContext": dict(security.CACHE_WRITER),
-    }
+def preload_init_container(endpoint: Endpoint, generation: Generation, context: RenderContext) -> preload_containers.Rendered:
+    """`warmstart preload --if-missing`: milliseconds on a warm node, the normal download on a cold one.
 
-
-def _volumes(endpoint: Endpoint) -> list[Manifest]:
-    name = endpoint.worker.model_volume_mount.name
-    if endpoint.weights_enabled:
-        model: Manifest = {"name": name, "hostPath": {"path": f"{endpoint.host_path.rstrip('/')}/warmstart", "type": "DirectoryOrCreate"}}
-    else:
-        model = {"name": name, "emptyDir": {}}
-    volumes = [model]
-    hf = endpoint.source.hugging_face_model
-    if hf and hf.token_secret_ref:
-        volumes.append(
-            {"name": "hf-token", "secret": {"secretName": hf.token_secret_ref.name, "items": [{"key": hf.token_secret_ref.key, "path": "token"}]}}
-        )
-    if endpoint.source.kubernetes_volume:
-        volumes.append({"name": "model-source", "persistentVolumeClaim": {"claimName": endpoint.source.kubernetes_volume.claim_name, "readOnly": True}})
-    fsx = endpoint.source.fsx_storage
-    if fsx:
-        volumes.append(
-            {
-                "name": "model-source",
-                "csi": {
-                    "driver": "fsx.csi.aws.com",
-                    "readOnly": True,
-                    "volumeAttributes": {"fileSystemId": fsx.file_system_id, "dnsname": fsx.dns_name or "", "mountname": fsx.mount_name or ""},
-                },
-            }
-        )
-    return volumes
+    The model volume is the cache volume: the node's `<hostPath>/warmstart`, or an emptyDir when caching is off.
+    """
+    source = endpoint.source
+    size = endpoint.weights_cache.model_size_bytes if endpoint.weights_cache else None
+    args = preloading.preload_args(source, generation.weights_key, endpoint.host_path, size)
+    cache = preload_containers.cache_volume(endpoint.worker.model_volume_mount.name, endpoint.host_path, on_node=endpoint.weights_enabled)
+    return preload_containers.render(INIT_CONTAINER, args, cache, source, context)
 
 
 def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
@@ -171,11 +116,12 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         f"{nodelabels.CACHE_PREFIX}/image-key": generation.image_key,
         **((endpoint.kubernetes.annotations or {}) if endpoint.kubernetes else {}),
     }
+    preload = preload_init_container(endpoint, generation, context)
     pod_spec: Manifest = {
         "affinity": affinity(endpoint, generation),
-        "initContainers": [preload_init_container(endpoint, generation, context)],
+        "initContainers": [preload.container],
         "containers": [_worker_container(endpoint, generation)],
-        "volumes": _volumes(endpoint),
+        "volumes": preload.volumes,
     }
     kube = endpoint.kubernetes
     if kube and kube.service_account_name:
@@ -226,12 +172,4 @@ def service(endpoint: Endpoint) -> Manifest:
 
 
 def _controller_ref(endpoint: Endpoint) -> Manifest:
-    ref = endpoint.ref
-    return {
-        "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
-        "kind": ref.kind,
-        "name": ref.name,
-        "uid": ref.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    return owners.owner_reference(endpoint.ref.kind, endpoint.ref.name, endpoint.ref.uid, controller=True)

@@ -6,9 +6,8 @@ Choices (docs/weights-cache.md explains them for users):
 - `restartPolicy: Never` so every attempt leaves a pod with its own termination message, and a `podFailurePolicy`
   that fails the Job at once on the preload's permanent exit codes (retrying NotFound is pointless) while pod
   disruptions (drain, preemption) do not count against `backoffLimit`.
-- Runs as root with every capability dropped, no privilege escalation, RuntimeDefault seccomp and a read-only root
-  filesystem: the NVMe cache root on HyperPod is root-owned, and the only writable mounts are the cache
-  directory `<hostPath>/warmstart` (not the whole NVMe) and an emptyDir `/tmp`.
+- The container is the one the model pods' init container also runs (preload_containers.py): root without
+  capabilities on a read-only root filesystem, writing only `<hostPath>/warmstart` (not the whole NVMe) and `/tmp`.
 - No service-account token is mounted: the preload never calls the Kubernetes API (IRSA / Pod Identity inject their
   own token volume).
 """
@@ -18,17 +17,16 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import posixpath
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warmstart.api import API_VERSION, GROUP
+from warmstart.api import GROUP, preloading
 from warmstart.api.caches import MDCC_KIND, ModelDataCacheConfigSpec
-from warmstart.api.sources import ModelSourceConfig, ModelSourceType
-from warmstart.render import labels, security
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.render import labels, owners, preload_containers
 from warmstart.render.context import RenderContext
-from warmstart.render.weights_status import JobPhase, PreloadJob, PreloadResult
+from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
 Manifest = dict[str, Any]
 
@@ -39,18 +37,12 @@ ATTEMPT_LABEL = f"{GROUP}/attempt"
 GENERATION_ANNOTATION = f"{GROUP}/generation"
 OWNER_UID_ANNOTATION = f"{GROUP}/model-data-cache-uid"
 
-SOURCE_MOUNT = "/mnt/source"
-HF_TOKEN_DIR = "/var/run/secrets/warmstart/hf"
-HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
-TERMINATION_LOG = "/dev/termination-log"
-FSX_CSI_DRIVER = "fsx.csi.aws.com"
+CACHE_VOLUME = "cache"
 
 #: the cleanup Job is bounded: it deletes one directory
 CLEANUP_DEADLINE_SECONDS = 600
 CLEANUP_BACKOFF_LIMIT = 1
 CLEANUP_TTL_SECONDS = 600
-
-RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}
 
 
 @dataclass(frozen=True)
@@ -88,11 +80,6 @@ def cleanup_job_name(key: str, node: str) -> str:
     return f"cleanup-{key}-{_node_hash(node)}"
 
 
-def cache_dir(host_path: str) -> str:
-    """The node directory a Job may touch: `<hostPath>/warmstart`, never the whole NVMe."""
-    return posixpath.join(host_path.rstrip("/") or "/", "warmstart")
-
-
 def _labels(owner: Owner, node: str, role: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     return labels.managed(
         {labels.MDCC_LABEL: owner.name, labels.NODE_LABEL: node, labels.ROLE_LABEL: role, **(extra or {})}
@@ -104,75 +91,18 @@ def _pinned(node: str) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 
-def _cache_volume(host_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    path = cache_dir(host_path)
-    volume = {"name": "cache", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
-    return volume, {"name": "cache", "mountPath": path}
-
-
-def _source_volumes(source: ModelSourceConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Volumes the source needs: the FSx or PVC source at /mnt/source, the HF token secret."""
-    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    if source.model_source_type == ModelSourceType.FSX and source.fsx_storage:
-        fsx = source.fsx_storage
-        attributes = {"fileSystemId": fsx.file_system_id}
-        if fsx.dns_name:
-            attributes["dnsname"] = fsx.dns_name
-        if fsx.mount_name:
-            attributes["mountname"] = fsx.mount_name
-        volume = {"name": "source", "csi": {"driver": FSX_CSI_DRIVER, "readOnly": True, "volumeAttributes": attributes}}
-        pairs.append((volume, {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}))
-    if source.model_source_type == ModelSourceType.KUBERNETES_VOLUME and source.kubernetes_volume:
-        claim = {"claimName": source.kubernetes_volume.claim_name, "readOnly": True}
-        pairs.append(({"name": "source", "persistentVolumeClaim": claim}, {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True}))
-    hf = source.hugging_face_model
-    if source.model_source_type == ModelSourceType.HUGGINGFACE and hf and hf.token_secret_ref:
-        ref = hf.token_secret_ref
-        secret = {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": 0o400}
-        pairs.append(({"name": "hf-token", "secret": secret}, {"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True}))
-    return pairs
-
-
-def _preload_args(spec: ModelDataCacheConfigSpec, key: str, expected_bytes: int | None) -> list[str]:
-    source = spec.model_source_config
-    source_json = json.dumps(source.to_api(), sort_keys=True, separators=(",", ":"))
-    args = ["preload", "--source-json", source_json, "--key", key, "--root", spec.host_path, "--if-missing"]
-    if source.model_source_type in (ModelSourceType.FSX, ModelSourceType.KUBERNETES_VOLUME):
-        args += ["--mount-root", SOURCE_MOUNT]
-    hf = source.hugging_face_model
-    if source.model_source_type == ModelSourceType.HUGGINGFACE and hf and hf.token_secret_ref:
-        args += ["--hf-token-file", HF_TOKEN_FILE]
-    args += ["--termination-log", TERMINATION_LOG]
-    if expected_bytes:
-        args += ["--expected-bytes", str(expected_bytes)]
-    return args
-
-
 def _pod_spec(
-    spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, extra: list[tuple[dict[str, Any], dict[str, Any]]]
+    spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, source: ModelSourceConfig | None
 ) -> dict[str, Any]:
-    cache_volume, cache_mount = _cache_volume(spec.host_path)
-    pairs = [(cache_volume, cache_mount), ({"name": "tmp", "emptyDir": {}}, {"name": "tmp", "mountPath": "/tmp"}), *extra]
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": ctx.operator_image,
-        "imagePullPolicy": ctx.image_pull_policy,
-        "command": ["warmstart"],
-        "args": args,
-        "env": [{"name": "HOME", "value": "/tmp"}] + [{"name": k, "value": v} for k, v in sorted(ctx.preload_env.items())],
-        "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
-        "volumeMounts": [mount for _, mount in pairs],
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "File",
-        "securityContext": dict(security.CACHE_WRITER),
-    }
+    cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path)
+    preload = preload_containers.render(CONTAINER, args, cache, source, ctx)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "affinity": _pinned(node),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [container],
-        "volumes": [volume for volume, _ in pairs],
+        "containers": [preload.container],
+        "volumes": preload.volumes,
     }
     if spec.service_account_name:
         pod["serviceAccountName"] = spec.service_account_name
@@ -186,19 +116,15 @@ def _pod_annotations(spec: ModelDataCacheConfigSpec, ctx: RenderContext) -> dict
     return {**ctx.preload_pod_annotations, **(spec.pod_annotations or {})}
 
 
-def _owner_reference(owner: Owner) -> dict[str, Any]:
-    """Non-controller: the Job dies with the cache, and the cache stays free for other controllers."""
-    return {"apiVersion": API_VERSION, "kind": MDCC_KIND, "name": owner.name, "uid": owner.uid, "controller": False, "blockOwnerDeletion": False}
-
-
 def preload_job(
     request: PreloadRequest, spec: ModelDataCacheConfigSpec, ctx: RenderContext, permanent_exit_codes: Collection[int]
 ) -> Manifest:
     """The Job that fills one node's cache: `warmstart preload --if-missing` pinned to the node."""
     owner = request.owner
     job_labels = _labels(owner, request.node, ROLE_PRELOAD, {ATTEMPT_LABEL: str(request.attempt)})
-    args = _preload_args(spec, request.key, request.expected_bytes)
-    pod = _pod_spec(spec, request.node, args, ctx, _source_volumes(spec.model_source_config))
+    source = spec.model_source_config
+    args = preloading.preload_args(source, request.key, spec.host_path, request.expected_bytes)
+    pod = _pod_spec(spec, request.node, args, ctx, source)
     job_spec: dict[str, Any] = {
         "backoffLimit": ctx.preload_backoff_limit,
         "activeDeadlineSeconds": ctx.preload_active_deadline_seconds,
@@ -218,7 +144,8 @@ def preload_job(
             "namespace": owner.namespace,
             "labels": job_labels,
             "annotations": {GENERATION_ANNOTATION: str(request.generation)},
-            "ownerReferences": [_owner_reference(owner)],
+            # not a controller: the Job dies with the cache, and the cache stays free for other controllers
+            "ownerReferences": [owners.owner_reference(MDCC_KIND, owner.name, owner.uid, controller=False)],
         },
         "spec": job_spec,
     }
@@ -231,8 +158,7 @@ def cleanup_job(owner: Owner, key: str, node: str, spec: ModelDataCacheConfigSpe
     garbage-collect it before it ran. The finalizer deletes it; its TTL catches the rest.
     """
     job_labels = _labels(owner, node, ROLE_CLEANUP)
-    args = ["preload", "--delete", key, "--root", spec.host_path]
-    pod = _pod_spec(spec, node, args, ctx, [])
+    pod = _pod_spec(spec, node, preloading.delete_args(key, spec.host_path), ctx, None)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -292,7 +218,7 @@ def read_job(body: Mapping[str, Any]) -> IndexedJob:
             phase, reason, finished = JobPhase.FAILED, cond.get("reason"), parse_time(cond.get("lastTransitionTime"))
     if phase != JobPhase.RUNNING and finished is None:
         finished = parse_time(status.get("completionTime")) or parse_time(meta.get("creationTimestamp"))
-    owners = [o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("kind") == MDCC_KIND]
+    owner_uids = [o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("kind") == MDCC_KIND]
     job = PreloadJob(
         name=meta.get("name", ""),
         node=job_labels.get(labels.NODE_LABEL, ""),
@@ -304,7 +230,7 @@ def read_job(body: Mapping[str, Any]) -> IndexedJob:
         failure_reason=reason,
         finished_at=finished,
     )
-    owner_uid = owners[0] if owners else annotations.get(OWNER_UID_ANNOTATION, "")
+    owner_uid = owner_uids[0] if owner_uids else annotations.get(OWNER_UID_ANNOTATION, "")
     return IndexedJob(role=job_labels.get(labels.ROLE_LABEL, ""), owner_uid=owner_uid, job=job)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from warmstart.api.routers import CONFIGMAP_KEY, RouterConfig
-from warmstart.render import labels, security
+from warmstart.render import labels, owners, security
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -36,9 +36,7 @@ def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
         "name": name(ref.name),
         "namespace": ref.namespace,
         "labels": labels.managed({labels.COMPONENT: "router", labels.ENDPOINT_LABEL: ref.name, **(extra or {})}),
-        "ownerReferences": [
-            {"apiVersion": "inference.sagemaker.aws.amazon.com/v1", "kind": ref.kind, "name": ref.name, "uid": ref.uid, "controller": True, "blockOwnerDeletion": True}
-        ],
+        "ownerReferences": [owners.owner_reference(ref.kind, ref.name, ref.uid, controller=True)],
     }
 
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from warmstart.api import preloading
+from warmstart.api.preloading import Reason, Result
 from warmstart.preload import results
-from warmstart.preload.results import Reason, Result
 
 
 def test_every_reason_has_one_exit_code_and_failures_are_distinct() -> None:
-    codes = {reason: results.exit_code(reason) for reason in Reason}
-    assert {codes[r] for r in results.SUCCESS_REASONS} == {0}
-    assert codes[Reason.NETWORK_ERROR] == results.EXIT_RETRYABLE == 75
-    permanent = [codes[r] for r in Reason if r not in results.SUCCESS_REASONS | results.RETRYABLE_REASONS]
+    codes = {reason: preloading.exit_code(reason) for reason in Reason}
+    assert {codes[r] for r in preloading.SUCCESS_REASONS} == {0}
+    assert codes[Reason.NETWORK_ERROR] == preloading.EXIT_RETRYABLE == 75
+    permanent = [codes[r] for r in Reason if r not in preloading.SUCCESS_REASONS | preloading.RETRYABLE_REASONS]
     assert len(permanent) == len(set(permanent)) and 0 not in permanent and 75 not in permanent and 2 not in permanent
-    assert all(results.REASON_BY_EXIT_CODE[codes[r]] == r for r in Reason if r not in results.SUCCESS_REASONS)
+    assert all(preloading.REASON_BY_EXIT_CODE[codes[r]] == r for r in Reason if r not in preloading.SUCCESS_REASONS)
 
 
 def test_termination_message_round_trips(tmp_path: Path) -> None:
@@ -25,8 +26,8 @@ def test_termination_message_round_trips(tmp_path: Path) -> None:
     body = json.loads(path.read_text())
     assert body == {"outcome": "Failed", "reason": "InsufficientCapacity", "message": "needs 300 GB", "bytes": 3,
                     "seconds": 1.235, "files": 2, "retryable": False}
-    assert results.parse(path.read_text()) == Result(Reason.INSUFFICIENT_CAPACITY, "needs 300 GB", 3, 1.235, 2)
-    assert results.parse("not json") is None
+    assert preloading.parse(path.read_text()) == Result(Reason.INSUFFICIENT_CAPACITY, "needs 300 GB", 3, 1.235, 2)
+    assert preloading.parse("not json") is None
 
 
 def test_no_termination_log_outside_a_pod(tmp_path: Path) -> None:
@@ -34,5 +35,5 @@ def test_no_termination_log_outside_a_pod(tmp_path: Path) -> None:
 
 
 def test_retryable_is_only_network_trouble() -> None:
-    assert results.is_retryable("NetworkError")
-    assert not any(results.is_retryable(r.value) for r in Reason if r != Reason.NETWORK_ERROR)
+    assert preloading.is_retryable("NetworkError")
+    assert not any(preloading.is_retryable(r.value) for r in Reason if r != Reason.NETWORK_ERROR)

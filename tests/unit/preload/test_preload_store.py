@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from warmstart.api.preloading import Reason
 from warmstart.preload import store
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.preload.results import PreloadError
 
 GB = 1_000_000_000
 

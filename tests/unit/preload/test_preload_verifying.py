@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from warmstart.api.preloading import Reason
 from warmstart.preload import verifying
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.preload.results import PreloadError
 
 MIB = 1 << 20
 

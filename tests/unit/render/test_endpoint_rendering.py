@@ -91,7 +91,9 @@ def test_cache_disabled_uses_empty_dir_and_still_preloads_in_the_init_container(
     manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key(), endpoint.image_key()), CONTEXT)
     pod = manifest["spec"]["template"]["spec"]
     assert pod["volumes"][0] == {"name": "model-weights", "emptyDir": {}}
-    assert pod["initContainers"][0]["args"][:2] == ["preload", "--if-missing"]
+    init = pod["initContainers"][0]
+    assert init["args"][0] == "preload" and "--if-missing" in init["args"]
+    assert {"name": "model-weights", "mountPath": "/opt/dlami/nvme/warmstart"} in init["volumeMounts"]
     assert "preferredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["nodeAffinity"]
 
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 import golden
+from warmstart.api import preloading
 from warmstart.api.caches import ModelDataCacheConfigSpec
 from warmstart.placement import instance_type_affinity
-from warmstart.preload import results
 from warmstart.render import jobs, keys, labels
 from warmstart.render.context import RenderContext
-from warmstart.render.weights_status import JobPhase
+from warmstart.render.weights_plans import JobPhase
 
 GOLDEN = Path(__file__).parent / "golden" / "jobs"
 CONTEXT = RenderContext(
@@ -23,7 +23,7 @@ CONTEXT = RenderContext(
     preload_env={"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"},
     preload_pod_annotations={"sim.warmstart.io/duration": "2s", "team": "operator"},
 )
-CODES = sorted(results.PERMANENT_EXIT_CODES.values())
+CODES = sorted(preloading.PERMANENT_EXIT_CODES.values())
 NODE = "hyperpod-i-0123456789abcdef0"
 
 SOURCES: dict[str, dict[str, Any]] = {

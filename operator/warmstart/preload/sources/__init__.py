@@ -12,13 +12,13 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from warmstart.api import preloading
+from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.preload.results import PreloadError
 
 DEFAULT_CONCURRENCY = 16
 DEFAULT_PART_SIZE = 16 << 20
-DEFAULT_MOUNT_ROOT = "/mnt/source"
-DEFAULT_HF_TOKEN_FILE = "/var/run/secrets/warmstart/hf/token"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Options:
 
     concurrency: int = DEFAULT_CONCURRENCY
     part_size: int = DEFAULT_PART_SIZE
-    mount_root: str = DEFAULT_MOUNT_ROOT
+    mount_root: str = preloading.SOURCE_MOUNT
     hf_token_file: str | None = None
     processes: int = 1  # S3: download processes, each with `concurrency / processes` requests
     env: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))

@@ -25,9 +25,10 @@ from huggingface_hub import errors as hf_errors  # noqa: E402
 from huggingface_hub.hf_api import RepoFile  # noqa: E402
 from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # noqa: E402
 
+from warmstart.api.preloading import Reason  # noqa: E402
 from warmstart.api.sources import HuggingFaceModel, ModelSourceConfig  # noqa: E402
 from warmstart.preload import store, verifying  # noqa: E402
-from warmstart.preload.results import PreloadError, Reason  # noqa: E402
+from warmstart.preload.results import PreloadError  # noqa: E402
 from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile  # noqa: E402
 
 log = logging.getLogger(__name__)

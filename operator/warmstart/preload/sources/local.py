@@ -15,9 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.preload import store, verifying
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location
 
 

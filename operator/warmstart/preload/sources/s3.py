@@ -21,9 +21,10 @@ import botocore.exceptions
 from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from s3transfer.subscribers import BaseSubscriber
 
+from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.preload import store, verifying
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location, s3processes
 
 log = logging.getLogger(__name__)

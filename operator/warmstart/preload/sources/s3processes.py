@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.api.preloading import Reason
+from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import OnBytes, Options, RemoteFile, Source
 
 #: Builds, in a worker process, the source that fetches that worker's files (picklable: it crosses the spawn).

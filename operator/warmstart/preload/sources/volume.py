@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload.results import PreloadError, Reason
+from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Options
 from warmstart.preload.sources.local import LocalSource
 

@@ -10,8 +10,8 @@ from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus
 from warmstart.api.states import CacheState, NodeCacheState
 from warmstart.placement import GB, instance_type_affinity
-from warmstart.render import weights_status as planning
-from warmstart.render.weights_status import JobPhase, PreloadJob, PreloadResult
+from warmstart.render import weights_plans as planning
+from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
 KEY = "0123456789ab"
 READY = {nodelabels.weights_ready_label(KEY): nodelabels.READY}

@@ -1,0 +1,189 @@
+"""The preload contract: the command line the operator runs `warmstart preload` with, and the outcome it reads back.
+
+The preloader implements it and the operator renders and classifies it, so it belongs to neither: both import it
+from here. Pure: no I/O (the preloader writes the termination message itself).
+
+- Paths: where the preload container finds the node cache, a mounted source, the Hub token, its termination log.
+- argv: `preload_args` and `delete_args` build the arguments of the `warmstart` command.
+- Outcome: one `Reason` per ending, its exit code, and the JSON termination message (`Result`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+from enum import StrEnum
+
+from warmstart.api.sources import ModelSourceConfig, ModelSourceType
+
+#: The container's command; the arguments below start with the subcommand.
+COMMAND = "warmstart"
+SUBCOMMAND = "preload"
+
+#: Where the preload writes its Result (the kubelet's default terminationMessagePath).
+TERMINATION_LOG = "/dev/termination-log"
+#: Where an fsx or kubernetesVolume source is mounted, read-only.
+SOURCE_MOUNT = "/mnt/source"
+#: Where the Hub token Secret is mounted; the token is the file `token` in it.
+HF_TOKEN_DIR = "/var/run/secrets/warmstart/hf"
+HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
+#: The one directory under the cache root (`--root`) that warmstart writes: `<root>/warmstart/weights/<key>/`.
+CACHE_DIR_NAME = "warmstart"
+
+#: Sources the preload reads from a mounted volume at SOURCE_MOUNT rather than over the network.
+MOUNTED_SOURCES = frozenset({ModelSourceType.FSX, ModelSourceType.KUBERNETES_VOLUME})
+
+
+def cache_dir(root: str) -> str:
+    """`<root>/warmstart`: the only directory of the cache root a preload container may touch."""
+    return posixpath.join(root.rstrip("/") or "/", CACHE_DIR_NAME)
+
+
+def source_json(source: ModelSourceConfig) -> str:
+    """The source as `--source-json` carries it: canonical camelCase JSON (sorted keys, no spaces)."""
+    return json.dumps(source.to_api(), sort_keys=True, separators=(",", ":"))
+
+
+def has_hf_token(source: ModelSourceConfig) -> bool:
+    """Whether the source is a Hub model with a token Secret (mounted at HF_TOKEN_DIR)."""
+    hf = source.hugging_face_model
+    return source.model_source_type == ModelSourceType.HUGGINGFACE and bool(hf and hf.token_secret_ref)
+
+
+def preload_args(source: ModelSourceConfig, key: str, root: str, expected_bytes: int | None = None) -> list[str]:
+    """`preload --if-missing` of `source` into `<root>/warmstart/weights/<key>/`, reporting to TERMINATION_LOG."""
+    args = [SUBCOMMAND, "--source-json", source_json(source), "--key", key, "--root", root, "--if-missing"]
+    if source.model_source_type in MOUNTED_SOURCES:
+        args += ["--mount-root", SOURCE_MOUNT]
+    if has_hf_token(source):
+        args += ["--hf-token-file", HF_TOKEN_FILE]
+    args += ["--termination-log", TERMINATION_LOG]
+    if expected_bytes:
+        args += ["--expected-bytes", str(expected_bytes)]
+    return args
+
+
+def delete_args(key: str, root: str) -> list[str]:
+    """`preload --delete`: remove `<root>/warmstart/weights/<key>/`."""
+    return [SUBCOMMAND, "--delete", key, "--root", root]
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Reason(StrEnum):
+    """One CamelCase word saying why a preload ended the way it did."""
+
+    DOWNLOADED = "Downloaded"
+    ALREADY_PRESENT = "AlreadyPresent"
+    DELETED = "Deleted"
+    RESOLVED = "Resolved"
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    NOT_FOUND = "NotFound"
+    ACCESS_DENIED = "AccessDenied"
+    EULA_NOT_ACCEPTED = "EulaNotAccepted"
+    CHECKSUM_MISMATCH = "ChecksumMismatch"
+    INVALID_SOURCE = "InvalidSource"
+    PATH_ESCAPE = "PathEscape"
+    NETWORK_ERROR = "NetworkError"
+    SECRET_MISSING = "SecretMissing"
+    INTERNAL_ERROR = "InternalError"
+
+
+#: Exit code of every success (Downloaded, AlreadyPresent, Deleted, Resolved).
+EXIT_OK = 0
+#: Exit code of every retryable failure (sysexits EX_TEMPFAIL): retry the same spec later.
+EXIT_RETRYABLE = 75
+#: argparse's own code for a malformed command line.
+EXIT_USAGE = 2
+
+#: Exit code of each permanent failure: retrying the same spec will fail the same way.
+PERMANENT_EXIT_CODES: dict[Reason, int] = {
+    Reason.INVALID_SOURCE: 64,
+    Reason.CHECKSUM_MISMATCH: 65,
+    Reason.NOT_FOUND: 66,
+    Reason.SECRET_MISSING: 67,
+    Reason.PATH_ESCAPE: 68,
+    Reason.EULA_NOT_ACCEPTED: 69,
+    Reason.INTERNAL_ERROR: 70,
+    Reason.INSUFFICIENT_CAPACITY: 73,
+    Reason.ACCESS_DENIED: 77,
+}
+
+#: Reasons worth retrying with the same spec (transient network or server trouble).
+RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR})
+
+SUCCESS_REASONS: frozenset[Reason] = frozenset({Reason.DOWNLOADED, Reason.ALREADY_PRESENT, Reason.DELETED, Reason.RESOLVED})
+
+#: Exit code -> the reason it stands for (the retryable code maps to NetworkError).
+REASON_BY_EXIT_CODE: dict[int, Reason] = {code: reason for reason, code in PERMANENT_EXIT_CODES.items()} | {
+    EXIT_RETRYABLE: Reason.NETWORK_ERROR
+}
+
+
+def exit_code(reason: Reason) -> int:
+    """The process exit code for a reason."""
+    if reason in SUCCESS_REASONS:
+        return EXIT_OK
+    if reason in RETRYABLE_REASONS:
+        return EXIT_RETRYABLE
+    return PERMANENT_EXIT_CODES[reason]
+
+
+def is_retryable(reason: str) -> bool:
+    """Whether a reason (as read back from a termination message) is worth a retry."""
+    return reason in {r.value for r in RETRYABLE_REASONS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What a preload did; serialised as the container's termination message."""
+
+    reason: Reason
+    message: str
+    bytes: int = 0
+    seconds: float = 0.0
+    files: int = 0
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.SUCCEEDED if self.reason in SUCCESS_REASONS else Outcome.FAILED
+
+    @property
+    def retryable(self) -> bool:
+        return self.reason in RETRYABLE_REASONS
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.reason)
+
+    def to_json(self) -> str:
+        """The termination message: one JSON object, small enough for the kubelet's 4 KiB limit."""
+        body = {
+            "outcome": self.outcome.value,
+            "reason": self.reason.value,
+            "message": self.message[:2000],
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "files": self.files,
+            "retryable": self.retryable,
+        }
+        return json.dumps(body, separators=(",", ":"))
+
+
+def parse(message: str) -> Result | None:
+    """Read a termination message back; None if it is not one of ours."""
+    try:
+        body = json.loads(message)
+        return Result(
+            reason=Reason(body["reason"]),
+            message=str(body.get("message", "")),
+            bytes=int(body.get("bytes", 0)),
+            seconds=float(body.get("seconds", 0.0)),
+            files=int(body.get("files", 0)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,113 @@
+"""The preload container and the volumes it needs: one rendering for the per-node Job and the model pods' init container.
+
+Both run the same program for the same job (fill `<hostPath>/warmstart` on one node, see api/preloading.py), so they
+get the same rights, mounts, environment, resources and termination message; only the container's name and the
+cache volume (its name, and an emptyDir in its place when a model pod does not cache) come from the pod.
+
+- Root with every capability dropped, no privilege escalation, RuntimeDefault seccomp and a read-only root
+  filesystem (security.CACHE_WRITER): the NVMe cache root on HyperPod is root-owned.
+- Writable: the cache directory `<hostPath>/warmstart`, mounted at the same path as on the node (so messages and logs
+  name the node's paths), and an emptyDir at /tmp, which is also HOME.
+- Read-only: a mounted source (fsx, kubernetesVolume) at /mnt/source, and the Hub token Secret with mode 0400.
+- The command is explicit, so a mirrored operator image with another entrypoint still works.
+- Volumes the preload adds are prefixed `warmstart-`, so they cannot clash with the model volume a user names.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from warmstart.api import preloading
+from warmstart.api.sources import FsxStorage, ModelSourceConfig, ModelSourceType
+from warmstart.render import security
+from warmstart.render.context import RenderContext
+
+Manifest = dict[str, Any]
+
+TMP_VOLUME = "warmstart-tmp"
+SOURCE_VOLUME = "warmstart-source"
+HF_TOKEN_VOLUME = "warmstart-hf-token"
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+#: only the owner (root, the preload) reads the token
+HF_TOKEN_MODE = 0o400
+#: downloads stream to disk: small requests fit beside the GPU workload; the limit stops a runaway on a shared node
+RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}
+
+
+@dataclass(frozen=True)
+class Mounted:
+    """A pod volume and the preload container's mount of it."""
+
+    volume: Manifest
+    mount: Manifest
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The preload container and the volumes its pod must declare (the cache volume first)."""
+
+    container: Manifest
+    volumes: list[Manifest]
+
+
+def cache_volume(name: str, host_path: str, *, on_node: bool = True) -> Mounted:
+    """The node's `<hostPath>/warmstart` (created if missing), or an emptyDir in its place; mounted at that path."""
+    path = preloading.cache_dir(host_path)
+    volume: Manifest = {"name": name, "emptyDir": {}}
+    if on_node:
+        volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+    return Mounted(volume, {"name": name, "mountPath": path})
+
+
+def _tmp_volume() -> Mounted:
+    return Mounted({"name": TMP_VOLUME, "emptyDir": {}}, {"name": TMP_VOLUME, "mountPath": "/tmp"})
+
+
+def _fsx_attributes(fsx: FsxStorage) -> dict[str, str]:
+    """The CSI driver's volume attributes; unset names are left out rather than passed empty."""
+    attributes = {"fileSystemId": fsx.file_system_id}
+    if fsx.dns_name:
+        attributes["dnsname"] = fsx.dns_name
+    if fsx.mount_name:
+        attributes["mountname"] = fsx.mount_name
+    return attributes
+
+
+def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
+    """What the source needs mounted, chosen by modelSourceType: fsx or the PVC at /mnt/source, the Hub token Secret."""
+    found: list[Mounted] = []
+    source_mount = {"name": SOURCE_VOLUME, "mountPath": preloading.SOURCE_MOUNT, "readOnly": True}
+    if source.model_source_type == ModelSourceType.FSX and source.fsx_storage:
+        csi = {"driver": FSX_CSI_DRIVER, "readOnly": True, "volumeAttributes": _fsx_attributes(source.fsx_storage)}
+        found.append(Mounted({"name": SOURCE_VOLUME, "csi": csi}, source_mount))
+    if source.model_source_type == ModelSourceType.KUBERNETES_VOLUME and source.kubernetes_volume:
+        claim = {"claimName": source.kubernetes_volume.claim_name, "readOnly": True}
+        found.append(Mounted({"name": SOURCE_VOLUME, "persistentVolumeClaim": claim}, source_mount))
+    ref = source.hugging_face_model.token_secret_ref if source.hugging_face_model else None
+    if preloading.has_hf_token(source) and ref is not None:
+        secret = {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": HF_TOKEN_MODE}
+        mount = {"name": HF_TOKEN_VOLUME, "mountPath": preloading.HF_TOKEN_DIR, "readOnly": True}
+        found.append(Mounted({"name": HF_TOKEN_VOLUME, "secret": secret}, mount))
+    return found
+
+
+def render(name: str, args: Sequence[str], cache: Mounted, source: ModelSourceConfig | None, ctx: RenderContext) -> Rendered:
+    """The container `name` running `warmstart <args>` with the cache, /tmp and (given a source) its volumes."""
+    mounted = [cache, _tmp_volume(), *(source_volumes(source) if source is not None else [])]
+    container: Manifest = {
+        "name": name,
+        "image": ctx.operator_image,
+        "imagePullPolicy": ctx.image_pull_policy,
+        "command": [preloading.COMMAND],
+        "args": list(args),
+        "env": [{"name": "HOME", "value": "/tmp"}] + [{"name": k, "value": v} for k, v in sorted(ctx.preload_env.items())],
+        "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
+        "volumeMounts": [m.mount for m in mounted],
+        "terminationMessagePath": preloading.TERMINATION_LOG,
+        "terminationMessagePolicy": "File",
+        "securityContext": copy.deepcopy(security.CACHE_WRITER),
+    }
+    return Rendered(container=container, volumes=[m.volume for m in mounted])

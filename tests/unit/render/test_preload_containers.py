@@ -1,0 +1,130 @@
+"""The preload container: the per-node Job and the model pods' init container run the same one, for every source."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from warmstart.api.caches import ModelDataCacheConfigSpec
+from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.api.sources import ModelSourceConfig
+from warmstart.render import deployments, endpoints, jobs, keys, preload_containers
+from warmstart.render.context import RenderContext
+from warmstart.render.deployments import Generation
+from warmstart.render.endpoints import ObjectRef
+
+CONTEXT = RenderContext(operator_image="warmstart:test", preload_env={"HF_ENDPOINT": "http://hub.local"})
+HOST_PATH = "/mnt/nvme0"
+SIZE = 20_000_000_000
+
+SOURCES: dict[str, dict[str, Any]] = {
+    "s3": {"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": "m"},
+    "huggingface": {
+        "modelSourceType": "huggingface",
+        "huggingFaceModel": {"modelId": "org/model", "tokenSecretRef": {"name": "hf-token", "key": "HF_TOKEN"}},
+    },
+    "fsx": {"modelSourceType": "fsx", "fsxStorage": {"fileSystemId": "fs-0123456789abcdef0"}, "modelLocation": "m"},
+    "pvc": {"modelSourceType": "kubernetesVolume", "kubernetesVolume": {"claimName": "models"}, "modelLocation": "m"},
+}
+
+
+def endpoint_spec(source: dict[str, Any], *, cache: bool = True, volume: str = "model-weights") -> InferenceEndpointConfigSpec:
+    return InferenceEndpointConfigSpec.model_validate(
+        {
+            "modelName": "m",
+            "modelSourceConfig": source,
+            "modelCacheConfig": {"weightsCache": {"enabled": cache, "hostPath": HOST_PATH, "modelSizeBytes": SIZE}},
+            "instanceType": "ml.g5.24xlarge",
+            "worker": {
+                "image": "vllm/vllm-openai:latest",
+                "modelInvocationPort": {"containerPort": 8000},
+                "modelVolumeMount": {"name": volume, "mountPath": "/opt/ml/model"},
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            },
+        }
+    )
+
+
+def model_pod(source: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    ref = ObjectRef(kind="InferenceEndpointConfig", name="m", namespace="ns", uid="u")
+    endpoint = endpoints.from_iec(ref, endpoint_spec(source, **changes))
+    manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key(), endpoint.image_key()), CONTEXT)
+    pod: dict[str, Any] = manifest["spec"]["template"]["spec"]
+    return pod
+
+
+def job_pod(source: dict[str, Any]) -> dict[str, Any]:
+    spec = ModelDataCacheConfigSpec.model_validate({"modelSourceConfig": source, "hostPath": HOST_PATH})
+    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    owner = jobs.Owner(name=keys.weights_cache_name(key), namespace="ns", uid="mdcc")
+    request = jobs.PreloadRequest(owner=owner, key=key, node="n1", attempt=1, generation=1, expected_bytes=SIZE)
+    pod: dict[str, Any] = jobs.preload_job(request, spec, CONTEXT, [64])["spec"]["template"]["spec"]
+    return pod
+
+
+def without_names(container: dict[str, Any], cache_volume: str) -> dict[str, Any]:
+    """The container with its own name dropped and the pod's cache volume name replaced by a placeholder."""
+    mounts = [{**m, "name": "<cache>"} if m["name"] == cache_volume else m for m in container["volumeMounts"]]
+    return {**{k: v for k, v in container.items() if k != "name"}, "volumeMounts": mounts}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_init_container_is_the_job_container_for_every_source(source: str) -> None:
+    init, job = model_pod(SOURCES[source])["initContainers"][0], job_pod(SOURCES[source])["containers"][0]
+    assert (init["name"], job["name"]) == ("warmstart-preload", "preload")
+    assert without_names(init, "model-weights") == without_names(job, jobs.CACHE_VOLUME)
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_model_pod_declares_the_job_volumes_with_the_model_volume_as_cache(source: str) -> None:
+    model_volumes, job_volumes = model_pod(SOURCES[source])["volumes"], job_pod(SOURCES[source])["volumes"]
+    assert model_volumes[0] == {**job_volumes[0], "name": "model-weights"}
+    assert model_volumes[1:] == job_volumes[1:]
+
+
+def test_preload_is_root_without_rights_on_a_read_only_root_with_tmp_as_home() -> None:
+    container = job_pod(SOURCES["s3"])["containers"][0]
+    assert container["securityContext"] == {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert {"name": preload_containers.TMP_VOLUME, "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["env"][0] == {"name": "HOME", "value": "/tmp"}
+    assert container["command"] == ["warmstart"]
+    assert (container["terminationMessagePath"], container["terminationMessagePolicy"]) == ("/dev/termination-log", "File")
+
+
+def test_cache_is_mounted_at_its_node_path_and_is_an_empty_dir_when_caching_is_off() -> None:
+    pod = model_pod(SOURCES["s3"], cache=False)
+    init = pod["initContainers"][0]
+    assert pod["volumes"][0] == {"name": "model-weights", "emptyDir": {}}
+    assert init["volumeMounts"][0] == {"name": "model-weights", "mountPath": f"{HOST_PATH}/warmstart"}
+    assert init["args"][init["args"].index("--root") + 1] == HOST_PATH
+
+
+def test_hub_token_is_readable_by_its_owner_only() -> None:
+    volumes = {v["name"]: v for v in model_pod(SOURCES["huggingface"])["volumes"]}
+    assert volumes[preload_containers.HF_TOKEN_VOLUME]["secret"]["defaultMode"] == 0o400
+
+
+def test_fsx_names_left_unset_are_not_passed_to_the_csi_driver() -> None:
+    volumes = {v["name"]: v for v in model_pod(SOURCES["fsx"])["volumes"]}
+    assert volumes[preload_containers.SOURCE_VOLUME]["csi"]["volumeAttributes"] == {"fileSystemId": "fs-0123456789abcdef0"}
+
+
+def test_source_volumes_follow_the_source_type_not_leftover_blocks() -> None:
+    stale = {**SOURCES["s3"], "fsxStorage": SOURCES["fsx"]["fsxStorage"], "kubernetesVolume": {"claimName": "old"}}
+    assert preload_containers.source_volumes(ModelSourceConfig.model_validate(stale)) == []
+    pod = model_pod(stale)
+    assert [v["name"] for v in pod["volumes"]] == ["model-weights", preload_containers.TMP_VOLUME]
+    assert "--mount-root" not in pod["initContainers"][0]["args"]
+
+
+@pytest.mark.parametrize(("source", "volume"), [("pvc", "model-source"), ("fsx", "source"), ("huggingface", "hf-token"), ("s3", "tmp")])
+def test_a_model_volume_with_a_plain_name_does_not_clash_with_the_preload_volumes(source: str, volume: str) -> None:
+    names = [v["name"] for v in model_pod(SOURCES[source], volume=volume)["volumes"]]
+    assert names[0] == volume and len(names) == len(set(names))
