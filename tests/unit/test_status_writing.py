@@ -53,6 +53,13 @@ def test_a_rejected_object_needs_a_spec_change() -> None:
         raise Invalid("spec.template: Invalid value")
 
 
+@pytest.mark.parametrize("error", [Invalid("422"), Unavailable("503"), NotFound("404")])
+def test_a_finalizer_never_gives_up(error: Exception) -> None:
+    """kopf releases an object whose delete handler failed permanently: its files and labels would stay behind."""
+    with pytest.raises(kopf.TemporaryError), handling.api_errors("releasing", finalizing=True):
+        raise error
+
+
 def test_an_invalid_spec_is_permanent_and_a_valid_one_is_its_model() -> None:
     with pytest.raises(kopf.PermanentError, match="invalid spec"):
         handling.spec({**BODY, "spec": {}}, ModelImageCacheSpec)

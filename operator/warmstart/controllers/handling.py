@@ -3,8 +3,10 @@
 - One lock per object, so its change handlers, timer and finalizer never interleave.
 - One clock: UTC, whole seconds (the precision of Kubernetes timestamps).
 - Specs are validated into their pydantic model; a spec that does not validate is a `kopf.PermanentError`.
-- One mapping of storage errors to kopf errors: `Invalid` (the API server rejected what we sent) needs a spec change,
-  so it is a `kopf.PermanentError`; every other storage error is a `kopf.TemporaryError`, retried in a few seconds.
+- One mapping of storage errors to kopf errors: while reconciling, `Invalid` (the API server rejected what the spec
+  rendered) needs a spec change, so it is a `kopf.PermanentError`; every other storage error is a `kopf.TemporaryError`,
+  retried in a few seconds. A finalizer retries every storage error: kopf releases an object whose delete handler
+  failed permanently, which would leave its files, labels or children behind.
 - Status is written with a merge patch, and only when it changed.
 """
 
@@ -79,11 +81,13 @@ def stored_status(body: Mapping[str, Any], model: type[Model]) -> Model | None:
 
 
 @contextlib.contextmanager
-def api_errors(action: str) -> Iterator[None]:
-    """Turn storage errors into kopf errors: Invalid is permanent, everything else is retried."""
+def api_errors(action: str, *, finalizing: bool = False) -> Iterator[None]:
+    """Turn storage errors into kopf errors: Invalid is permanent (unless finalizing), everything else is retried."""
     try:
         yield
     except Invalid as error:
+        if finalizing:
+            raise kopf.TemporaryError(f"{action}: the API server rejected it: {error}", delay=RETRY_DELAY_SECONDS) from error
         raise kopf.PermanentError(f"{action}: the API server rejected it: {error}") from error
     except StorageError as error:
         raise kopf.TemporaryError(f"{action}: {type(error).__name__}: {error}", delay=RETRY_DELAY_SECONDS) from error

@@ -117,7 +117,7 @@ def release(body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> Non
     with contextlib.suppress(kopf.PermanentError):  # an invalid spec must not block deletion
         stale.add(daemonsets.cache_key(name, handling.spec(body, ModelImageCacheSpec)))
     own_id = (namespace, daemonsets.mic_label_value(name))
-    with handling.lock(memo, meta["uid"]), handling.api_errors("releasing the image cache"):
+    with handling.lock(memo, meta["uid"]), handling.api_errors("releasing the image cache", finalizing=True):
         with contextlib.suppress(StorageError):
             handling.patch_status(store, MIC_KIND, body, {"state": CacheState.DELETING.value})
         store.delete("apps/v1", "DaemonSet", daemonsets.daemonset_name(name), namespace)

@@ -266,7 +266,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
     store: Store = memo.store
     meta = body["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    with handling.lock(memo, uid), handling.api_errors("releasing the endpoint's children"):
+    with handling.lock(memo, uid), handling.api_errors("releasing the endpoint's children", finalizing=True):
         handling.patch_status(store, kind, body, {"state": EndpointState.DELETION_IN_PROGRESS.value})
         if (body.get("status") or {}).get("routerName"):
             routing.remove(store, ns, name)

@@ -83,7 +83,7 @@ def delete_weights_cache(
     **_: Any,
 ) -> None:
     """Finalizer: remove the files (cleanup Jobs on the nodes that hold them), then the node labels."""
-    with handling.lock(memo, body["metadata"]["uid"]), handling.api_errors("removing the weights cache"):
+    with handling.lock(memo, body["metadata"]["uid"]), handling.api_errors("removing the weights cache", finalizing=True):
         cleaning.finalize(body, memo.store, memo.settings.render, node_facts, weights_job_index, weights_key_index, handling.now())
     weights_reporting.forget(body)
 
