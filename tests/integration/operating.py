@@ -7,17 +7,14 @@ operator to its own namespaces, so tests (and developers sharing one cluster) ne
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-os.environ.setdefault("WARMSTART_RESYNC_SECONDS", "2")  # kopf timers are fixed at import: set before importing handlers
-
-from warmstart.controllers import running  # noqa: E402
-from warmstart.controllers.settings import OperatorSettings  # noqa: E402
-from warmstart.render.context import RenderContext  # noqa: E402
+from warmstart.controllers import running
+from warmstart.controllers.settings import OperatorSettings
+from warmstart.render.context import RenderContext
 
 
 @contextmanager

@@ -32,7 +32,6 @@ VALUES: dict[str, dict[str, Any]] = {
         "image": {"repository": "example.com/ml/warmstart", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
         "serviceAccount": {"roleArn": "arn:aws:iam::123456789012:role/warmstart-operator"},
         "jumpstart": {"region": "us-east-1", "bucket": "my-jumpstart-mirror", "gatedBucket": "my-gated-mirror"},
-        "cache": {"defaultHostPath": "/mnt/nvme"},
         "preload": {"env": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}, "podAnnotations": {"team": "ml"}},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
@@ -183,7 +182,6 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.metrics_port == 8080 and settings.health_port == 8081
     assert settings.render.operator_image == "example.com/ml/warmstart:0.1.0-rc1"
     assert settings.render.image_pull_policy == "Always"
-    assert settings.render.default_host_path == "/mnt/nvme"
     assert settings.render.jumpstart_region == "us-east-1"
     assert settings.render.jumpstart_bucket == "my-jumpstart-mirror"
     assert settings.render.jumpstart_gated_bucket == "my-gated-mirror"
@@ -216,7 +214,7 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"replicaCount": 0}, "/replicaCount"),
         ({"repliaCount": 2}, "additional properties 'repliaCount' not allowed"),
         ({"jumpstart": {"region": "Oregon"}}, "/jumpstart/region"),
-        ({"cache": {"defaultHostPath": "relative/path"}}, "/cache/defaultHostPath"),
+        ({"cache": {"defaultHostPath": "/var/lib/warmstart"}}, "additional properties 'cache' not allowed"),
         ({"serviceAccount": {"roleArn": "my-role"}}, "/serviceAccount/roleArn"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),

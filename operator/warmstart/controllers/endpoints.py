@@ -1,6 +1,6 @@
-"""kopf handlers for InferenceEndpointConfig and JumpStartModel: one level-based reconcile for both kinds.
+"""kopf wiring of InferenceEndpointConfig and JumpStartModel: one level-based reconcile for both kinds.
 
-Each handler is three lines: take the body, call `reconciling.reconcile` (or `release`), let it write status.
+Each handler is one call: `reconciling.reconcile` (which validates, reconciles and writes status) or `delete`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import PLURAL as IEC_PLURAL
 from warmstart.api.jumpstart import KIND as JSM_KIND
 from warmstart.api.jumpstart import PLURAL as JSM_PLURAL
-from warmstart.controllers import reconciling
+from warmstart.controllers import handling, reconciling
+from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import labels as label_keys
 
 
-@kopf.index("", "v1", "pods", labels={label_keys.ENDPOINT_LABEL: kopf.PRESENT})
 def endpoint_pods(namespace: str | None, name: str, labels: Mapping[str, str], spec: Mapping[str, Any], body: Any, **_: Any) -> dict[tuple[str, str, str], tuple[str, str]]:
     """(namespace, endpoint, kind) -> (pod, node) for every scheduled, live endpoint pod."""
     node = spec.get("nodeName") or ""
@@ -28,22 +28,26 @@ def endpoint_pods(namespace: str | None, name: str, labels: Mapping[str, str], s
     return {(namespace or "", labels[label_keys.ENDPOINT_LABEL], labels.get(label_keys.ENDPOINT_KIND_LABEL, "")): (name, node)}
 
 
-def _handlers(kind: str, plural: str) -> None:
-    @kopf.on.resume(GROUP, VERSION, plural)
-    @kopf.on.create(GROUP, VERSION, plural)
-    @kopf.on.update(GROUP, VERSION, plural)
+def _handlers(registry: kopf.OperatorRegistry, interval: float, kind: str, plural: str) -> None:
+    # nested, so kopf's handler ids stay `_handlers.<locals>.<name>` (ids are stored in progress annotations)
     def reconcile_on_change(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.reconcile(kind, body, memo, indexes)
 
-    @kopf.timer(GROUP, VERSION, plural, interval=reconciling.TIMER_SECONDS, initial_delay=reconciling.TIMER_SECONDS)
     def reconcile_on_timer(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
-        if not body.get("metadata", {}).get("deletionTimestamp"):
+        if not handling.deleting(body):
             reconciling.reconcile(kind, body, memo, indexes)
 
-    @kopf.on.delete(GROUP, VERSION, plural)
     def release_on_delete(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.delete(kind, body, memo, indexes)
 
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(GROUP, VERSION, plural, registry=registry)(reconcile_on_change)
+    kopf.timer(GROUP, VERSION, plural, interval=interval, initial_delay=interval, registry=registry)(reconcile_on_timer)
+    kopf.on.delete(GROUP, VERSION, plural, registry=registry)(release_on_delete)
 
-_handlers(IEC_KIND, IEC_PLURAL)
-_handlers(JSM_KIND, JSM_PLURAL)
+
+def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+    """Register the endpoint pod index and both kinds' handlers; the timers run every `settings.resync_seconds`."""
+    kopf.index("", "v1", "pods", labels={label_keys.ENDPOINT_LABEL: kopf.PRESENT}, registry=registry)(endpoint_pods)
+    _handlers(registry, settings.resync_seconds, IEC_KIND, IEC_PLURAL)
+    _handlers(registry, settings.resync_seconds, JSM_KIND, JSM_PLURAL)

@@ -8,6 +8,8 @@ from typing import Any
 
 import kopf
 
+from warmstart.controllers.settings import OperatorSettings
+
 
 @dataclass(frozen=True)
 class NodeFacts:
@@ -20,7 +22,6 @@ class NodeFacts:
     deleting: bool = False
 
 
-@kopf.index("", "v1", "nodes")
 def node_facts(name: str, labels: Mapping[str, str], annotations: Mapping[str, str], body: Any, **_: Any) -> dict[str, NodeFacts]:
     """Index nodes by name."""
     return {
@@ -40,3 +41,9 @@ def all_nodes(index: Mapping[str, Any]) -> Iterator[NodeFacts]:
         for facts in store:
             if isinstance(facts, NodeFacts) and not facts.deleting:
                 yield facts
+
+
+def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+    """Register the node index."""
+    del settings
+    kopf.index("", "v1", "nodes", registry=registry)(node_facts)

@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from warmstart.api import API_VERSION, nodelabels
+from warmstart.api import nodelabels
+from warmstart.api.base import Condition
 from warmstart.api.caches import MDCC_KIND, MIC_KIND
 from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
-from warmstart.api.base import Condition
-from warmstart.api.statuses import CacheSummary, EndpointStatus, ResolvedModel, WarmPlacement
 from warmstart.api.states import ConditionType, EndpointState
-from warmstart.controllers import applying, metrics, routing, sharing
+from warmstart.api.statuses import (
+    CacheSummary,
+    EndpointStatus,
+    ResolvedModel,
+    WarmPlacement,
+)
+from warmstart.controllers import applying, handling, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
-from warmstart.controllers.storage import Invalid, Store, StorageError
-from warmstart.render import caches, deployments, endpoint_status, gating, keys, router
+from warmstart.controllers.storage import Store
+from warmstart.render import (
+    caches,
+    deployments,
+    endpoint_status,
+    gating,
+    keys,
+    router,
+)
 from warmstart.render.conditions import condition, merge_conditions
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
@@ -31,42 +41,13 @@ from warmstart.render.endpoint_status import DeploymentFacts
 from warmstart.render.endpoints import Endpoint
 from warmstart.render.unsupported import unsupported_fields
 
-TIMER_SECONDS = float(os.environ.get("WARMSTART_RESYNC_SECONDS", "10"))
-
 Manifest = dict[str, Any]
-
-_locks_guard = threading.Lock()
-
-
-def _lock(memo: kopf.Memo, uid: str) -> threading.Lock:
-    with _locks_guard:
-        locks: dict[str, threading.Lock] = memo.setdefault("endpoint_locks", {})
-        return locks.setdefault(uid, threading.Lock())
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-
-
-def _iso(moment: datetime.datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
-
-
-def _parse(text: str | None) -> datetime.datetime | None:
-    if not text:
-        return None
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
     """Bring the endpoint's children and status in line with its spec; safe to call any number of times."""
-    with _lock(memo, body["metadata"]["uid"]):
-        try:
-            _reconcile(kind, body, memo, indexes)
-        except Invalid as error:
-            raise kopf.PermanentError(f"the API server rejected a child object: {error}") from error
-        except StorageError as error:
-            raise kopf.TemporaryError(f"API call failed: {error}", delay=5) from error
+    with handling.lock(memo, body["metadata"]["uid"]), handling.api_errors("reconciling the endpoint"):
+        _reconcile(kind, body, memo, indexes)
 
 
 def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
@@ -75,7 +56,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     meta = body["metadata"]
     generation = int(meta.get("generation", 1))
     old_status = dict(body.get("status") or {})
-    now = _now()
+    now = handling.now()
     spec_model = _spec_model(kind, body)
     unsupported = _unsupported_condition(spec_model, generation)
     try:
@@ -92,7 +73,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     image = _summary(indexes, "image_cache_summaries", endpoint, keys.image_cache_name(ikey)) if endpoint.image_cache else None
 
     resolved_old = old_status.get("resolved") or {}
-    waiting_since = _parse(old_status.get("waitingSince")) if resolved_old.get("weightsCacheKey") == wkey else None
+    waiting_since = handling.parse_timestamp(old_status.get("waitingSince")) if resolved_old.get("weightsCacheKey") == wkey else None
     waiting_since = waiting_since or now
     gate = gating.decide(endpoint.weights_enabled, weights, (now - waiting_since).total_seconds(), endpoint.max_deploy_time_seconds)
 
@@ -134,8 +115,8 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         warm_placement=placement,
         deployment_name=endpoint.ref.name if deployment is not None else None,
         router_name=router_name,
-        waiting_since=_iso(waiting_since) if not gate.open or gate.degraded else old_status.get("waitingSince"),
-        gate_opened_at=old_status.get("gateOpenedAt") or (_iso(now) if gate.open else None),
+        waiting_since=handling.timestamp(waiting_since) if not gate.open or gate.degraded else old_status.get("waitingSince"),
+        gate_opened_at=old_status.get("gateOpenedAt") or (handling.timestamp(now) if gate.open else None),
     ).to_api()
     status.pop("conditions", None)
     _write_status(store, kind, body, old_status, status, conds, now)
@@ -143,11 +124,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
 
 
 def _spec_model(kind: str, body: Mapping[str, Any]) -> InferenceEndpointConfigSpec | JumpStartModelSpec | None:
+    """The spec, for the unsupported-fields condition; None when it does not validate (resolve reports that)."""
     try:
         if kind == IEC_KIND:
-            return InferenceEndpointConfigSpec.model_validate(body.get("spec", {}))
-        return JumpStartModelSpec.model_validate(body.get("spec", {}))
-    except ValueError:
+            return handling.spec(body, InferenceEndpointConfigSpec)
+        return handling.spec(body, JumpStartModelSpec)
+    except kopf.PermanentError:
         return None
 
 
@@ -252,17 +234,13 @@ def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> War
 def _write_status(
     store: Store, kind: str, body: kopf.Body, old: dict[str, Any], new: dict[str, Any], conds: list[Condition], now: datetime.datetime
 ) -> None:
-    """Patch /status only when something changed; post an Event when the state changes."""
+    """Write status when something changed; post an Event when the state changes."""
     old_conditions = [Condition.model_validate(c) for c in old.get("conditions") or []]
-    merged = merge_conditions(old_conditions, conds, _iso(now))
+    merged = merge_conditions(old_conditions, conds, handling.timestamp(now))
     new = {**new, "conditions": [c.to_api() for c in merged], "observedGeneration": int(body["metadata"].get("generation", 1))}
-    comparable_old = {k: v for k, v in old.items() if k in new or k in _OWNED}
-    if comparable_old == new:
+    owned_old = {k: v for k, v in old.items() if k in new or k in _OWNED}
+    if not handling.write_status(store, kind, body, owned_old, new):
         return
-    patch: dict[str, Any] = {k: None for k in _OWNED if k in old and k not in new}
-    patch.update(new)
-    meta = body["metadata"]
-    store.merge_patch(API_VERSION, kind, meta["name"], {"status": patch}, meta["namespace"], subresource="status")
     if old.get("state") != new.get("state"):
         ready = next((c for c in merged if c.type == ConditionType.READY), None)
         message = ready.message if ready else ""
@@ -301,19 +279,16 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
     store: Store = memo.store
     meta = body["metadata"]
     ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
-    with _lock(memo, uid):
-        try:
-            store.merge_patch(API_VERSION, kind, name, {"status": {"state": EndpointState.DELETION_IN_PROGRESS.value}}, ns, subresource="status")
-            if (body.get("status") or {}).get("routerName"):
-                routing.remove(store, ns, name)
-            store.delete("apps/v1", "Deployment", name, ns)
-            store.delete("v1", "Service", name, ns)
-            for cache_name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)):
-                sharing.release(store, MDCC_KIND, cache_name, ns, uid)
-            for cache_name in set(sharing.lookup(indexes["image_caches_by_parent"], uid)):
-                sharing.release(store, MIC_KIND, cache_name, ns, uid)
-        except StorageError as error:
-            raise kopf.TemporaryError(f"releasing children failed: {error}", delay=5) from error
+    with handling.lock(memo, uid), handling.api_errors("releasing the endpoint's children", finalizing=True):
+        handling.patch_status(store, kind, body, {"state": EndpointState.DELETION_IN_PROGRESS.value})
+        if (body.get("status") or {}).get("routerName"):
+            routing.remove(store, ns, name)
+        store.delete("apps/v1", "Deployment", name, ns)
+        store.delete("v1", "Service", name, ns)
+        for cache_name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)):
+            sharing.release(store, MDCC_KIND, cache_name, ns, uid)
+        for cache_name in set(sharing.lookup(indexes["image_caches_by_parent"], uid)):
+            sharing.release(store, MIC_KIND, cache_name, ns, uid)
     _forget_metrics(ns, name)
     applying.forget(memo, uid)
     kopf.info(body, reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import random
@@ -15,29 +14,28 @@ import kopf
 from prometheus_client import start_http_server
 
 from warmstart.api import GROUP
+from warmstart.controllers import endpoints, images, nodes, sharing, weights
 from warmstart.controllers import settings as settings_module
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Store, load_api_client
 
-#: modules whose import registers handlers with kopf
-HANDLER_MODULES = (
-    "warmstart.controllers.nodes",
-    "warmstart.controllers.sharing",
-    "warmstart.controllers.endpoints",
-    "warmstart.controllers.weights",
-    "warmstart.controllers.images",
-)
+#: what registers this operator's indexes and handlers, in this order
+REGISTRARS = (nodes.register, sharing.register, endpoints.register, weights.register, images.register)
 
 _metrics_started: set[int] = set()
 _metrics_lock = threading.Lock()
 
 
-def register_handlers() -> None:
-    for module in HANDLER_MODULES:
-        importlib.import_module(module)
+def registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
+    """A fresh kopf registry with every index and handler of this operator, configured by `settings`."""
+    result = kopf.OperatorRegistry()
+    kopf.on.startup(registry=result)(configure)
+    kopf.on.login(registry=result)(login)
+    for register in REGISTRARS:
+        register(result, settings)
+    return result
 
 
-@kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """kopf's own behaviour: finalizer name, annotation storage, timeouts."""
     settings.persistence.finalizer = f"{GROUP}/warmstart"
@@ -52,7 +50,6 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.queueing.error_delays = [1, 2, 5, 10, 20]
 
 
-@kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In a pod: the service account. Elsewhere: the kubeconfig in $KUBECONFIG (set from --kubeconfig)."""
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
@@ -66,12 +63,11 @@ def start_metrics(port: int) -> None:
             _metrics_started.add(port)
 
 
-def peering_priority(peering: str | None) -> int | None:
+def peering_priority(settings: OperatorSettings) -> int | None:
     """kopf pauses every peer whose priority equals another's, so replicas need distinct ones: random unless set."""
-    if peering is None:
+    if settings.peering is None:
         return None
-    configured = os.environ.get("WARMSTART_PEERING_PRIORITY")
-    return int(configured) if configured else random.randint(1, 2**30)
+    return settings.peering_priority if settings.peering_priority is not None else random.randint(1, 2**30)
 
 
 async def run(
@@ -84,13 +80,13 @@ async def run(
     """Run the operator until `stop_flag` is set (or forever)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = str(kubeconfig)
-    register_handlers()
     start_metrics(settings.metrics_port)
     memo = kopf.Memo(store=Store(load_api_client(str(kubeconfig) if kubeconfig else None)), settings=settings)
     await kopf.operator(
+        registry=registry(settings),
         standalone=settings.peering is None,
         peering_name=settings.peering,
-        priority=peering_priority(settings.peering),
+        priority=peering_priority(settings),
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
         liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,

@@ -1,4 +1,8 @@
-"""Operator settings from the environment (WARMSTART_*), as the Helm chart sets them."""
+"""Operator settings, read once from the environment (WARMSTART_*, as the Helm chart sets them) at start-up.
+
+`from_env` is the only place that reads the operator's environment. `warmstart operator` calls it once; the settings
+then travel to handlers in kopf's memo (`memo.settings`) and to handler registration (timer intervals).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ class OperatorSettings(BaseModel):
     health_port: int = Field(default=8081, description="Liveness/readiness port (kopf probes).")
     resync_seconds: float = Field(default=10.0, description="Interval of the drift-correcting timers.")
     peering: str | None = Field(default=None, description="kopf peering name for HA; None runs standalone.")
+    peering_priority: int | None = Field(default=None, description="kopf peering priority; None picks a random one at start.")
     render: RenderContext = Field(default_factory=RenderContext)
 
 
@@ -38,7 +43,6 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     for field, var in {
         "operator_image": "WARMSTART_OPERATOR_IMAGE",
         "image_pull_policy": "WARMSTART_IMAGE_PULL_POLICY",
-        "default_host_path": "WARMSTART_DEFAULT_HOST_PATH",
         "prepull_priority_class": "WARMSTART_PREPULL_PRIORITY_CLASS",
         "jumpstart_bucket": "WARMSTART_JUMPSTART_BUCKET",
         "jumpstart_gated_bucket": "WARMSTART_JUMPSTART_GATED_BUCKET",
@@ -51,7 +55,11 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
     if env.get("WARMSTART_NAMESPACES"):
         settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]
-    for field, var in {"metrics_port": "WARMSTART_METRICS_PORT", "health_port": "WARMSTART_HEALTH_PORT"}.items():
+    for field, var in {
+        "metrics_port": "WARMSTART_METRICS_PORT",
+        "health_port": "WARMSTART_HEALTH_PORT",
+        "peering_priority": "WARMSTART_PEERING_PRIORITY",
+    }.items():
         if env.get(var):
             settings[field] = int(env[var])
     if env.get("WARMSTART_RESYNC_SECONDS"):

@@ -14,8 +14,9 @@ from typing import Any
 import kopf
 
 from warmstart.api import API_VERSION, GROUP, VERSION
-from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, MIC_KIND, MIC_PLURAL
+from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.api.statuses import CacheSummary
+from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Store
 from warmstart.render import caches
 
@@ -26,13 +27,11 @@ def _summary(name: str, status: Mapping[str, Any]) -> CacheSummary:
     return CacheSummary.model_validate({**{k: v for k, v in status.items() if k in ("state", "readyNodes", "targetNodes", "message")}, "name": name})
 
 
-@kopf.index(GROUP, VERSION, MDCC_PLURAL)
 def weights_cache_summaries(namespace: str | None, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
     """(namespace, name) -> status summary of every MDCC."""
     return {(namespace or "", name): _summary(name, status)}
 
 
-@kopf.index(GROUP, VERSION, MIC_PLURAL)
 def image_cache_summaries(namespace: str | None, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
     """(namespace, name) -> status summary of every MIC."""
     return {(namespace or "", name): _summary(name, status)}
@@ -42,13 +41,11 @@ def _parents(spec: Mapping[str, Any]) -> list[str]:
     return [str(p.get("uid")) for p in spec.get("parentReferences") or [] if p.get("uid")]
 
 
-@kopf.index(GROUP, VERSION, MDCC_PLURAL)
 def weights_caches_by_parent(name: str, spec: Mapping[str, Any], **_: Any) -> dict[str, str]:
     """parent uid -> names of the MDCCs it references."""
     return {uid: name for uid in _parents(spec)}
 
 
-@kopf.index(GROUP, VERSION, MIC_PLURAL)
 def image_caches_by_parent(name: str, spec: Mapping[str, Any], **_: Any) -> dict[str, str]:
     """parent uid -> names of the MICs it references."""
     return {uid: name for uid in _parents(spec)}
@@ -85,4 +82,12 @@ def release(store: Store, kind: str, name: str, namespace: str, parent_uid: str)
     return False
 
 
-CACHE_KINDS = {"weights": MDCC_KIND, "image": MIC_KIND}
+def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
+    """Register the cache indexes the endpoint controller reads: status summaries, and caches by parent."""
+    del settings
+    for plural, summaries, by_parent in (
+        (MDCC_PLURAL, weights_cache_summaries, weights_caches_by_parent),
+        (MIC_PLURAL, image_cache_summaries, image_caches_by_parent),
+    ):
+        kopf.index(GROUP, VERSION, plural, registry=registry)(summaries)
+        kopf.index(GROUP, VERSION, plural, registry=registry)(by_parent)

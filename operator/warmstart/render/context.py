@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from warmstart.api.blocks import DEFAULT_HOST_PATH
-
 
 class RenderContext(BaseModel):
     """Operator-wide settings that shape rendered children (images, annotations, environment)."""
@@ -14,7 +12,6 @@ class RenderContext(BaseModel):
 
     operator_image: str = Field(default="warmstart:0.1.0", description="Image with the warmstart entrypoint (preload, router, no-op).")
     image_pull_policy: str = Field(default="IfNotPresent", description="Pull policy of the operator image.")
-    default_host_path: str = Field(default=DEFAULT_HOST_PATH, description="Cache root when a spec gives none.")
     preload_pod_annotations: dict[str, str] = Field(default_factory=dict, description="Annotations on every preload Job pod.")
     preload_env: dict[str, str] = Field(
         default_factory=dict, description="Environment for preload containers, e.g. AWS_ENDPOINT_URL_S3 or HF_ENDPOINT for mirrors."

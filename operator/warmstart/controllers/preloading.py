@@ -1,0 +1,185 @@
+"""The reconcile of one weights cache: a preload Job per target node until the node is labelled ready, and its status.
+
+Everything is read from two kopf indexes (nodes, and this cache's Jobs), so a reconcile makes no LIST call; it
+writes only what changed: Jobs to create or delete, node labels, and status when it differs. The only reads are one
+pod LIST per finished Job, to take its termination message, once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from warmstart.api import nodelabels
+from warmstart.api import preloading as preload_results
+from warmstart.api.caches import (
+    MDCC_KIND,
+    ModelDataCacheConfigSpec,
+    ModelDataCacheConfigStatus,
+)
+from warmstart.controllers import handling, labelling, nodes, weights_reporting
+from warmstart.controllers.storage import Invalid, Store
+from warmstart.render import jobs as render_jobs
+from warmstart.render import keys
+from warmstart.render import weights_plans as planning
+from warmstart.render.context import RenderContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Memory:
+    """Per-cache state of this operator process (kopf gives each object its own memo)."""
+
+    last_run: float = 0.0
+    fingerprint: tuple[Any, ...] = ()
+    due: float | None = None
+    #: node -> monotonic time this process labelled it ready
+    labelled: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: (resourceVersion our last status write was based on, the status written): the watch may not have caught up
+    written: tuple[str, ModelDataCacheConfigStatus] | None = None
+
+
+def memory(memo: kopf.Memo) -> Memory:
+    found: Memory = memo.setdefault("weights_cache", Memory())
+    return found
+
+
+def owner(body: Mapping[str, Any]) -> render_jobs.Owner:
+    meta = body["metadata"]
+    return render_jobs.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+
+
+def own_jobs(index: Mapping[Any, Any], owner: render_jobs.Owner, role: str) -> list[planning.PreloadJob]:
+    """This cache's Jobs of one role (preload or cleanup) in the Job index, by name."""
+    entries: Iterable[render_jobs.IndexedJob] = index.get((owner.namespace, owner.name), ())
+    return sorted((e.job for e in entries if e.role == role and e.owner_uid == owner.uid), key=lambda j: j.name)
+
+
+def due(body: Mapping[str, Any], memo: kopf.Memo, jobs_index: Mapping[Any, Any], resync_seconds: float) -> bool:
+    """Whether a timer tick should reconcile: this cache's Jobs changed, a retry is due, or the resync interval passed."""
+    remembered = memory(memo)
+    clock = time.monotonic()
+    changed = tuple(own_jobs(jobs_index, owner(body), render_jobs.ROLE_PRELOAD)) != remembered.fingerprint
+    retry = remembered.due is not None and clock >= remembered.due
+    stale = clock - remembered.last_run >= resync_seconds
+    return changed or retry or stale
+
+
+def retryable_reasons() -> frozenset[str]:
+    return frozenset(str(reason) for reason in preload_results.RETRYABLE_REASONS)
+
+
+def permanent_exit_codes() -> list[int]:
+    return sorted(preload_results.PERMANENT_EXIT_CODES.values())
+
+
+def read_results(store: Store, namespace: str, finished: Iterable[planning.PreloadJob]) -> dict[str, planning.PreloadResult]:
+    """Termination messages of finished Jobs' pods (one LIST per Job, only until status has recorded it)."""
+    codes = {code: str(reason) for code, reason in preload_results.REASON_BY_EXIT_CODE.items()}
+    found: dict[str, planning.PreloadResult] = {}
+    for job in finished:
+        pods = store.list("v1", "Pod", namespace, label_selector=f"batch.kubernetes.io/controller-uid={job.uid}")
+        result = render_jobs.read_result(pods, codes)
+        if result is None:
+            reason = "Completed" if job.phase == planning.JobPhase.SUCCEEDED else (job.failure_reason or "JobFailed")
+            result = planning.PreloadResult(reason=reason, message="no termination message")
+        found[job.name] = result
+    return found
+
+
+def stored_status(body: Mapping[str, Any]) -> ModelDataCacheConfigStatus:
+    """The cache's status as stored (empty when absent or unreadable)."""
+    return handling.stored_status(body, ModelDataCacheConfigStatus) or ModelDataCacheConfigStatus()
+
+
+def _previous_status(body: Mapping[str, Any], remembered: Memory) -> ModelDataCacheConfigStatus:
+    """The stored status, or the one this process wrote last if the body still predates that write."""
+    if remembered.written and remembered.written[0] == body["metadata"].get("resourceVersion"):
+        return remembered.written[1]
+    return stored_status(body)
+
+
+def write_status(store: Store, body: Mapping[str, Any], old: ModelDataCacheConfigStatus, new: ModelDataCacheConfigStatus) -> bool:
+    """Write the cache's status when it changed. True when written."""
+    return handling.write_status(store, MDCC_KIND, body, old.to_api(), new.to_api())
+
+
+def reconcile(
+    body: Mapping[str, Any],
+    spec: ModelDataCacheConfigSpec,
+    memo: kopf.Memo,
+    node_facts: Mapping[str, Any],
+    jobs_index: Mapping[Any, Any],
+    *,
+    blocking: bool = True,
+) -> None:
+    """Drive one cache toward: a Job per target node until it is labelled ready, and a truthful status.
+
+    With `blocking=False` (the timer), a reconcile already under way makes this one a no-op.
+    """
+    if handling.deleting(body):
+        return
+    lock = handling.lock(memo, body["metadata"]["uid"])
+    if not lock.acquire(blocking=blocking):
+        return
+    try:
+        with handling.api_errors("reconciling the weights cache"):
+            _reconcile(body, spec, memo.store, memo.settings.render, memory(memo), node_facts, jobs_index)
+    finally:
+        lock.release()
+
+
+def _reconcile(
+    body: Mapping[str, Any],
+    spec: ModelDataCacheConfigSpec,
+    store: Store,
+    ctx: RenderContext,
+    remembered: Memory,
+    node_facts: Mapping[str, Any],
+    jobs_index: Mapping[Any, Any],
+) -> None:
+    meta = body["metadata"]
+    old = _previous_status(body, remembered)
+    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    cache = owner(body)
+    generation = int(meta.get("generation") or 1)
+    preloads = own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD)
+    clock = time.monotonic()
+    label = nodelabels.weights_ready_label(key)
+    remembered.labelled = labelling.recent(remembered.labelled, clock)
+    live = labelling.overlay(nodes.all_nodes(node_facts), label, remembered.labelled)
+    results = read_results(store, cache.namespace, planning.unrecorded(preloads, old))
+    observed = planning.Observed(
+        generation=generation, key=key, spec=spec, status=old, nodes=live, jobs=preloads, results=results,
+        retryable_reasons=retryable_reasons(),
+    )
+    plan = planning.plan(observed, handling.now())
+    for name in plan.delete:
+        store.delete("batch/v1", "Job", name, cache.namespace)
+    size = planning.model_size(spec, plan.status)
+    for node, attempt in plan.create:
+        request = render_jobs.PreloadRequest(owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size)
+        try:
+            store.apply(render_jobs.preload_job(request, spec, ctx, permanent_exit_codes()))
+        except Invalid as error:  # e.g. the Job exists with an older template the index has not shown yet
+            log.warning("cache %s/%s: preload Job for node %s not applied: %s", cache.namespace, cache.name, node, error)
+    for node in plan.label:
+        if labelling.set_label(store, node, label, nodelabels.READY):
+            remembered.labelled[node] = time.monotonic()
+        # else: the node left; the next reconcile drops it
+    if write_status(store, body, old, plan.status):
+        remembered.written = (str(meta.get("resourceVersion")), plan.status)
+    weights_reporting.report(body, spec, plan, str(old.state) if old.state else None)
+    weights_reporting.observe(body, plan.status)
+    remembered.last_run = clock
+    remembered.fingerprint = tuple(preloads)
+    remembered.due = clock + plan.requeue_after if plan.requeue_after else None
+    if plan.create or plan.delete or plan.label:
+        log.info("cache %s/%s: created %d Jobs, deleted %d, labelled %d nodes; %s", cache.namespace, cache.name,
+                 len(plan.create), len(plan.delete), len(plan.label), plan.status.message)

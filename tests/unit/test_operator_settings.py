@@ -1,0 +1,36 @@
+"""Operator settings are read from the environment once, at start-up, and configure the handlers they are given to."""
+
+from __future__ import annotations
+
+from warmstart.controllers import running, settings
+
+
+def test_environment_is_read_into_settings() -> None:
+    read = settings.from_env({"WARMSTART_RESYNC_SECONDS": "3.5", "WARMSTART_PEERING": "warmstart", "WARMSTART_PEERING_PRIORITY": "7"})
+    assert read.resync_seconds == 3.5
+    assert read.peering == "warmstart" and read.peering_priority == 7
+
+
+def test_an_empty_environment_keeps_the_defaults() -> None:
+    assert settings.from_env({}) == settings.OperatorSettings()
+
+
+def test_peering_priority_is_the_configured_one_or_random() -> None:
+    assert running.peering_priority(settings.OperatorSettings()) is None
+    assert running.peering_priority(settings.OperatorSettings(peering="p", peering_priority=7)) == 7
+    picked = {running.peering_priority(settings.OperatorSettings(peering="p")) for _ in range(5)}
+    assert len(picked) > 1, "replicas without a configured priority must not all pick the same one"
+
+
+def test_drift_timers_run_at_the_configured_resync_interval() -> None:
+    registry = running.registry(settings.OperatorSettings(resync_seconds=3.5))
+    # kopf has no public listing of a registry's handlers; the spawning registry holds the timers (and daemons)
+    timers = [h for h in registry._spawning.get_all_handlers() if hasattr(h, "interval")]
+    intervals = {h.id: h.interval for h in timers}
+    assert intervals == {
+        "_handlers.<locals>.reconcile_on_timer": 3.5,  # endpoints (both kinds)
+        "reconcile_on_timer": 3.5,  # image caches
+        "tick_weights_cache": 1.0,  # weights caches tick each second and check the resync interval themselves
+    }
+    assert len(timers) == 4
+
