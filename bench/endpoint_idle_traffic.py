@@ -19,8 +19,10 @@ import operating  # noqa: E402
 from warmstart.controllers import applying  # noqa: E402
 from warmstart.controllers.storage import API_REQUESTS  # noqa: E402
 
+
 def total() -> float:
     return sum(s.value for m in API_REQUESTS.collect() for s in m.samples if s.name.endswith("_total"))
+
 
 kc = os.environ["WARMSTART_KUBECONFIG"]
 api = config.new_client_from_config(config_file=kc)
@@ -30,7 +32,9 @@ for label, resync in (("apply every tick (before)", -1.0), ("apply on change (af
     ns = f"m-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
     with ep.own_nodes(api, 2) as (itype, _):
-        body = ep.endpoint_manifest("idle", ns, itype, intelligentRoutingSpec={"enabled": True, "routingStrategy": "prefixaware"})
+        body = ep.endpoint_manifest(
+            "idle", ns, itype, intelligentRoutingSpec={"enabled": True, "routingStrategy": "prefixaware"}
+        )
         with operating.operator(kc, [ns]):
             kube.create_custom(api, body)
             kube.wait_for(lambda: ep.status(api, ns, "idle").get("state") == "DeploymentComplete", timeout=180)
@@ -38,7 +42,11 @@ for label, resync in (("apply every tick (before)", -1.0), ("apply on change (af
             start, t0 = total(), time.monotonic()
             time.sleep(60)
             rate = (total() - start) / (time.monotonic() - t0)
-            print(f"{label}: {rate:.2f} API requests/s for one idle endpoint with caches and router (timer 2 s; all controllers)")
-            client.CustomObjectsApi(api).delete_namespaced_custom_object(ep.GROUP, ep.VERSION, ns, "inferenceendpointconfigs", "idle")
+            print(
+                f"{label}: {rate:.2f} API requests/s for one idle endpoint with caches and router (timer 2 s; all controllers)"
+            )
+            client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                ep.GROUP, ep.VERSION, ns, "inferenceendpointconfigs", "idle"
+            )
             kube.wait_for(lambda: ep.endpoint(api, ns, "idle") is None, timeout=120)
     client.CoreV1Api(api).delete_namespace(ns)

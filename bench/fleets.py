@@ -91,7 +91,7 @@ async def wait_http(session: aiohttp.ClientSession, url: str, proc: Proc, timeou
             async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as response:
                 if response.status == 200:
                     return
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             pass
         await asyncio.sleep(0.2)
     tail = proc.log.read_text(errors="replace")[-2000:]
@@ -99,8 +99,23 @@ async def wait_http(session: aiohttp.ClientSession, url: str, proc: Proc, timeou
 
 
 def sim_argv(replicas: int, base_port: int, sim_args: list[str], name_prefix: str = "r") -> list[str]:
-    return [PYTHON, "-m", "warmstart.cli", "sim", "--replicas", str(replicas), "--base-port", str(base_port),
-            "--host", HOST, "--name-prefix", name_prefix, "--log-level", "WARNING", *sim_args]
+    return [
+        PYTHON,
+        "-m",
+        "warmstart.cli",
+        "sim",
+        "--replicas",
+        str(replicas),
+        "--base-port",
+        str(base_port),
+        "--host",
+        HOST,
+        "--name-prefix",
+        name_prefix,
+        "--log-level",
+        "WARNING",
+        *sim_args,
+    ]
 
 
 @dataclass
@@ -137,12 +152,12 @@ class RouterUnderTest:
                 if url not in urls:
                     async with session.delete(f"{self.url}/workers/{worker_id}") as response:
                         response.raise_for_status()
-            await self._wait_backends(session, urls, "/workers",
-                                      lambda s: [w["url"] for w in s["workers"] if w.get("is_healthy", True)])
+            await self._wait_backends(
+                session, urls, "/workers", lambda s: [w["url"] for w in s["workers"] if w.get("is_healthy", True)]
+            )
         self.backends = list(urls)
 
-    async def _wait_backends(self, session: aiohttp.ClientSession, urls: list[str], path: str,
-                             extract: Any) -> None:
+    async def _wait_backends(self, session: aiohttp.ClientSession, urls: list[str], path: str, extract: Any) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if sorted(extract(await _json(session, self.url + path))) == sorted(urls):
@@ -156,8 +171,13 @@ async def _json(session: aiohttp.ClientSession, url: str) -> Any:
         return await response.json(content_type=None)
 
 
-async def start_warmstart(session: aiohttp.ClientSession, strategy: str, urls: list[str], logs: Path,
-                          config_extra: dict[str, Any] | None = None) -> RouterUnderTest:
+async def start_warmstart(
+    session: aiohttp.ClientSession,
+    strategy: str,
+    urls: list[str],
+    logs: Path,
+    config_extra: dict[str, Any] | None = None,
+) -> RouterUnderTest:
     """``warmstart router`` as its own process, fed by a config file and a backends file."""
     from warmstart.api.routers import RouterConfig
 
@@ -168,10 +188,28 @@ async def start_warmstart(session: aiohttp.ClientSession, strategy: str, urls: l
     (workdir / "router.yaml").write_text(config.to_yaml())
     backends = workdir / "backends"
     backends.write_text("\n".join(urls) + "\n")
-    proc = spawn(f"warmstart-{strategy}", [PYTHON, "-m", "warmstart.cli", "router", "--host", HOST, "--port",
-                                           str(port), "--config", str(workdir / "router.yaml"), "--backends-file",
-                                           str(backends), "--reload-interval", "0.2", "--log-level", "WARNING"],
-                 logs)
+    proc = spawn(
+        f"warmstart-{strategy}",
+        [
+            PYTHON,
+            "-m",
+            "warmstart.cli",
+            "router",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--config",
+            str(workdir / "router.yaml"),
+            "--backends-file",
+            str(backends),
+            "--reload-interval",
+            "0.2",
+            "--log-level",
+            "WARNING",
+        ],
+        logs,
+    )
     router = RouterUnderTest(f"warmstart {strategy}", f"http://{HOST}:{port}", "warmstart", proc, backends, urls)
     await wait_http(session, router.url + "/ready", proc)
     return router
@@ -191,9 +229,25 @@ def sglang_available() -> str | None:
 async def start_sglang(session: aiohttp.ClientSession, policy: str, urls: list[str], logs: Path) -> RouterUnderTest:
     """The real SGLang router (Rust), ``launch_router --policy <policy>``, default knobs otherwise."""
     port = free_port()
-    proc = spawn(f"sglang-{policy}", [PYTHON, "-m", "sglang_router.launch_router", "--host", HOST, "--port",
-                                      str(port), "--policy", policy, "--log-level", "warn", "--worker-urls", *urls],
-                 logs)
+    proc = spawn(
+        f"sglang-{policy}",
+        [
+            PYTHON,
+            "-m",
+            "sglang_router.launch_router",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--policy",
+            policy,
+            "--log-level",
+            "warn",
+            "--worker-urls",
+            *urls,
+        ],
+        logs,
+    )
     router = RouterUnderTest(f"sglang {policy}", f"http://{HOST}:{port}", "sglang", proc, None, urls)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -201,7 +255,7 @@ async def start_sglang(session: aiohttp.ClientSession, policy: str, urls: list[s
             workers = await _json(session, router.url + "/workers")
             if sorted(w["url"] for w in workers["workers"] if w.get("is_healthy", True)) == sorted(urls):
                 return router
-        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, ValueError):
+        except (TimeoutError, aiohttp.ClientError, KeyError, ValueError):
             pass
         if not proc.alive():
             break

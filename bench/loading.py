@@ -49,8 +49,9 @@ class Stream:
     error: str | None = None
 
 
-async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], scale: float,
-                     collect_text: bool = False) -> Stream:
+async def stream_one(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], scale: float, collect_text: bool = False
+) -> Stream:
     """POST one streaming request and time it (see the module docstring for the TTFT definition)."""
     started = time.perf_counter()
     out = Stream()
@@ -85,7 +86,7 @@ async def stream_one(session: aiohttp.ClientSession, url: str, body: dict[str, A
                         out.error = "stream error"
                         return out
                     texts.append(_delta(event))
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         out.error = type(exc).__name__
         return out
     out.latency = (time.perf_counter() - started) / scale
@@ -104,8 +105,13 @@ def _delta(event: dict[str, Any]) -> str:
 Event = tuple[float, Callable[[], Awaitable[None]]]
 
 
-async def open_loop(session: aiohttp.ClientSession, base_url: str, requests: list[workloads.Request],
-                    scale: float, events: list[Event] | None = None) -> list[Result]:
+async def open_loop(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    requests: list[workloads.Request],
+    scale: float,
+    events: list[Event] | None = None,
+) -> list[Result]:
     """Send ``requests`` at their arrival times (model seconds x scale); run ``events`` at theirs."""
     results: list[Result] = []
     start = time.perf_counter()
@@ -113,8 +119,9 @@ async def open_loop(session: aiohttp.ClientSession, base_url: str, requests: lis
     async def one(request: workloads.Request) -> None:
         sent = time.perf_counter() - start
         got = await stream_one(session, base_url + request.path, request.body, scale)
-        results.append(Result(request.group, sent, got.ttft, got.latency, got.replica, got.error, got.ttft_scaled,
-                              got.path_delay))
+        results.append(
+            Result(request.group, sent, got.ttft, got.latency, got.replica, got.error, got.ttft_scaled, got.path_delay)
+        )
 
     async def fire_events() -> None:
         for at, action in sorted(events or [], key=lambda e: e[0]):
@@ -135,8 +142,9 @@ async def open_loop(session: aiohttp.ClientSession, base_url: str, requests: lis
     return results
 
 
-async def conversations(session: aiohttp.ClientSession, base_url: str, users: list[workloads.Conversation],
-                        scale: float) -> list[Result]:
+async def conversations(
+    session: aiohttp.ClientSession, base_url: str, users: list[workloads.Conversation], scale: float
+) -> list[Result]:
     """Each user sends its rounds in turn, appending the reply to its history."""
     results: list[Result] = []
     start = time.perf_counter()
@@ -147,10 +155,22 @@ async def conversations(session: aiohttp.ClientSession, base_url: str, users: li
             body = workloads.chat_body(conversation, round_index)
             sent = time.perf_counter() - start
             got = await stream_one(session, base_url + "/v1/chat/completions", body, scale, collect_text=True)
-            results.append(Result(conversation.user, sent, got.ttft, got.latency, got.replica, got.error,
-                                  got.ttft_scaled, got.path_delay))
-            conversation.history += [{"role": "user", "content": conversation.questions[round_index]},
-                                     {"role": "assistant", "content": got.text}]
+            results.append(
+                Result(
+                    conversation.user,
+                    sent,
+                    got.ttft,
+                    got.latency,
+                    got.replica,
+                    got.error,
+                    got.ttft_scaled,
+                    got.path_delay,
+                )
+            )
+            conversation.history += [
+                {"role": "user", "content": conversation.questions[round_index]},
+                {"role": "assistant", "content": got.text},
+            ]
             await asyncio.sleep(conversation.think_s * scale)
 
     await asyncio.gather(*(user(c) for c in users))
@@ -180,8 +200,9 @@ async def reset_replicas(session: aiohttp.ClientSession, urls: list[str]) -> Non
             response.raise_for_status()
 
 
-async def fixed_rate(session: aiohttp.ClientSession, url: str, rate: float, seconds: float,
-                     body: dict[str, Any]) -> tuple[list[float], int]:
+async def fixed_rate(
+    session: aiohttp.ClientSession, url: str, rate: float, seconds: float, body: dict[str, Any]
+) -> tuple[list[float], int]:
     """Non-streaming requests at a fixed rate; (latencies in real seconds, errors)."""
     latencies: list[float] = []
     errors = 0
@@ -197,7 +218,7 @@ async def fixed_rate(session: aiohttp.ClientSession, url: str, rate: float, seco
                 if response.status != 200:
                     errors += 1
                     return
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             errors += 1
             return
         latencies.append(time.perf_counter() - started)
@@ -221,8 +242,9 @@ async def router_spills(session: aiohttp.ClientSession, router_url: str) -> floa
             text = await response.text()
     except aiohttp.ClientError:
         return 0.0
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("warmstart_router_spills_total"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("warmstart_router_spills_total")
+    )
 
 
 async def histogram_buckets(session: aiohttp.ClientSession, url: str, name: str) -> dict[float, float]:
@@ -233,7 +255,7 @@ async def histogram_buckets(session: aiohttp.ClientSession, url: str, name: str)
     prefix = name + '_bucket{le="'
     for line in text.splitlines():
         if line.startswith(prefix):
-            bound = line[len(prefix):].split('"', 1)[0]
+            bound = line[len(prefix) :].split('"', 1)[0]
             buckets[float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
     return buckets
 

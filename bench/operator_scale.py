@@ -44,7 +44,15 @@ from warmstart.placement import GB, instance_type_affinity
 from warmstart.render import keys, labels
 
 ROOT = Path(__file__).resolve().parents[1]
-DOWNLOADED = {"outcome": "Succeeded", "reason": "Downloaded", "message": "ok", "bytes": 16 * GB, "seconds": 2.0, "files": 7, "retryable": False}
+DOWNLOADED = {
+    "outcome": "Succeeded",
+    "reason": "Downloaded",
+    "message": "ok",
+    "bytes": 16 * GB,
+    "seconds": 2.0,
+    "files": 7,
+    "retryable": False,
+}
 
 
 @dataclass
@@ -84,8 +92,16 @@ def cluster_kubeconfig() -> Iterator[str]:
 
 def install_crds(kubeconfig: str) -> None:
     kubectl = ["kubectl", "--kubeconfig", kubeconfig]
-    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")], check=True, capture_output=True)
-    subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(ROOT / "crds")], check=True, capture_output=True)
+    subprocess.run(
+        [*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(ROOT / "crds")],
+        check=True,
+        capture_output=True,
+    )
 
 
 def scrape_requests(port: int) -> dict[str, int]:
@@ -99,15 +115,29 @@ def scrape_requests(port: int) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def operator_process(kubeconfig: str, namespace: str, metrics_port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def operator_process(
+    kubeconfig: str, namespace: str, metrics_port: int, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     annotations = {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED)}
     env = {
         **os.environ,
         "WARMSTART_OPERATOR_IMAGE": "warmstart:bench",
         "WARMSTART_PRELOAD_POD_ANNOTATIONS": json.dumps(annotations),
     }
-    command = [sys.executable, "-m", "warmstart.cli", "operator", "--kubeconfig", kubeconfig, "--namespace", namespace,
-               "--metrics-port", str(metrics_port), "--health-port", str(free_port())]
+    command = [
+        sys.executable,
+        "-m",
+        "warmstart.cli",
+        "operator",
+        "--kubeconfig",
+        kubeconfig,
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        str(metrics_port),
+        "--health-port",
+        str(free_port()),
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -130,10 +160,19 @@ def operator_process(kubeconfig: str, namespace: str, metrics_port: int, log: Pa
 
 
 def mdcc(namespace: str, index: int, instance_type: str) -> dict[str, Any]:
-    source = {"modelSourceType": "s3", "s3Storage": {"bucketName": "bench-bucket", "region": "us-west-2"}, "modelLocation": f"models/m{index}"}
+    source = {
+        "modelSourceType": "s3",
+        "s3Storage": {"bucketName": "bench-bucket", "region": "us-west-2"},
+        "modelLocation": f"models/m{index}",
+    }
     name = keys.weights_cache_name(keys.weights_key(ModelSourceConfig.model_validate(source), "/opt/dlami/nvme"))
     spec = {"modelSourceConfig": source, "nodeAffinity": instance_type_affinity([instance_type]).to_api()}
-    return {"apiVersion": API_VERSION, "kind": MDCC_KIND, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": MDCC_KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
 def measure(api: client.ApiClient, kubeconfig: str, node_count: int, cache_count: int, out: Path) -> Figures:
@@ -168,7 +207,10 @@ def measure(api: client.ApiClient, kubeconfig: str, node_count: int, cache_count
                 peak = max(peak, process.memory_info().rss)
                 items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]
                 ready = sum(1 for i in items if (i.get("status") or {}).get("state") == "Ready")
-                if jobs_seen_at is None and len(batch.list_namespaced_job(namespace, label_selector=labels.MDCC_LABEL).items) >= node_count:
+                if (
+                    jobs_seen_at is None
+                    and len(batch.list_namespaced_job(namespace, label_selector=labels.MDCC_LABEL).items) >= node_count
+                ):
                     jobs_seen_at = time.time()
                 if ready == cache_count:
                     all_ready = time.time()
@@ -180,11 +222,19 @@ def measure(api: client.ApiClient, kubeconfig: str, node_count: int, cache_count
             last_done = max(j.status.completion_time.timestamp() for j in jobs if j.status.completion_time)
             peak = max(peak, process.memory_info().rss)
             after = scrape_requests(port)
-        requests = {m: after.get(m, 0) - before.get(m, 0) for m in sorted(set(after) | set(before)) if after.get(m, 0) - before.get(m, 0)}
+        requests = {
+            m: after.get(m, 0) - before.get(m, 0)
+            for m in sorted(set(after) | set(before))
+            if after.get(m, 0) - before.get(m, 0)
+        }
         return Figures(
-            nodes=len(created), caches=cache_count, jobs_created_s=(jobs_seen_at or all_ready) - started,
-            last_job_to_ready_s=max(0.0, all_ready - last_done), create_to_ready_s=all_ready - started,
-            peak_rss_mb=peak / 2**20, requests=requests,
+            nodes=len(created),
+            caches=cache_count,
+            jobs_created_s=(jobs_seen_at or all_ready) - started,
+            last_job_to_ready_s=max(0.0, all_ready - last_done),
+            create_to_ready_s=all_ready - started,
+            peak_rss_mb=peak / 2**20,
+            requests=requests,
         )
     finally:
         cleanup(api, namespace, created)
@@ -195,7 +245,9 @@ def cleanup(api: client.ApiClient, namespace: str, created: list[str]) -> None:
     custom = client.CustomObjectsApi(api)
     with contextlib.suppress(client.ApiException):
         for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"], {"metadata": {"finalizers": None}})
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"], {"metadata": {"finalizers": None}}
+            )
     with contextlib.suppress(client.ApiException):
         client.CoreV1Api(api).delete_namespace(namespace, propagation_policy="Background")
     kwok_nodes.delete_nodes(api, created, parallelism=32)
@@ -204,7 +256,9 @@ def cleanup(api: client.ApiClient, namespace: str, created: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100x10,500x50", help="comma-separated NODESxCACHES (default 100x10,500x50)")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "out"), help="directory for operator logs and figures JSON")
+    parser.add_argument(
+        "--out", default=str(ROOT / "bench" / "out"), help="directory for operator logs and figures JSON"
+    )
     args = parser.parse_args(argv)
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
     out = Path(args.out)
@@ -216,15 +270,22 @@ def main(argv: list[str] | None = None) -> int:
         for node_count, cache_count in sizes:
             figures = measure(api, kubeconfig, node_count, cache_count, out)
             results.append(figures)
-            print(f"{figures.nodes} nodes, {figures.caches} caches: all Jobs created {figures.jobs_created_s:.1f} s after the MDCCs; "
-                  f"last Job done -> all Ready {figures.last_job_to_ready_s:.1f} s; create -> all Ready {figures.create_to_ready_s:.1f} s; "
-                  f"peak RSS {figures.peak_rss_mb:.0f} MB; API requests {figures.total_requests} {figures.requests} "
-                  f"= {figures.total_requests / (figures.nodes + figures.caches):.2f} per (node + cache)", flush=True)
-    (out / "operator_scale.json").write_text(json.dumps([{**vars(f), "total_requests": f.total_requests} for f in results], indent=2))
+            print(
+                f"{figures.nodes} nodes, {figures.caches} caches: all Jobs created {figures.jobs_created_s:.1f} s after the MDCCs; "
+                f"last Job done -> all Ready {figures.last_job_to_ready_s:.1f} s; create -> all Ready {figures.create_to_ready_s:.1f} s; "
+                f"peak RSS {figures.peak_rss_mb:.0f} MB; API requests {figures.total_requests} {figures.requests} "
+                f"= {figures.total_requests / (figures.nodes + figures.caches):.2f} per (node + cache)",
+                flush=True,
+            )
+    (out / "operator_scale.json").write_text(
+        json.dumps([{**vars(f), "total_requests": f.total_requests} for f in results], indent=2)
+    )
     if len(results) >= 2:
         small, large = results[0], results[-1]
-        print(f"requests grew {large.total_requests / small.total_requests:.2f}x for {(large.nodes + large.caches) / (small.nodes + small.caches):.2f}x "
-              f"nodes + caches (the product grew {(large.nodes * large.caches) / (small.nodes * small.caches):.0f}x)")
+        print(
+            f"requests grew {large.total_requests / small.total_requests:.2f}x for {(large.nodes + large.caches) / (small.nodes + small.caches):.2f}x "
+            f"nodes + caches (the product grew {(large.nodes * large.caches) / (small.nodes * small.caches):.0f}x)"
+        )
     return 0
 
 

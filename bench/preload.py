@@ -36,7 +36,7 @@ import psutil
 from boto3.s3.transfer import TransferConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from preload_s3server import FileS3Server  # noqa: E402
+from preload_s3server import FileS3Server
 
 MIB = 1 << 20
 GB = 1_000_000_000
@@ -52,8 +52,12 @@ def free_port() -> int:
 def start_moto(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, **CREDENTIALS, "TMPDIR": str(workdir)}  # moto spills object bodies to temp files here
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(600):
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
@@ -81,8 +85,16 @@ def make_model(src: Path, shards: int, shard_bytes: int) -> dict[str, int]:
                 left -= len(chunk)
                 n += 1
         sizes[name] = shard_bytes
-    small = {"config.json": 2_000, "generation_config.json": 200, "tokenizer.json": 9 * MIB, "tokenizer_config.json": 50_000,
-             "special_tokens_map.json": 500, "model.safetensors.index.json": 30_000, "README.md": 10_000, "LICENSE": 7_000}
+    small = {
+        "config.json": 2_000,
+        "generation_config.json": 200,
+        "tokenizer.json": 9 * MIB,
+        "tokenizer_config.json": 50_000,
+        "special_tokens_map.json": 500,
+        "model.safetensors.index.json": 30_000,
+        "README.md": 10_000,
+        "LICENSE": 7_000,
+    }
     for name, size in small.items():
         (src / name).write_bytes(os.urandom(size))
         sizes[name] = size
@@ -99,7 +111,13 @@ def timed(label: str, server_cpu: Any, fn: Any) -> dict[str, Any]:
     cpu0, client0, t0 = server_cpu(), client_cpu(), time.monotonic()
     extra = fn() or {}
     wall, cpu, client = time.monotonic() - t0, server_cpu() - cpu0, client_cpu() - client0
-    return {"label": label, "wall": wall, "server_cpu": cpu, "client_cpu": client - cpu if server_cpu is own_cpu else client, **extra}
+    return {
+        "label": label,
+        "wall": wall,
+        "server_cpu": cpu,
+        "client_cpu": client - cpu if server_cpu is own_cpu else client,
+        **extra,
+    }
 
 
 def own_cpu() -> float:
@@ -116,11 +134,30 @@ def process_cpu(proc: psutil.Process) -> Any:
     return seconds
 
 
-def run_preload(env: dict[str, str], bucket: str, root: Path, key: str, args: list[str], workdir: Path) -> dict[str, Any]:
+def run_preload(
+    env: dict[str, str], bucket: str, root: Path, key: str, args: list[str], workdir: Path
+) -> dict[str, Any]:
     tlog = workdir / f"tlog-{key}"
-    source = json.dumps({"modelSourceType": "s3", "s3Storage": {"bucketName": bucket, "region": "us-east-1"}, "modelLocation": "model"})
-    argv = [sys.executable, "-m", "warmstart.cli", "preload", "--source-json", source, "--key", key, "--root", str(root),
-            "--termination-log", str(tlog), "--progress-interval", "5", *args]
+    source = json.dumps(
+        {"modelSourceType": "s3", "s3Storage": {"bucketName": bucket, "region": "us-east-1"}, "modelLocation": "model"}
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "warmstart.cli",
+        "preload",
+        "--source-json",
+        source,
+        "--key",
+        key,
+        "--root",
+        str(root),
+        "--termination-log",
+        str(tlog),
+        "--progress-interval",
+        "5",
+        *args,
+    ]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     result = json.loads(tlog.read_text())
     if proc.returncode != 0:
@@ -184,8 +221,14 @@ def sparse_cache(root: Path, key: str, total: int, files: int) -> None:
         with open(final / name, "wb") as f:
             f.truncate(size)
         entries.append({"path": name, "size": size, "etag": "0" * 32 + f"-{size // (16 * MIB) + 1}"})
-    manifest = {"formatVersion": 1, "key": key, "source": {"type": "s3"}, "completedAt": "2026-01-01T00:00:00Z",
-                "totalBytes": size * files, "files": entries}
+    manifest = {
+        "formatVersion": 1,
+        "key": key,
+        "source": {"type": "s3"},
+        "completedAt": "2026-01-01T00:00:00Z",
+        "totalBytes": size * files,
+        "files": entries,
+    }
     (final / ".warmstart-manifest.json").write_text(json.dumps(manifest))
 
 
@@ -198,11 +241,22 @@ def if_missing(env: dict[str, str], root: Path, key: str, workdir: Path, repeats
         walls.append(time.monotonic() - t0)
         assert out["reason"] == "AlreadyPresent", out
         inproc.append(out["reported_seconds"])
-    return {"in_process_ms": 1000 * sorted(inproc)[len(inproc) // 2], "process_wall_ms": 1000 * sorted(walls)[len(walls) // 2]}
+    return {
+        "in_process_ms": 1000 * sorted(inproc)[len(inproc) // 2],
+        "process_wall_ms": 1000 * sorted(walls)[len(walls) // 2],
+    }
 
 
-def compare(name: str, endpoint: str, server_cpu: Any, root: Path, workdir: Path, args: argparse.Namespace, repeats: int,
-            durable_only: bool = False) -> list[dict[str, Any]]:
+def compare(
+    name: str,
+    endpoint: str,
+    server_cpu: Any,
+    root: Path,
+    workdir: Path,
+    args: argparse.Namespace,
+    repeats: int,
+    durable_only: bool = False,
+) -> list[dict[str, Any]]:
     """warmstart preload, then the naive baseline, against one server; the caches are removed after."""
     env = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL_S3": endpoint}
     key = f"bench-{name}"
@@ -211,22 +265,42 @@ def compare(name: str, endpoint: str, server_cpu: Any, root: Path, workdir: Path
     def ours(processes: int = 1) -> Any:
         def run() -> dict[str, Any]:
             shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
-            return run_preload(env, "bench", root, key, ["--concurrency", str(args.concurrency), "--part-size-mb",
-                                                         str(args.part_size_mb), "--processes", str(processes)], workdir)
+            return run_preload(
+                env,
+                "bench",
+                root,
+                key,
+                [
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--part-size-mb",
+                    str(args.part_size_mb),
+                    "--processes",
+                    str(processes),
+                ],
+                workdir,
+            )
 
         return run
 
     def baseline(fsync: str) -> Any:
         def run() -> dict[str, Any]:
             shutil.rmtree(baseline_dir, ignore_errors=True)
-            out = subprocess.run([sys.executable, "-c", BASELINE, "bench", str(baseline_dir), endpoint, fsync], env=env,
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", BASELINE, "bench", str(baseline_dir), endpoint, fsync],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             return {"reported_seconds": float(out.stdout.strip())}
 
         return run
 
-    runs = [median(f"[{name}] warmstart preload", server_cpu, ours(), repeats),
-            median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline("fsync"), repeats)]
+    runs = [
+        median(f"[{name}] warmstart preload", server_cpu, ours(), repeats),
+        median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline("fsync"), repeats),
+    ]
     if not durable_only:
         runs.append(median(f"[{name}] warmstart preload --processes 2", server_cpu, ours(2), repeats))
         runs.append(median(f"[{name}] boto3 download_file seq., no fsync", server_cpu, baseline("none"), repeats))
@@ -252,7 +326,9 @@ def main() -> int:
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument("--skip-moto", action="store_true", help="only the file-backed S3 server")
     p.add_argument("--repeats", type=int, default=3, help="runs per method; the median is reported")
-    p.add_argument("--moto-repeats", type=int, default=1, help="runs per method against moto (its baseline takes minutes)")
+    p.add_argument(
+        "--moto-repeats", type=int, default=1, help="runs per method against moto (its baseline takes minutes)"
+    )
     args = p.parse_args()
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="warmstart-bench-"))
@@ -276,8 +352,16 @@ def main() -> int:
             for name in sizes:
                 s3.upload_file(str(workdir / "src" / name), "bench", f"model/{name}", Config=upload)
             figures["moto_upload_seconds"] = time.monotonic() - t0
-            runs += compare("moto", endpoint, process_cpu(psutil.Process(moto_proc.pid)), root, workdir, args, args.moto_repeats,
-                            durable_only=True)
+            runs += compare(
+                "moto",
+                endpoint,
+                process_cpu(psutil.Process(moto_proc.pid)),
+                root,
+                workdir,
+                args,
+                args.moto_repeats,
+                durable_only=True,
+            )
             moto_proc.terminate()
             moto_proc.wait()
             moto_proc = None
@@ -289,6 +373,7 @@ def main() -> int:
             os.link(workdir / "src" / name, served / name)  # the same bytes, no extra disk
         files_server = FileS3Server(str(workdir / "s3files"))
         runs += compare("file-s3", files_server.url, own_cpu, root, workdir, args, args.repeats)
+
         def copy() -> dict[str, Any]:
             shutil.rmtree(workdir / "copy", ignore_errors=True)
             return copy_tree(workdir / "src", workdir / "copy")
@@ -303,15 +388,20 @@ def main() -> int:
         by = {r["label"]: r["throughput_mib_s"] for r in runs}
         copy = by["local copy + fsync (limit)"]
         figures["ratios"] = {
-            server: {"vs_baseline": by[f"[{server}] warmstart preload"] / by[f"[{server}] boto3 download_file seq. + fsync"],
-                     "vs_copy": by[f"[{server}] warmstart preload"] / copy}
+            server: {
+                "vs_baseline": by[f"[{server}] warmstart preload"] / by[f"[{server}] boto3 download_file seq. + fsync"],
+                "vs_copy": by[f"[{server}] warmstart preload"] / copy,
+            }
             for server in (["moto"] if not args.skip_moto else []) + ["file-s3"]
         }
         figures["ratios"]["file-s3"]["vs_baseline_no_fsync"] = (
-            by["[file-s3] warmstart preload"] / by["[file-s3] boto3 download_file seq., no fsync"])
+            by["[file-s3] warmstart preload"] / by["[file-s3] boto3 download_file seq., no fsync"]
+        )
         figures["ratios"]["file-s3 --processes 2"] = {
-            "vs_baseline": by["[file-s3] warmstart preload --processes 2"] / by["[file-s3] boto3 download_file seq. + fsync"],
-            "vs_copy": by["[file-s3] warmstart preload --processes 2"] / copy}
+            "vs_baseline": by["[file-s3] warmstart preload --processes 2"]
+            / by["[file-s3] boto3 download_file seq. + fsync"],
+            "vs_copy": by["[file-s3] warmstart preload --processes 2"] / copy,
+        }
 
         env = {**os.environ, **CREDENTIALS}
         figures["if_missing_2gb"] = if_missing(env, root, "bench-file-s3", workdir)
@@ -329,22 +419,32 @@ def main() -> int:
             files_server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"model: {figures['model_bytes'] / MIB:.0f} MiB in {args.shards} shards + small files; "
-          f"{figures['cpus']} CPUs, load average at start {figures['load_avg_at_start'][0]:.1f}; "
-          f"--concurrency {args.concurrency} --part-size-mb {args.part_size_mb}; "
-          f"disk write+fsync {figures['disk_write_mib_s_with_fsync']:.0f} MiB/s")
+    print(
+        f"model: {figures['model_bytes'] / MIB:.0f} MiB in {args.shards} shards + small files; "
+        f"{figures['cpus']} CPUs, load average at start {figures['load_avg_at_start'][0]:.1f}; "
+        f"--concurrency {args.concurrency} --part-size-mb {args.part_size_mb}; "
+        f"disk write+fsync {figures['disk_write_mib_s_with_fsync']:.0f} MiB/s"
+    )
     print(f"{'method':<46}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}{'client CPU s/GiB':>18}")
     for run in figures["runs"]:
-        print(f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}{run['server_cpu_share']:>11.0%}{run['client_cpu_s_per_gib']:>18.1f}"
-              f"   (runs: {', '.join(map(str, run['all_seconds']))} s)")
+        print(
+            f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}{run['server_cpu_share']:>11.0%}{run['client_cpu_s_per_gib']:>18.1f}"
+            f"   (runs: {', '.join(map(str, run['all_seconds']))} s)"
+        )
     for server, r in figures["ratios"].items():
-        extra = f" (vs the baseline without fsync: {r['vs_baseline_no_fsync']:.2f}x)" if "vs_baseline_no_fsync" in r else ""
-        print(f"[{server}] warmstart preload vs naive baseline + fsync: {r['vs_baseline']:.2f}x{extra}; "
-              f"vs local copy limit: {r['vs_copy']:.0%}")
+        extra = (
+            f" (vs the baseline without fsync: {r['vs_baseline_no_fsync']:.2f}x)" if "vs_baseline_no_fsync" in r else ""
+        )
+        print(
+            f"[{server}] warmstart preload vs naive baseline + fsync: {r['vs_baseline']:.2f}x{extra}; "
+            f"vs local copy limit: {r['vs_copy']:.0%}"
+        )
     for name in ("if_missing_2gb", "if_missing_100gb_sparse"):
         f = figures[name]
-        print(f"--if-missing on the {name[11:]} cache: {f['in_process_ms']:.1f} ms in process, "
-              f"{f['process_wall_ms']:.0f} ms including interpreter start")
+        print(
+            f"--if-missing on the {name[11:]} cache: {f['in_process_ms']:.1f} ms in process, "
+            f"{f['process_wall_ms']:.0f} ms including interpreter start"
+        )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(figures, indent=1))

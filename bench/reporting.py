@@ -44,18 +44,43 @@ class Row:
 
     def table_cells(self) -> list[str]:
         moved = " / ".join(f"{v:.2f}" for v in self.moved.values()) if self.moved else "-"
-        return [self.router, f"{self.hit_ratio:.3f}", f"{self.ttft_p50_ms:.0f}", f"{self.ttft_p95_ms:.0f}",
-                f"{self.ttft_p99_ms:.0f}", f"{self.path_delay_p50_ms:.1f} / {self.path_delay_p99_ms:.0f}",
-                f"{self.throughput_rps:.1f}", f"{self.max_mean_share:.2f}", moved, str(self.errors)]
+        return [
+            self.router,
+            f"{self.hit_ratio:.3f}",
+            f"{self.ttft_p50_ms:.0f}",
+            f"{self.ttft_p95_ms:.0f}",
+            f"{self.ttft_p99_ms:.0f}",
+            f"{self.path_delay_p50_ms:.1f} / {self.path_delay_p99_ms:.0f}",
+            f"{self.throughput_rps:.1f}",
+            f"{self.max_mean_share:.2f}",
+            moved,
+            str(self.errors),
+        ]
 
 
-HEADER = ["router", "hit ratio", "TTFT p50 ms", "p95 ms", "p99 ms", "real path delay p50 / p99 ms", "req/s",
-          "max/mean share",
-          "groups moved 8→9 / 9→7", "errors"]
+HEADER = [
+    "router",
+    "hit ratio",
+    "TTFT p50 ms",
+    "p95 ms",
+    "p99 ms",
+    "real path delay p50 / p99 ms",
+    "req/s",
+    "max/mean share",
+    "groups moved 8→9 / 9→7",
+    "errors",
+]
 
 
-def summarize(router: str, workload: str, results: list[Result], counters: tuple[float, float], scale: float,
-              fleet_size: int, moved: dict[str, float] | None = None) -> Row:
+def summarize(
+    router: str,
+    workload: str,
+    results: list[Result],
+    counters: tuple[float, float],
+    scale: float,
+    fleet_size: int,
+    moved: dict[str, float] | None = None,
+) -> Row:
     ok = [r for r in results if r.error is None and r.ttft is not None and r.latency is not None]
     ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
     scaled = [r.ttft_scaled * 1000 for r in ok if r.ttft_scaled is not None]
@@ -66,14 +91,23 @@ def summarize(router: str, workload: str, results: list[Result], counters: tuple
     per_replica = Counter(r.replica or "?" for r in ok)
     mean = len(ok) / max(1, fleet_size)
     return Row(
-        router=router, workload=workload, requests=len(results), errors=len(results) - len(ok),
+        router=router,
+        workload=workload,
+        requests=len(results),
+        errors=len(results) - len(ok),
         hit_ratio=hits / queries if queries else math.nan,
-        ttft_p50_ms=percentile(ttfts, 50), ttft_p95_ms=percentile(ttfts, 95), ttft_p99_ms=percentile(ttfts, 99),
+        ttft_p50_ms=percentile(ttfts, 50),
+        ttft_p95_ms=percentile(ttfts, 95),
+        ttft_p99_ms=percentile(ttfts, 99),
         throughput_rps=len(ok) / span if span and span > 0 else math.nan,
         max_mean_share=max(per_replica.values()) / mean if per_replica and mean else math.nan,
-        per_replica=dict(sorted(per_replica.items())), moved=moved or {}, ttfts_ms=ttfts,
-        ttft_scaled_p50_ms=percentile(scaled, 50), ttft_scaled_p99_ms=percentile(scaled, 99),
-        path_delay_p50_ms=percentile(delays, 50), path_delay_p99_ms=percentile(delays, 99),
+        per_replica=dict(sorted(per_replica.items())),
+        moved=moved or {},
+        ttfts_ms=ttfts,
+        ttft_scaled_p50_ms=percentile(scaled, 50),
+        ttft_scaled_p99_ms=percentile(scaled, 99),
+        path_delay_p50_ms=percentile(delays, 50),
+        path_delay_p99_ms=percentile(delays, 99),
     )
 
 
@@ -110,8 +144,10 @@ def ratios(rows: list[Row], baseline: str) -> list[str]:
     for row in rows:
         if row.router == baseline:
             continue
-        out.append(f"{row.router} vs {baseline}: TTFT p50 x{row.ttft_p50_ms / base.ttft_p50_ms:.2f}, "
-                   f"p99 x{row.ttft_p99_ms / base.ttft_p99_ms:.2f}, hit ratio x{_div(row.hit_ratio, base.hit_ratio)}")
+        out.append(
+            f"{row.router} vs {baseline}: TTFT p50 x{row.ttft_p50_ms / base.ttft_p50_ms:.2f}, "
+            f"p99 x{row.ttft_p99_ms / base.ttft_p99_ms:.2f}, hit ratio x{_div(row.hit_ratio, base.hit_ratio)}"
+        )
     return out
 
 
@@ -176,25 +212,39 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
     def add(goal: str, value: str, met: bool | None) -> None:
         out.append({"goal": goal, "measured": value, "met": "n/a" if met is None else ("yes" if met else "NO")})
 
-    ws, ideal, rnd, sgl = (row("shared_prefix", "warmstart prefixaware"), row("shared_prefix", "ideal"),
-                           row("shared_prefix", "warmstart random"), row("shared_prefix", "sglang cache_aware"))
+    ws, ideal, rnd, sgl = (
+        row("shared_prefix", "warmstart prefixaware"),
+        row("shared_prefix", "ideal"),
+        row("shared_prefix", "warmstart random"),
+        row("shared_prefix", "sglang cache_aware"),
+    )
     if ws and ideal:
-        add("hit ratio >= 0.95 x ideal (shared prefix)", f"{ws.hit_ratio:.3f} vs {0.95 * ideal.hit_ratio:.3f}",
-            ws.hit_ratio >= 0.95 * ideal.hit_ratio)
+        add(
+            "hit ratio >= 0.95 x ideal (shared prefix)",
+            f"{ws.hit_ratio:.3f} vs {0.95 * ideal.hit_ratio:.3f}",
+            ws.hit_ratio >= 0.95 * ideal.hit_ratio,
+        )
     if ws and sgl:
-        add("hit ratio >= SGLang cache_aware", f"{ws.hit_ratio:.3f} vs {sgl.hit_ratio:.3f}",
-            ws.hit_ratio >= sgl.hit_ratio)
+        add(
+            "hit ratio >= SGLang cache_aware",
+            f"{ws.hit_ratio:.3f} vs {sgl.hit_ratio:.3f}",
+            ws.hit_ratio >= sgl.hit_ratio,
+        )
     if ws and rnd:
         for q in ("p50", "p99"):
             a, b = getattr(ws, f"ttft_{q}_ms"), getattr(rnd, f"ttft_{q}_ms")
-            add(f"TTFT {q} >= 80% below random", f"{100 * (1 - a / b):.1f}% below ({a:.0f} vs {b:.0f} ms)",
-                a <= 0.2 * b)
+            add(
+                f"TTFT {q} >= 80% below random", f"{100 * (1 - a / b):.1f}% below ({a:.0f} vs {b:.0f} ms)", a <= 0.2 * b
+            )
     hot, hot_ideal = row("hot_prefix", "warmstart prefixaware"), row("hot_prefix", "ideal")
     if hot:
         add("hot prefix max/mean share <= 1.25", f"{hot.max_mean_share:.2f}", hot.max_mean_share <= 1.25)
     if hot and hot_ideal:
-        add("hot prefix hit ratio >= 0.8 x ideal", f"{hot.hit_ratio:.3f} vs {0.8 * hot_ideal.hit_ratio:.3f}",
-            hot.hit_ratio >= 0.8 * hot_ideal.hit_ratio)
+        add(
+            "hot prefix hit ratio >= 0.8 x ideal",
+            f"{hot.hit_ratio:.3f} vs {0.8 * hot_ideal.hit_ratio:.3f}",
+            hot.hit_ratio >= 0.8 * hot_ideal.hit_ratio,
+        )
     scale = row("scale_event", "warmstart prefixaware")
     if scale and scale.moved:
         first = next(iter(scale.moved.values()))
@@ -204,8 +254,14 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
         if f"p50@{rate}" in ws_over:
             p50, p99 = ws_over[f"p50@{rate}"], ws_over[f"p99@{rate}"]
             noisy = " (negative: the direct path's own noise exceeded the router's; inconclusive)"
-            add(f"overhead p50 <= 0.3 ms @{rate}/s", f"{p50:.3f} ms" + (noisy if p50 < 0 else ""),
-                None if p50 < 0 else p50 <= 0.3)
-            add(f"overhead p99 <= 1.5 ms @{rate}/s", f"{p99:.3f} ms" + (noisy if p99 < 0 else ""),
-                None if p99 < 0 else p99 <= 1.5)
+            add(
+                f"overhead p50 <= 0.3 ms @{rate}/s",
+                f"{p50:.3f} ms" + (noisy if p50 < 0 else ""),
+                None if p50 < 0 else p50 <= 0.3,
+            )
+            add(
+                f"overhead p99 <= 1.5 ms @{rate}/s",
+                f"{p99:.3f} ms" + (noisy if p99 < 0 else ""),
+                None if p99 < 0 else p99 <= 1.5,
+            )
     return out

@@ -30,12 +30,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fleets  # noqa: E402
-import loading  # noqa: E402
-import reporting  # noqa: E402
-
-from warmstart.sim import workloads  # noqa: E402
-from warmstart.sim.engine import EngineParams  # noqa: E402
+import fleets
+import loading
+import reporting
+from warmstart.sim import workloads
+from warmstart.sim.engine import EngineParams
 
 FLEET = 8
 PROMPT_TOKENS = 2048 + 128
@@ -74,8 +73,11 @@ def offline_random_hit_ratio(cfg: dict[str, object]) -> float:
     caches = [BlockCache(params.cache_blocks) for _ in range(FLEET)]
     rng = random.Random(0)
     queries = hits = 0
-    for request in workloads.shared_prefix(groups=int(cfg["groups"]), per_group=int(cfg["per_group"]),  # type: ignore[call-overload]
-                                           rate=1.0):
+    for request in workloads.shared_prefix(
+        groups=int(cfg["groups"]),
+        per_group=int(cfg["per_group"]),  # type: ignore[call-overload]
+        rate=1.0,
+    ):
         prompt = render_prompt(request.body)
         tokens = count_tokens(prompt)
         hit = caches[rng.randrange(FLEET)].lookup_and_fill(prompt_blocks(prompt, params.block_tokens))
@@ -92,8 +94,14 @@ def arrival_rate(cfg: dict[str, object]) -> float:
     return cold / (1.0 - float(cfg["random_hit_ratio"]))  # type: ignore[arg-type]
 
 
-async def run_workload(session: aiohttp.ClientSession, target: fleets.RouterUnderTest, workload: str,
-                       cfg: dict[str, object], fleet_urls: list[str], measure_urls: list[str]) -> reporting.Row:
+async def run_workload(
+    session: aiohttp.ClientSession,
+    target: fleets.RouterUnderTest,
+    workload: str,
+    cfg: dict[str, object],
+    fleet_urls: list[str],
+    measure_urls: list[str],
+) -> reporting.Row:
     scale = float(cfg["time_scale"])  # type: ignore[arg-type]
     rate = float(cfg["rate"])  # type: ignore[arg-type]
     await loading.reset_replicas(session, measure_urls)
@@ -105,11 +113,16 @@ async def run_workload(session: aiohttp.ClientSession, target: fleets.RouterUnde
         results = await loading.conversations(session, target.url, users, scale)
     else:
         per_group = int(cfg["scale_per_group" if workload == "scale_event" else "per_group"])  # type: ignore[call-overload]
-        requests = workloads.shared_prefix(groups=int(cfg["groups"]), per_group=per_group, rate=rate,  # type: ignore[call-overload]
-                                           hot_share=0.5 if workload == "hot_prefix" else 0.0)
+        requests = workloads.shared_prefix(
+            groups=int(cfg["groups"]),
+            per_group=per_group,
+            rate=rate,  # type: ignore[call-overload]
+            hot_share=0.5 if workload == "hot_prefix" else 0.0,
+        )
         events: list[loading.Event] = []
         duration = requests[-1].at
         if workload == "scale_event" and target.kind != "direct":
+
             async def grow() -> None:
                 await target.set_backends(session, fleet_urls[:9])
 
@@ -120,11 +133,16 @@ async def run_workload(session: aiohttp.ClientSession, target: fleets.RouterUnde
         results = await loading.open_loop(session, target.url, requests, scale, events)
         if events:
             window = duration / 3 * scale
-            moved = {"8->9": reporting.groups_moved(results, duration / 3 * scale, window),
-                     "9->7": reporting.groups_moved(results, 2 * duration / 3 * scale, window)}
+            moved = {
+                "8->9": reporting.groups_moved(results, duration / 3 * scale, window),
+                "9->7": reporting.groups_moved(results, 2 * duration / 3 * scale, window),
+            }
             await target.set_backends(session, fleet_urls[:FLEET])
     after = await loading.replica_counters(session, measure_urls)
-    delta = (sum(after[u][0] - before[u][0] for u in measure_urls), sum(after[u][1] - before[u][1] for u in measure_urls))
+    delta = (
+        sum(after[u][0] - before[u][0] for u in measure_urls),
+        sum(after[u][1] - before[u][1] for u in measure_urls),
+    )
     size = 1 if target.kind == "direct" else FLEET
     row = reporting.summarize(target.label, workload, results, delta, scale, size, moved)
     if target.kind == "warmstart":
@@ -132,22 +150,26 @@ async def run_workload(session: aiohttp.ClientSession, target: fleets.RouterUnde
     return row
 
 
-async def start_target(session: aiohttp.ClientSession, name: str, fleet_urls: list[str], ideal_url: str,
-                       cfg: dict[str, object], logs: Path) -> fleets.RouterUnderTest:
+async def start_target(
+    session: aiohttp.ClientSession, name: str, fleet_urls: list[str], ideal_url: str, cfg: dict[str, object], logs: Path
+) -> fleets.RouterUnderTest:
     kind, _, policy = name.partition(" ")
     if kind == "ideal":
         return fleets.RouterUnderTest("ideal", ideal_url, "direct")
     if kind == "sglang":
         return await fleets.start_sglang(session, policy, fleet_urls[:FLEET], logs)
     cache_tokens = int(cfg["cache_tokens"])  # type: ignore[call-overload]
-    extra: dict[str, object] = {"indexCapacityBlocks": cache_tokens * 4 // 256,
-                                "maxConcurrentRequests": EngineParams().max_running}
+    extra: dict[str, object] = {
+        "indexCapacityBlocks": cache_tokens * 4 // 256,
+        "maxConcurrentRequests": EngineParams().max_running,
+    }
     extra.update(cfg.get("router_config") or {})  # type: ignore[call-overload]
     return await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra)
 
 
-async def measure_overhead(session: aiohttp.ClientSession, logs: Path, seconds: float,
-                           with_sglang: bool) -> dict[str, dict[str, float]]:
+async def measure_overhead(
+    session: aiohttp.ClientSession, logs: Path, seconds: float, with_sglang: bool
+) -> dict[str, dict[str, float]]:
     """Latency added over a direct call to a trivial replica (time scale 0), at 200 and 500 req/s."""
     port = fleets.free_port()
     sim = fleets.spawn("sim-trivial", fleets.sim_argv(1, port, ["--time-scale", "0"], "t"), logs)
@@ -168,17 +190,21 @@ async def measure_overhead(session: aiohttp.ClientSession, logs: Path, seconds: 
             for target in targets:  # interleave the targets per rate so machine noise hits all alike
                 cpu_before = _cpu_seconds(target)
                 hist = "warmstart_router_added_latency_seconds"
-                buckets = await loading.histogram_buckets(session, target.url, hist) if target.kind == "warmstart" else {}
-                latencies, errors = await loading.fixed_rate(session, target.url + "/v1/completions", rate, seconds,
-                                                             body)
+                buckets = (
+                    await loading.histogram_buckets(session, target.url, hist) if target.kind == "warmstart" else {}
+                )
+                latencies, errors = await loading.fixed_rate(
+                    session, target.url + "/v1/completions", rate, seconds, body
+                )
                 stats = out.setdefault(target.label, {})
                 if target.kind == "warmstart":  # the router's own view: time spent inside it, by bucket
                     after = await loading.histogram_buckets(session, target.url, hist)
                     stats[f"inside_p50@{rate}"] = loading.bucket_quantile(buckets, after, 0.5) * 1000
                     stats[f"inside_p99@{rate}"] = loading.bucket_quantile(buckets, after, 0.99) * 1000
                 if cpu_before is not None:  # the router's own CPU per request: what limits its rate
-                    stats[f"cpu_ms_per_request@{rate}"] = ((_cpu_seconds(target) or 0) - cpu_before) * 1000 / max(
-                        1, len(latencies))
+                    stats[f"cpu_ms_per_request@{rate}"] = (
+                        ((_cpu_seconds(target) or 0) - cpu_before) * 1000 / max(1, len(latencies))
+                    )
                 stats[f"raw_p50@{rate}"] = reporting.percentile(latencies, 50) * 1000
                 stats[f"raw_p99@{rate}"] = reporting.percentile(latencies, 99) * 1000
                 stats[f"errors@{rate}"] = errors
@@ -227,19 +253,27 @@ async def main_async(args: argparse.Namespace) -> int:
     if reason:
         print(f"NOTE: the SGLang router cannot run here: {reason}")
     names = [n for n in routers_for(args.quick, with_sglang) if not args.routers or n in args.routers]
-    chosen = [] if args.overhead_only else (args.workloads or ["shared_prefix", "multi_turn", "hot_prefix",
-                                                              "scale_event"])
+    chosen = (
+        [] if args.overhead_only else (args.workloads or ["shared_prefix", "multi_turn", "hot_prefix", "scale_event"])
+    )
     if args.overhead_only:
         names = []
     started = time.monotonic()
     print(f"plan: {json.dumps(cfg)}; routers: {names}; workloads: {chosen}", flush=True)
 
-    sim_args = ["--time-scale", str(cfg["time_scale"]), "--cache-tokens", str(cfg["cache_tokens"]),
-                "--stream-chunk-tokens", str(args.stream_chunk_tokens)]
+    sim_args = [
+        "--time-scale",
+        str(cfg["time_scale"]),
+        "--cache-tokens",
+        str(cfg["cache_tokens"]),
+        "--stream-chunk-tokens",
+        str(args.stream_chunk_tokens),
+    ]
     base, ideal_port = fleets.free_block(9), fleets.free_port()
     fleet_proc = fleets.spawn("sim-fleet", fleets.sim_argv(9, base, sim_args), logs)
-    ideal_proc = fleets.spawn("sim-ideal", fleets.sim_argv(1, ideal_port, [*sim_args, "--scale-factor", str(FLEET)],
-                                                             "ideal"), logs)
+    ideal_proc = fleets.spawn(
+        "sim-ideal", fleets.sim_argv(1, ideal_port, [*sim_args, "--scale-factor", str(FLEET)], "ideal"), logs
+    )
     fleet_urls = [f"http://{fleets.HOST}:{base + i}" for i in range(9)]
     ideal_url = f"http://{fleets.HOST}:{ideal_port}"
     by_workload: dict[str, list[reporting.Row]] = {w: [] for w in chosen}
@@ -257,10 +291,12 @@ async def main_async(args: argparse.Namespace) -> int:
                         measure = [ideal_url] if target.kind == "direct" else fleet_urls
                         row = await run_workload(session, target, workload, cfg, fleet_urls, measure)
                         by_workload[workload].append(row)
-                        print(f"[{time.monotonic() - started:6.1f}s] {workload:13s} {name:28s} hit={row.hit_ratio:.3f} "
-                              f"p50={row.ttft_p50_ms:.0f}ms p99={row.ttft_p99_ms:.0f}ms "
-                              f"share={row.max_mean_share:.2f} moved={row.moved} spills={row.spills} errors={row.errors}",
-                              flush=True)
+                        print(
+                            f"[{time.monotonic() - started:6.1f}s] {workload:13s} {name:28s} hit={row.hit_ratio:.3f} "
+                            f"p50={row.ttft_p50_ms:.0f}ms p99={row.ttft_p99_ms:.0f}ms "
+                            f"share={row.max_mean_share:.2f} moved={row.moved} spills={row.spills} errors={row.errors}",
+                            flush=True,
+                        )
                 finally:
                     target.stop()
             if not args.skip_overhead:
@@ -273,13 +309,24 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0
 
 
-def render(by_workload: dict[str, list[reporting.Row]], overhead: dict[str, dict[str, float]],
-           cfg: dict[str, object], sglang_reason: str | None, out: Path, elapsed: float) -> str:
-    lines = [f"# Routing benchmark ({'quick' if cfg['groups'] == 32 else 'full'} run, {elapsed:.0f} s)", "",
-             f"Plan: `{json.dumps(cfg)}`", "",
-             f"Machine load average (1/5/15 min) at start {cfg['machine_load_at_start']}, at the end "
-             f"{[round(x, 1) for x in os.getloadavg()]} on {os.cpu_count()} CPUs: TTFTs are only comparable "
-             "within one run.", ""]
+def render(
+    by_workload: dict[str, list[reporting.Row]],
+    overhead: dict[str, dict[str, float]],
+    cfg: dict[str, object],
+    sglang_reason: str | None,
+    out: Path,
+    elapsed: float,
+) -> str:
+    lines = [
+        f"# Routing benchmark ({'quick' if cfg['groups'] == 32 else 'full'} run, {elapsed:.0f} s)",
+        "",
+        f"Plan: `{json.dumps(cfg)}`",
+        "",
+        f"Machine load average (1/5/15 min) at start {cfg['machine_load_at_start']}, at the end "
+        f"{[round(x, 1) for x in os.getloadavg()]} on {os.cpu_count()} CPUs: TTFTs are only comparable "
+        "within one run.",
+        "",
+    ]
     if sglang_reason:
         lines += [f"**SGLang router not run:** {sglang_reason}", ""]
     for workload, rows in by_workload.items():
@@ -289,27 +336,35 @@ def render(by_workload: dict[str, list[reporting.Row]], overhead: dict[str, dict
         lines.append("")
         reporting.plot_workload(workload, rows, out)
     if overhead:
-        lines += ["## Router overhead (trivial replica; added latency = via router - direct)", "",
-                  "| target | rate | p50 ms | p99 ms | added p50 ms | added p99 ms | router CPU ms/request "
-                  "| inside the router p50 / p99 ms (≤ bucket) | errors |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Router overhead (trivial replica; added latency = via router - direct)",
+            "",
+            "| target | rate | p50 ms | p99 ms | added p50 ms | added p99 ms | router CPU ms/request "
+            "| inside the router p50 / p99 ms (≤ bucket) | errors |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for label, stats in overhead.items():
             for rate in (200, 500):
                 added50, added99 = stats.get(f"p50@{rate}", math.nan), stats.get(f"p99@{rate}", math.nan)
                 cpu = stats.get(f"cpu_ms_per_request@{rate}", math.nan)
-                lines.append(f"| {label} | {rate}/s | {stats[f'raw_p50@{rate}']:.3f} | {stats[f'raw_p99@{rate}']:.3f} | "
-                             f"{added50:.3f} | {added99:.3f} | {cpu:.3f} | "
-                             f"{stats.get(f'inside_p50@{rate}', math.nan):.2f} / {stats.get(f'inside_p99@{rate}', math.nan):.2f} | "
-                             f"{stats[f'errors@{rate}']:.0f} |")
+                lines.append(
+                    f"| {label} | {rate}/s | {stats[f'raw_p50@{rate}']:.3f} | {stats[f'raw_p99@{rate}']:.3f} | "
+                    f"{added50:.3f} | {added99:.3f} | {cpu:.3f} | "
+                    f"{stats.get(f'inside_p50@{rate}', math.nan):.2f} / {stats.get(f'inside_p99@{rate}', math.nan):.2f} | "
+                    f"{stats[f'errors@{rate}']:.0f} |"
+                )
         lines.append("")
     verdicts = reporting.verdicts(by_workload, overhead)
     lines += ["## Goals", "", "| goal | measured | met |", "|---|---|---|"]
     lines += [f"| {v['goal']} | {v['measured']} | {v['met']} |" for v in verdicts]
     text = "\n".join(lines) + "\n"
     (out / "routing.md").write_text(text)
-    dump = {w: [{k: v for k, v in asdict(r).items() if k != "ttfts_ms"} for r in rows] for w, rows in by_workload.items()}
-    (out / "routing.json").write_text(json.dumps({"plan": cfg, "rows": dump, "overhead": overhead,
-                                                  "goals": verdicts}, indent=2, default=str))
+    dump = {
+        w: [{k: v for k, v in asdict(r).items() if k != "ttfts_ms"} for r in rows] for w, rows in by_workload.items()
+    }
+    (out / "routing.json").write_text(
+        json.dumps({"plan": cfg, "rows": dump, "overhead": overhead, "goals": verdicts}, indent=2, default=str)
+    )
     return text
 
 
@@ -317,16 +372,32 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--quick", action="store_true", help="demo subset, < 3 minutes")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
-    p.add_argument("--time-scale", type=float, default=None,
-                   help="real seconds per model second (default 0.25 with --quick, else 0.5: half the real "
-                        "request rate, so a CPU-starved Python router distorts TTFT less)")
-    p.add_argument("--load-basis", choices=["random", "cold"], default="random",
-                   help="70%% load means: prefill 70%% busy under random routing (its replayed hit ratio), "
-                        "or 70%% busy with no cache hits at all")
-    p.add_argument("--router-config", nargs="*", metavar="KEY=VALUE",
-                   help="extra RouterConfig knobs for the warmstart routers, e.g. loadEpsilon=0.3")
-    p.add_argument("--stream-chunk-tokens", type=int, default=128,
-                   help="tokens per SSE chunk after the first (TTFT is unaffected; fewer chunks = less CPU)")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="real seconds per model second (default 0.25 with --quick, else 0.5: half the real "
+        "request rate, so a CPU-starved Python router distorts TTFT less)",
+    )
+    p.add_argument(
+        "--load-basis",
+        choices=["random", "cold"],
+        default="random",
+        help="70%% load means: prefill 70%% busy under random routing (its replayed hit ratio), "
+        "or 70%% busy with no cache hits at all",
+    )
+    p.add_argument(
+        "--router-config",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="extra RouterConfig knobs for the warmstart routers, e.g. loadEpsilon=0.3",
+    )
+    p.add_argument(
+        "--stream-chunk-tokens",
+        type=int,
+        default=128,
+        help="tokens per SSE chunk after the first (TTFT is unaffected; fewer chunks = less CPU)",
+    )
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--overhead-only", action="store_true")

@@ -44,7 +44,10 @@ def install_crds(store: Store) -> None:
 
 def _established(store: Store, name: str) -> bool:
     body = store.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) or {}
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in body.get("status", {}).get("conditions", []))
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in body.get("status", {}).get("conditions", [])
+    )
 
 
 def _wait(probe: Callable[[], Any], timeout: float, what: str, tick: Callable[[], None] | None = None) -> Any:
@@ -65,7 +68,18 @@ def start_operator(kubeconfig: pathlib.Path, log_path: pathlib.Path) -> subproce
         "WARMSTART_PRELOAD_POD_ANNOTATIONS": f'{{"sim.warmstart.io/duration": "{PRELOAD_SECONDS}"}}',
         "WARMSTART_RESYNC_SECONDS": "2",
     }
-    command = [sys.executable, "-m", "warmstart.cli", "operator", "--kubeconfig", str(kubeconfig), "--metrics-port", "0", "--health-port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "warmstart.cli",
+        "operator",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--metrics-port",
+        "0",
+        "--health-port",
+        "0",
+    ]
     return subprocess.Popen(command, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
 
 
@@ -101,7 +115,9 @@ class Table:
             weights = "ready" if wkey and node_labels.get(nodelabels.weights_ready_label(wkey)) == "ready" else "-"
             image = "ready" if ikey and node_labels.get(nodelabels.image_ready_label(ikey)) == "ready" else "-"
             preload = per_node.get(name, {}).get("state", "-")
-            lines.append(f"  {name:<28} {node_labels.get(nodelabels.INSTANCE_TYPE, ''):<16} {preload:<12} {weights:<8} {image:<8} {'#' * pods.get(name, 0)}")
+            lines.append(
+                f"  {name:<28} {node_labels.get(nodelabels.INSTANCE_TYPE, ''):<16} {preload:<12} {weights:<8} {image:<8} {'#' * pods.get(name, 0)}"
+            )
         return lines
 
     def show(self) -> None:
@@ -112,7 +128,11 @@ class Table:
 
 
 def state(store: Store) -> str:
-    return str(((store.get(API_VERSION, "InferenceEndpointConfig", NAME, NAMESPACE) or {}).get("status") or {}).get("state", ""))
+    return str(
+        ((store.get(API_VERSION, "InferenceEndpointConfig", NAME, NAMESPACE) or {}).get("status") or {}).get(
+            "state", ""
+        )
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -145,9 +165,21 @@ def main(argv: list[str]) -> int:
         api = cluster.api_client()
         nodes.create_nodes(api, "ml.g5.24xlarge=2", start=4)
         store.merge_patch(API_VERSION, "InferenceEndpointConfig", NAME, {"spec": {"replicas": 6}}, NAMESPACE)
-        _wait(lambda: (store.get(API_VERSION, "InferenceEndpointConfig", NAME, NAMESPACE) or {}).get("status", {}).get("availableReplicas") == 6, 180, "6 replicas", tick=table.show)
+        _wait(
+            lambda: (
+                (store.get(API_VERSION, "InferenceEndpointConfig", NAME, NAMESPACE) or {})
+                .get("status", {})
+                .get("availableReplicas")
+                == 6
+            ),
+            180,
+            "6 replicas",
+            tick=table.show,
+        )
         table.show()
-        say("4 pods landed on warm nodes; 2 on the new cold nodes, where the init container downloads (their preload Jobs fill them for next time)")
+        say(
+            "4 pods landed on warm nodes; 2 on the new cold nodes, where the init container downloads (their preload Jobs fill them for next time)"
+        )
         if not args.skip_routing:
             say("routing: random vs prefixaware on 8 simulated vLLM replicas (bench/routing.py --quick)")
             subprocess.run([sys.executable, str(ROOT / "bench" / "routing.py"), "--quick"], check=False)
@@ -157,5 +189,9 @@ def main(argv: list[str]) -> int:
         operator.wait(30)
         if args.down:
             running.down(args.dir)
-    say(f"done. The cluster is still running: export KUBECONFIG={cluster.kubeconfig}; kubectl get iec,mdcc,mic -A; stop it with `make cluster-down`" if not args.down else "done")
+    say(
+        f"done. The cluster is still running: export KUBECONFIG={cluster.kubeconfig}; kubectl get iec,mdcc,mic -A; stop it with `make cluster-down`"
+        if not args.down
+        else "done"
+    )
     return 0

@@ -125,7 +125,9 @@ def node_matches(
 def instance_type_affinity(instance_types: list[str]) -> NodeAffinity:
     """Required affinity to a set of instance types."""
     term = NodeSelectorTerm(
-        match_expressions=[NodeSelectorRequirement(key=INSTANCE_TYPE, operator=NodeSelectorOperator.IN, values=instance_types)]
+        match_expressions=[
+            NodeSelectorRequirement(key=INSTANCE_TYPE, operator=NodeSelectorOperator.IN, values=instance_types)
+        ]
     )
     return NodeAffinity.model_validate(
         {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term.to_api()]}}

@@ -154,7 +154,9 @@ def plan(
     if bandwidth <= 0 or warm_read <= 0:
         raise PlanError("bandwidths must be positive")
     return [
-        plan_one(model_bytes, name, nodes, bandwidth=bandwidth, warm_read=warm_read, capacity_overrides=capacity_overrides)
+        plan_one(
+            model_bytes, name, nodes, bandwidth=bandwidth, warm_read=warm_read, capacity_overrides=capacity_overrides
+        )
         for name, nodes in targets
     ]
 
@@ -202,7 +204,17 @@ def duration(seconds: float) -> str:
 
 def table(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: float) -> str:
     """The human-readable plan: a header, one line per instance type, then the sentences that need reading."""
-    header = ["INSTANCE TYPE", "NODES", "FITS", "NVME/NODE", "NEEDED/NODE", "USED/NODE", "USED TOTAL", "FIRST FILL", "WARM READ"]
+    header = [
+        "INSTANCE TYPE",
+        "NODES",
+        "FITS",
+        "NVME/NODE",
+        "NEEDED/NODE",
+        "USED/NODE",
+        "USED TOTAL",
+        "FIRST FILL",
+        "WARM READ",
+    ]
     body = [
         [
             r.instance_type,
@@ -221,7 +233,10 @@ def table(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: float)
     lines = [
         f"model {gb(model_bytes)}; first fill at {rate(bandwidth)} per node; warm read at {rate(warm_read)}",
         "",
-        *("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in [header, *body]),
+        *(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+            for line in [header, *body]
+        ),
     ]
     notes = [r.message for r in rows if not r.fits or not r.capacity_known]
     fits = [r for r in rows if r.fits and r.capacity_known]
@@ -274,8 +289,12 @@ def _parser() -> argparse.ArgumentParser:
         "--instance-type", action="append", default=[], metavar="TYPE[=NODES]",
         help="instance type and node count, repeatable (default: every type in the table, one node each)",
     )  # fmt: skip
-    parser.add_argument("--capacity", action="append", default=[], metavar="TYPE=SIZE", help="NVMe capacity of a type not in the table")
-    parser.add_argument("--bandwidth", default="1.25GB/s", help="per-node download bandwidth for the first fill (default 1.25GB/s)")
+    parser.add_argument(
+        "--capacity", action="append", default=[], metavar="TYPE=SIZE", help="NVMe capacity of a type not in the table"
+    )
+    parser.add_argument(
+        "--bandwidth", default="1.25GB/s", help="per-node download bandwidth for the first fill (default 1.25GB/s)"
+    )
     parser.add_argument("--warm-read", default="7GB/s", help="local NVMe read bandwidth (default 7GB/s)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser

@@ -12,5 +12,3 @@ termination message that a pod annotation asks for.
 """
 
 from __future__ import annotations
-
-

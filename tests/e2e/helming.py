@@ -23,17 +23,15 @@ CHART = ROOT / "charts" / "warmstart"
 WARMSTART = pathlib.Path(sys.executable).with_name("warmstart")
 
 
-def run_helm(helm: pathlib.Path, kubeconfig: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_helm(
+    helm: pathlib.Path, kubeconfig: pathlib.Path, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [str(helm), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=300
     )
     if check and result.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
-
-
-
-
 
 
 def chart_environment(api: client.ApiClient, namespace: str, deployment: str) -> dict[str, str]:
@@ -81,7 +79,9 @@ class OperatorProcess:
 
 
 @contextmanager
-def operator_process(kubeconfig: pathlib.Path, env: dict[str, str], log: pathlib.Path, pod_id: str) -> Iterator[OperatorProcess]:
+def operator_process(
+    kubeconfig: pathlib.Path, env: dict[str, str], log: pathlib.Path, pod_id: str
+) -> Iterator[OperatorProcess]:
     """Run `warmstart operator` with the chart's environment until the block ends; wait until /healthz answers."""
     health = free_port()
     full_env = {
@@ -94,12 +94,17 @@ def operator_process(kubeconfig: pathlib.Path, env: dict[str, str], log: pathlib
     }
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(WARMSTART), "operator", "--kubeconfig", str(kubeconfig)], env=full_env, stdout=sink, stderr=subprocess.STDOUT
+            [str(WARMSTART), "operator", "--kubeconfig", str(kubeconfig)],
+            env=full_env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
         )
     running = OperatorProcess(process, log, health)
     try:
         kube.wait_for(
-            lambda: running.healthy() or process.poll() is not None, what=f"operator {pod_id} to answer /healthz", timeout=90
+            lambda: running.healthy() or process.poll() is not None,
+            what=f"operator {pod_id} to answer /healthz",
+            timeout=90,
         )
         assert process.poll() is None, f"operator {pod_id} exited with {process.returncode}:\n{running.tail()}"
         yield running

@@ -46,7 +46,9 @@ def test_example_is_accepted(api_client: client.ApiClient, namespace: str, direc
     for manifest in manifests(directory):
         manifest["metadata"]["namespace"] = namespace
         resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
-        created = resource.server_side_apply(body=manifest, name=manifest["metadata"]["name"], namespace=namespace, field_manager="examples-test")
+        created = resource.server_side_apply(
+            body=manifest, name=manifest["metadata"]["name"], namespace=namespace, field_manager="examples-test"
+        )
         assert created.metadata.uid, manifest["metadata"]["name"]
         if manifest["kind"] != "Secret":
             stored = resource.get(name=manifest["metadata"]["name"], namespace=namespace).to_dict()

@@ -27,7 +27,15 @@ PLURAL = "inferenceendpointconfigs"
 SEED = helming.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
 #: what a successful `warmstart preload` writes to /dev/termination-log; kwok copies it from this annotation
 PRELOADED = json.dumps(
-    {"outcome": "Succeeded", "reason": "Downloaded", "message": "simulated", "bytes": 1000, "seconds": 1.0, "files": 2, "retryable": False}
+    {
+        "outcome": "Succeeded",
+        "reason": "Downloaded",
+        "message": "simulated",
+        "bytes": 1000,
+        "seconds": 1.0,
+        "files": 2,
+        "retryable": False,
+    }
 )
 
 
@@ -37,7 +45,9 @@ def _values(namespace: str, suffix: str) -> dict[str, Any]:
         "operator": {"resyncSeconds": 2},
         # cluster-scoped: unique per test, so parallel runs and other tests never collide
         "prepull": {"priorityClass": {"name": f"warmstart-prepull-{suffix}"}},
-        "preload": {"podAnnotations": {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": PRELOADED}},
+        "preload": {
+            "podAnnotations": {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": PRELOADED}
+        },
     }
 
 
@@ -48,14 +58,30 @@ def _release_objects(api: client.ApiClient, release: str, namespaces: list[str])
     rbac, core, apps = client.RbacAuthorizationV1Api(api), client.CoreV1Api(api), client.AppsV1Api(api)
     scheduling = client.SchedulingV1Api(api)
     found += [f"ClusterRole/{o.metadata.name}" for o in rbac.list_cluster_role(label_selector=selector).items]
-    found += [f"ClusterRoleBinding/{o.metadata.name}" for o in rbac.list_cluster_role_binding(label_selector=selector).items]
+    found += [
+        f"ClusterRoleBinding/{o.metadata.name}" for o in rbac.list_cluster_role_binding(label_selector=selector).items
+    ]
     found += [f"PriorityClass/{o.metadata.name}" for o in scheduling.list_priority_class(label_selector=selector).items]
     for ns in namespaces:
-        found += [f"Deployment/{ns}/{o.metadata.name}" for o in apps.list_namespaced_deployment(ns, label_selector=selector).items]
-        found += [f"Service/{ns}/{o.metadata.name}" for o in core.list_namespaced_service(ns, label_selector=selector).items]
-        found += [f"ServiceAccount/{ns}/{o.metadata.name}" for o in core.list_namespaced_service_account(ns, label_selector=selector).items]
-        found += [f"RoleBinding/{ns}/{o.metadata.name}" for o in rbac.list_namespaced_role_binding(ns, label_selector=selector).items]
-        found += [f"Secret/{ns}/{o.metadata.name}" for o in core.list_namespaced_secret(ns, label_selector=f"name={release}").items]
+        found += [
+            f"Deployment/{ns}/{o.metadata.name}"
+            for o in apps.list_namespaced_deployment(ns, label_selector=selector).items
+        ]
+        found += [
+            f"Service/{ns}/{o.metadata.name}" for o in core.list_namespaced_service(ns, label_selector=selector).items
+        ]
+        found += [
+            f"ServiceAccount/{ns}/{o.metadata.name}"
+            for o in core.list_namespaced_service_account(ns, label_selector=selector).items
+        ]
+        found += [
+            f"RoleBinding/{ns}/{o.metadata.name}"
+            for o in rbac.list_namespaced_role_binding(ns, label_selector=selector).items
+        ]
+        found += [
+            f"Secret/{ns}/{o.metadata.name}"
+            for o in core.list_namespaced_secret(ns, label_selector=f"name={release}").items
+        ]
     return found
 
 
@@ -69,7 +95,9 @@ def _seed(namespace: str, instance_type: str, suffix: str) -> dict[str, Any]:
 
 
 def _state(api: client.ApiClient, namespace: str, name: str) -> str | None:
-    body = helming.get_or_none(lambda: helming.custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+    body = helming.get_or_none(
+        lambda: helming.custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    )
     return None if body is None else (body.get("status") or {}).get("state")
 
 
@@ -89,7 +117,20 @@ def test_install_seed_upgrade_uninstall(
     operator: helming.OperatorProcess | None = None
     try:
         # install: CRDs from crds/ (skipped when present), then the templates; --wait needs the (simulated) pod Ready
-        helming.run_helm(helm, kubeconfig, "install", release, str(helming.CHART), "-n", namespace, "-f", str(values), "--wait", "--timeout", "180s")
+        helming.run_helm(
+            helm,
+            kubeconfig,
+            "install",
+            release,
+            str(helming.CHART),
+            "-n",
+            namespace,
+            "-f",
+            str(values),
+            "--wait",
+            "--timeout",
+            "180s",
+        )
         fullname = f"{release}-warmstart"
         installed = _release_objects(api_client, release, [namespace])
         for expected in (f"Deployment/{namespace}/{fullname}", f"ServiceAccount/{namespace}/{fullname}", f"RoleBinding/{namespace}/{fullname}",
@@ -99,12 +140,20 @@ def test_install_seed_upgrade_uninstall(
         assert crd.spec.names.kind == "InferenceEndpointConfig"
 
         env = helming.chart_environment(api_client, namespace, fullname)
-        sa_kubeconfig = kube.service_account_kubeconfig(api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig")
+        sa_kubeconfig = kube.service_account_kubeconfig(
+            api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig"
+        )
         seed = _seed(namespace, instance_type, suffix)
-        with helming.operator_process(sa_kubeconfig, env, tmp_path / "operator.log", pod_id=f"{fullname}-0") as operator:
+        with helming.operator_process(
+            sa_kubeconfig, env, tmp_path / "operator.log", pod_id=f"{fullname}-0"
+        ) as operator:
             helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, seed)
             try:
-                kube.wait_for(lambda: _state(api_client, namespace, "example-model") == "DeploymentComplete", what="the seed to reach DeploymentComplete", timeout=240)
+                kube.wait_for(
+                    lambda: _state(api_client, namespace, "example-model") == "DeploymentComplete",
+                    what="the seed to reach DeploymentComplete",
+                    timeout=240,
+                )
             except AssertionError as error:
                 raise AssertionError(f"{error}\noperator log:\n{operator.tail()}") from None
             assert "Forbidden" not in operator.output(), f"the chart's RBAC refused a request:\n{operator.tail()}"
@@ -112,22 +161,56 @@ def test_install_seed_upgrade_uninstall(
             assert {p.spec.node_name for p in pods if p.spec.node_name} <= set(node_names)
 
             # delete while the operator runs, so its finalizers are removed and nothing is left to block the namespace
-            helming.custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")
+            helming.custom(api_client).delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "example-model"
+            )
             kube.wait_for(lambda: _state(api_client, namespace, "example-model") is None and
                              helming.get_or_none(lambda: helming.custom(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")) is None,
                              what="the endpoint to be deleted", timeout=120)  # fmt: skip
 
         # upgrade: a changed value reaches the operator's environment; a bad value is refused and changes nothing
-        helming.run_helm(helm, kubeconfig, "upgrade", release, str(helming.CHART), "-n", namespace, "--reuse-values", "--set", "jumpstart.region=eu-west-1", "--wait", "--timeout", "180s")
+        helming.run_helm(
+            helm,
+            kubeconfig,
+            "upgrade",
+            release,
+            str(helming.CHART),
+            "-n",
+            namespace,
+            "--reuse-values",
+            "--set",
+            "jumpstart.region=eu-west-1",
+            "--wait",
+            "--timeout",
+            "180s",
+        )
         assert helming.chart_environment(api_client, namespace, fullname)["WARMSTART_JUMPSTART_REGION"] == "eu-west-1"
-        bad = helming.run_helm(helm, kubeconfig, "upgrade", release, str(helming.CHART), "-n", namespace, "--reuse-values", "--set", "replicaCount=0", check=False)
+        bad = helming.run_helm(
+            helm,
+            kubeconfig,
+            "upgrade",
+            release,
+            str(helming.CHART),
+            "-n",
+            namespace,
+            "--reuse-values",
+            "--set",
+            "replicaCount=0",
+            check=False,
+        )
         assert bad.returncode != 0 and "replicaCount" in bad.stderr, bad.stderr
-        history = json.loads(helming.run_helm(helm, kubeconfig, "history", release, "-n", namespace, "-o", "json").stdout)
+        history = json.loads(
+            helming.run_helm(helm, kubeconfig, "history", release, "-n", namespace, "-o", "json").stdout
+        )
         assert [h["status"] for h in history] == ["superseded", "deployed"]
 
         # uninstall: nothing of the release is left, except the CRDs (Helm never deletes crds/)
         helming.run_helm(helm, kubeconfig, "uninstall", release, "-n", namespace, "--wait", "--timeout", "120s")
-        kube.wait_for(lambda: not _release_objects(api_client, release, [namespace]), what="the release's objects to be gone", timeout=60)
+        kube.wait_for(
+            lambda: not _release_objects(api_client, release, [namespace]),
+            what="the release's objects to be gone",
+            timeout=60,
+        )
         assert client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
         assert not json.loads(helming.run_helm(helm, kubeconfig, "list", "-n", namespace, "-o", "json").stdout)
     finally:

@@ -28,7 +28,9 @@ HANDLED = "kopf.objects Handler"  # an object handler ran (startup activities lo
 
 def _endpoint(namespace: str, name: str) -> dict[str, Any]:
     """A small endpoint without caches: the active operator creates its Deployment right away."""
-    seed: dict[str, Any] = yaml.safe_load((helming.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text())
+    seed: dict[str, Any] = yaml.safe_load(
+        (helming.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text()
+    )
     seed["metadata"] = {"name": name, "namespace": namespace}
     seed["spec"]["modelName"] = name
     seed["spec"].pop("modelCacheConfig")
@@ -50,40 +52,80 @@ def test_two_replicas_one_active(
     suffix = uuid.uuid4().hex[:8]
     release = f"ha-{suffix}"
     kubeconfig = pathlib.Path(cluster.kubeconfig)
-    values = {"replicaCount": 2, "watchNamespaces": [namespace], "operator": {"resyncSeconds": 2}, "prepull": {"priorityClass": {"create": False}}}
+    values = {
+        "replicaCount": 2,
+        "watchNamespaces": [namespace],
+        "operator": {"resyncSeconds": 2},
+        "prepull": {"priorityClass": {"create": False}},
+    }
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     try:
-        helming.run_helm(helm, kubeconfig, "install", release, str(helming.CHART), "-n", namespace, "-f", str(tmp_path / "values.yaml"))
+        helming.run_helm(
+            helm,
+            kubeconfig,
+            "install",
+            release,
+            str(helming.CHART),
+            "-n",
+            namespace,
+            "-f",
+            str(tmp_path / "values.yaml"),
+        )
         fullname = f"{release}-warmstart"
         env = helming.chart_environment(api_client, namespace, fullname)
         assert env["WARMSTART_PEERING"] == "warmstart"
-        sa_kubeconfig = kube.service_account_kubeconfig(api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig")
+        sa_kubeconfig = kube.service_account_kubeconfig(
+            api_client, kubeconfig, namespace, fullname, tmp_path / "sa.kubeconfig"
+        )
         with (
             helming.operator_process(sa_kubeconfig, env, tmp_path / "a.log", pod_id=f"{fullname}-a") as first,
             helming.operator_process(sa_kubeconfig, env, tmp_path / "b.log", pod_id=f"{fullname}-b") as second,
         ):
             logs = lambda: f"--- a:\n{first.tail(30)}\n--- b:\n{second.tail(30)}"  # noqa: E731
-            kube.wait_for(lambda: {f"{fullname}-a", f"{fullname}-b"} <= set(_peers(api_client, namespace)), what="both peers in the KopfPeering")
+            kube.wait_for(
+                lambda: {f"{fullname}-a", f"{fullname}-b"} <= set(_peers(api_client, namespace)),
+                what="both peers in the KopfPeering",
+            )
             peers = _peers(api_client, namespace)
-            priorities = {peer: int(info.get("priority", 0)) for peer, info in peers.items() if peer.startswith(fullname)}
+            priorities = {
+                peer: int(info.get("priority", 0)) for peer, info in peers.items() if peer.startswith(fullname)
+            }
             assert len(set(priorities.values())) == 2, f"replicas need distinct peering priorities, got {priorities}"
             leader = max(priorities, key=lambda peer: priorities[peer])
             active, standby = (first, second) if leader == f"{fullname}-a" else (second, first)
             assert ALL_PAUSED not in first.output() + second.output(), f"both replicas paused:\n{logs()}"
-            helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs", _endpoint(namespace, "one"))
-            kube.wait_for(lambda: _has_deployment(api_client, namespace, "one"), what=f"the active replica to deploy 'one'\n{logs()}")
+            helming.custom(api_client).create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "inferenceendpointconfigs", _endpoint(namespace, "one")
+            )
+            kube.wait_for(
+                lambda: _has_deployment(api_client, namespace, "one"),
+                what=f"the active replica to deploy 'one'\n{logs()}",
+            )
             kube.wait_for(lambda: HANDLED in active.output(), what=f"the active replica to log its handler\n{logs()}")
             assert HANDLED not in standby.output(), f"the standby handled an object:\n{logs()}"
 
             seen = len(standby.output())  # kopf also logs RESUMED once at startup, before it meets its peer
             active.stop()  # the standby sees the peer leave and takes over
-            kube.wait_for(lambda: RESUMED in standby.output()[seen:], what=f"the standby to resume\n{logs()}", timeout=120)
-            helming.custom(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs", _endpoint(namespace, "two"))
-            kube.wait_for(lambda: _has_deployment(api_client, namespace, "two"), what=f"the former standby to deploy 'two'\n{logs()}")
-            for name in ("one", "two"):
-                helming.custom(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs", name)
             kube.wait_for(
-                lambda: not helming.custom(api_client).list_namespaced_custom_object(GROUP, VERSION, namespace, "inferenceendpointconfigs")["items"],
+                lambda: RESUMED in standby.output()[seen:], what=f"the standby to resume\n{logs()}", timeout=120
+            )
+            helming.custom(api_client).create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "inferenceendpointconfigs", _endpoint(namespace, "two")
+            )
+            kube.wait_for(
+                lambda: _has_deployment(api_client, namespace, "two"),
+                what=f"the former standby to deploy 'two'\n{logs()}",
+            )
+            for name in ("one", "two"):
+                helming.custom(api_client).delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "inferenceendpointconfigs", name
+                )
+            kube.wait_for(
+                lambda: (
+                    not helming.custom(api_client).list_namespaced_custom_object(
+                        GROUP, VERSION, namespace, "inferenceendpointconfigs"
+                    )["items"]
+                ),
                 what="the endpoints to be deleted",
             )
     finally:

@@ -16,7 +16,12 @@ GROUP, VERSION = "inference.sagemaker.aws.amazon.com", "v1"
 
 @contextmanager
 def own_nodes(
-    api: client.ApiClient, count: int, *, gpus: int = 8, nvme_bytes: int = 3_800_000_000_000, instance_type: str | None = None
+    api: client.ApiClient,
+    count: int,
+    *,
+    gpus: int = 8,
+    nvme_bytes: int = 3_800_000_000_000,
+    instance_type: str | None = None,
 ) -> Iterator[tuple[str, list[str]]]:
     """`count` fresh kwok nodes of a test-unique instance type; yields (instance type, names); deletes them after."""
     pool = NodePool(api, prefix="it")
@@ -26,11 +31,15 @@ def own_nodes(
         pool.delete_all()
 
 
-def endpoint(api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs") -> dict[str, Any] | None:
+def endpoint(
+    api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs"
+) -> dict[str, Any] | None:
     return kube.get_custom(api, namespace, plural, name)
 
 
-def status(api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs") -> dict[str, Any]:
+def status(
+    api: client.ApiClient, namespace: str, name: str, plural: str = "inferenceendpointconfigs"
+) -> dict[str, Any]:
     body = endpoint(api, namespace, name, plural)
     return dict((body or {}).get("status") or {})
 
@@ -40,7 +49,9 @@ def condition(status_: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def caches(api: client.ApiClient, namespace: str, plural: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+    items: list[dict[str, Any]] = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, plural
+    )["items"]
     return items
 
 
@@ -59,7 +70,11 @@ def endpoint_manifest(name: str, namespace: str, instance_type: str, **spec: Any
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "modelName": name,
-            "modelSourceConfig": {"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": f"models/{name}"},
+            "modelSourceConfig": {
+                "modelSourceType": "s3",
+                "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"},
+                "modelLocation": f"models/{name}",
+            },
             "modelCacheConfig": {"weightsCache": {"enabled": True}, "imageCache": {"enabled": True}},
             "instanceType": instance_type,
             "worker": {

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def kubectl(kubeconfig: str, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    kubeconfig: str, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run kubectl; with check=False the caller inspects returncode and stderr."""
     result = subprocess.run(
         ["kubectl", "--kubeconfig", kubeconfig, *args], input=stdin, capture_output=True, text=True, timeout=120
@@ -26,7 +28,9 @@ def kubectl(kubeconfig: str, *args: str, stdin: str | None = None, check: bool =
     return result
 
 
-def apply(kubeconfig: str, manifest: dict[str, Any] | str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def apply(
+    kubeconfig: str, manifest: dict[str, Any] | str, namespace: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest)
     args = ["apply", "-f", "-"] + (["-n", namespace] if namespace else [])
     return kubectl(kubeconfig, *args, stdin=text, check=check)
@@ -54,7 +58,9 @@ def create_custom(api: Any, manifest: dict[str, Any]) -> str:
     from kubernetes import client
 
     meta = manifest["metadata"]
-    client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, meta["namespace"], PLURALS[manifest["kind"]], manifest)
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, meta["namespace"], PLURALS[manifest["kind"]], manifest
+    )
     return str(meta["name"])
 
 
@@ -63,7 +69,9 @@ def get_custom(api: Any, namespace: str, plural: str, name: str) -> dict[str, An
     from kubernetes import client
 
     try:
-        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        found: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name
+        )
         return found
     except client.ApiException as error:
         if error.status == 404:
@@ -95,13 +103,16 @@ def seed_manifest() -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(text)
     return doc
 
+
 def service_account_kubeconfig(api: Any, admin: Path, namespace: str, name: str, out: Path) -> Path:
     """A kubeconfig that authenticates as a ServiceAccount (TokenRequest API), so RBAC applies as it would in-cluster."""
     from kubernetes import client
 
-    token = client.CoreV1Api(api).create_namespaced_service_account_token(
-        name, namespace, {"spec": {"expirationSeconds": 3600}}
-    ).status.token
+    token = (
+        client.CoreV1Api(api)
+        .create_namespaced_service_account_token(name, namespace, {"spec": {"expirationSeconds": 3600}})
+        .status.token
+    )
     config = yaml.safe_load(admin.read_text())
     cluster = dict(config["clusters"][0]["cluster"])
     if "certificate-authority" in cluster:

@@ -31,7 +31,9 @@ class NodePool:
         """`count` Ready nodes; returns (instance type, names). A new unique instance type unless one is given."""
         instance_type = instance_type or f"ml.t{uuid.uuid4().hex[:8]}.24xlarge"
         taints = [kwok_nodes.Taint("nvidia.com/gpu", "present")] if tainted else []
-        manifests = kwok_nodes.manifests_for_spec([(instance_type, count)], taints=taints, start=start, prefix=self.prefix)
+        manifests = kwok_nodes.manifests_for_spec(
+            [(instance_type, count)], taints=taints, start=start, prefix=self.prefix
+        )
         core = client.CoreV1Api(self.api)
         for manifest in manifests:
             if nvme is not None:

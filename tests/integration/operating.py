@@ -18,9 +18,17 @@ from warmstart.render.context import RenderContext
 
 
 @contextmanager
-def operator(kubeconfig: str, namespaces: list[str], *, render: dict[str, Any] | None = None, **settings: Any) -> Iterator[OperatorSettings]:
+def operator(
+    kubeconfig: str, namespaces: list[str], *, render: dict[str, Any] | None = None, **settings: Any
+) -> Iterator[OperatorSettings]:
     """Start the operator, wait until it is ready, yield its settings, then stop it cleanly."""
-    merged: dict[str, Any] = {"namespaces": namespaces, "metrics_port": 0, "health_port": 0, "resync_seconds": 2.0, **settings}
+    merged: dict[str, Any] = {
+        "namespaces": namespaces,
+        "metrics_port": 0,
+        "health_port": 0,
+        "resync_seconds": 2.0,
+        **settings,
+    }
     config = OperatorSettings(render=RenderContext(**(render or {})), **{k: v for k, v in merged.items()})
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()

@@ -60,7 +60,11 @@ CASES: list[tuple[str, Mutation, str]] = [
         "instanceType, instanceTypes and nodeAffinity are mutually exclusive",
     ),
     ("s3 without s3Storage", _drop("spec.modelSourceConfig.s3Storage"), "modelSourceType s3 requires s3Storage"),
-    ("fsx without fsxStorage", _set("spec.modelSourceConfig.modelSourceType", "fsx"), "modelSourceType fsx requires fsxStorage"),
+    (
+        "fsx without fsxStorage",
+        _set("spec.modelSourceConfig.modelSourceType", "fsx"),
+        "modelSourceType fsx requires fsxStorage",
+    ),
     (
         "huggingface without huggingFaceModel",
         _set("spec.modelSourceConfig.modelSourceType", "huggingface"),
@@ -71,28 +75,68 @@ CASES: list[tuple[str, Mutation, str]] = [
         _set("spec.modelSourceConfig.modelSourceType", "kubernetesVolume"),
         "modelSourceType kubernetesVolume requires kubernetesVolume",
     ),
-    ("short commitSHA", _set("spec.modelSourceConfig", HF), "commitSHA must be a full 40-character lowercase hex git commit SHA"),
-    ("modelLocation with ..", _set("spec.modelSourceConfig.modelLocation", "models/../secrets"), "modelLocation must not contain a '..' path segment"),
-    ("absolute modelLocation", _set("spec.modelSourceConfig.modelLocation", "/etc/passwd"), "modelLocation must be relative to the source"),
-    ("relative hostPath", _set("spec.modelCacheConfig.weightsCache.hostPath", "opt/nvme"), "hostPath must be an absolute path"),
-    ("hostPath with ..", _set("spec.modelCacheConfig.weightsCache.hostPath", "/opt/../etc"), "hostPath must not contain a '..' path segment"),
+    (
+        "short commitSHA",
+        _set("spec.modelSourceConfig", HF),
+        "commitSHA must be a full 40-character lowercase hex git commit SHA",
+    ),
+    (
+        "modelLocation with ..",
+        _set("spec.modelSourceConfig.modelLocation", "models/../secrets"),
+        "modelLocation must not contain a '..' path segment",
+    ),
+    (
+        "absolute modelLocation",
+        _set("spec.modelSourceConfig.modelLocation", "/etc/passwd"),
+        "modelLocation must be relative to the source",
+    ),
+    (
+        "relative hostPath",
+        _set("spec.modelCacheConfig.weightsCache.hostPath", "opt/nvme"),
+        "hostPath must be an absolute path",
+    ),
+    (
+        "hostPath with ..",
+        _set("spec.modelCacheConfig.weightsCache.hostPath", "/opt/../etc"),
+        "hostPath must not contain a '..' path segment",
+    ),
     ("modelName not a DNS label", _set("spec.modelName", "Example_Model"), "spec.modelName: Invalid value"),
     ("modelName too long", _set("spec.modelName", "m" * 64), "spec.modelName: Too long"),
-    ("unknown routing strategy", _set("spec.intelligentRoutingSpec", {"enabled": True, "routingStrategy": "fastest"}), 'Unsupported value: "fastest"'),
-    ("port above 65535", _set("spec.worker.modelInvocationPort.containerPort", 70000), "should be less than or equal to 65535"),
+    (
+        "unknown routing strategy",
+        _set("spec.intelligentRoutingSpec", {"enabled": True, "routingStrategy": "fastest"}),
+        'Unsupported value: "fastest"',
+    ),
+    (
+        "port above 65535",
+        _set("spec.worker.modelInvocationPort.containerPort", 70000),
+        "should be less than or equal to 65535",
+    ),
     ("port zero", _set("spec.worker.modelInvocationPort.containerPort", 0), "should be greater than or equal to 1"),
     ("missing worker", _drop("spec.worker"), "spec.worker: Required value"),
     ("missing modelName", _drop("spec.modelName"), "spec.modelName: Required value"),
     ("unknown source type", _set("spec.modelSourceConfig.modelSourceType", "ftp"), 'Unsupported value: "ftp"'),
     ("negative replicas", _set("spec.replicas", -1), "spec.replicas: Invalid value: -1"),
-    ("bad bucket name", _set("spec.modelSourceConfig.s3Storage.bucketName", "Example_Bucket"), "spec.modelSourceConfig.s3Storage.bucketName"),
+    (
+        "bad bucket name",
+        _set("spec.modelSourceConfig.s3Storage.bucketName", "Example_Bucket"),
+        "spec.modelSourceConfig.s3Storage.bucketName",
+    ),
     (
         "bad FSx id",
         _set("spec.modelSourceConfig", {"modelSourceType": "fsx", "fsxStorage": {"fileSystemId": "lustre-1"}}),
         "spec.modelSourceConfig.fsxStorage.fileSystemId",
     ),
-    ("relative mountPath", _set("spec.worker.modelVolumeMount.mountPath", "opt/ml/model"), "mountPath must be an absolute path"),
-    ("env var with a space", _set("spec.worker.environmentVariables", [{"name": "BAD NAME", "value": "x"}]), "environmentVariables[0].name"),
+    (
+        "relative mountPath",
+        _set("spec.worker.modelVolumeMount.mountPath", "opt/ml/model"),
+        "mountPath must be an absolute path",
+    ),
+    (
+        "env var with a space",
+        _set("spec.worker.environmentVariables", [{"name": "BAD NAME", "value": "x"}]),
+        "environmentVariables[0].name",
+    ),
     ("replicas as a string", _set("spec.replicas", "two"), 'spec.replicas: Invalid value: "string"'),
     (
         "weightsCache.enabled not a boolean",
@@ -103,7 +147,9 @@ CASES: list[tuple[str, Mutation, str]] = [
 
 
 @pytest.mark.parametrize(("case", "mutate", "message"), CASES, ids=[c[0] for c in CASES])
-def test_bad_endpoint_is_rejected_with_a_clear_message(cluster: Any, namespace: str, case: str, mutate: Mutation, message: str) -> None:
+def test_bad_endpoint_is_rejected_with_a_clear_message(
+    cluster: Any, namespace: str, case: str, mutate: Mutation, message: str
+) -> None:
     doc = copy.deepcopy(kube.seed_manifest())
     doc["metadata"]["namespace"] = namespace
     mutate(doc)
@@ -117,7 +163,10 @@ JUMPSTART = {
     "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
     "kind": "JumpStartModel",
     "metadata": {"name": "js"},
-    "spec": {"model": {"modelId": "meta-textgeneration-llama-3-1-8b", "acceptEula": True}, "server": {"instanceType": "ml.g5.12xlarge"}},
+    "spec": {
+        "model": {"modelId": "meta-textgeneration-llama-3-1-8b", "acceptEula": True},
+        "server": {"instanceType": "ml.g5.12xlarge"},
+    },
 }
 
 
@@ -137,16 +186,27 @@ def test_jumpstart_requires_model_id(cluster: Any, namespace: str) -> None:
 
 
 def test_image_cache_requires_an_image(cluster: Any, namespace: str) -> None:
-    doc = {"apiVersion": "inference.sagemaker.aws.amazon.com/v1", "kind": "ModelImageCache", "metadata": {"name": "mic"}, "spec": {}}
+    doc = {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1",
+        "kind": "ModelImageCache",
+        "metadata": {"name": "mic"},
+        "spec": {},
+    }
     result = kube.apply(cluster.kubeconfig, doc, namespace, check=False)
     assert "spec.image: Required value" in result.stderr
 
 
 def test_the_seed_manifest_is_accepted_verbatim(cluster: Any, namespace: str) -> None:
-    text = (kube.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text().replace("namespace: default", f"namespace: {namespace}")
+    text = (
+        (kube.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml")
+        .read_text()
+        .replace("namespace: default", f"namespace: {namespace}")
+    )
     kube.apply(cluster.kubeconfig, text)
     stored = kube.get(cluster.kubeconfig, "iec", "example-model", namespace)
     assert stored is not None
     assert stored["spec"]["instanceType"] == "ml.g5.24xlarge"
-    assert stored["spec"]["modelCacheConfig"]["weightsCache"] == {"enabled": True, "hostPath": "/opt/dlami/nvme"}, "defaults applied"
+    assert stored["spec"]["modelCacheConfig"]["weightsCache"] == {"enabled": True, "hostPath": "/opt/dlami/nvme"}, (
+        "defaults applied"
+    )
     assert stored["spec"]["replicas"] == 1 and stored["spec"]["maxDeployTimeInSeconds"] == 3600

@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 
 import kube
-from nodepool import NodePool
 import operating
+from nodepool import NodePool
 from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
 from warmstart.api.caches import MIC_PLURAL, ModelImageCacheSpec, NodeTargeting
 from warmstart.placement import instance_type_affinity
@@ -33,10 +33,6 @@ TIMEOUT = 120.0
 @pytest.fixture(scope="module", autouse=True)
 def crds(cluster: Any) -> None:
     kube.install_crds(str(cluster.kubeconfig))
-
-
-
-
 
 
 @contextmanager
@@ -56,20 +52,28 @@ def operator(cluster: Any, api: client.ApiClient, namespace: str) -> Iterator[No
             )
 
 
-def mic_manifest(namespace: str, instance_type: str, image: str = IMAGE, parents: int = 1, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def mic_manifest(
+    namespace: str, instance_type: str, image: str = IMAGE, parents: int = 1, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A MIC as the endpoint controller makes it: named `image-<key>`, required instance-type affinity."""
     targeting = NodeTargeting(node_affinity=instance_type_affinity([instance_type]))
     name = keys.image_cache_name(keys.image_key(image, targeting))
     spec: dict[str, Any] = {
         "image": image,
         **targeting.to_api(),
-        "parentReferences": [{"kind": "InferenceEndpointConfig", "name": f"endpoint-{i}", "uid": f"uid-{uuid.uuid4().hex[:8]}"} for i in range(parents)],
+        "parentReferences": [
+            {"kind": "InferenceEndpointConfig", "name": f"endpoint-{i}", "uid": f"uid-{uuid.uuid4().hex[:8]}"}
+            for i in range(parents)
+        ],
     }
     if annotations:
         spec["podAnnotations"] = annotations
-    return {"apiVersion": API_VERSION, "kind": "ModelImageCache", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
-
-
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelImageCache",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
 def get_mic(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
@@ -149,7 +153,11 @@ def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_label
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
             GROUP, VERSION, namespace, MIC_PLURAL, name, {"spec": {"parentReferences": remaining}}
         )
-        kube.wait_for(lambda: (get_mic(api_client, namespace, name) or {}).get("metadata", {}).get("generation") == 2, 30, what="generation 2")
+        kube.wait_for(
+            lambda: (get_mic(api_client, namespace, name) or {}).get("metadata", {}).get("generation") == 2,
+            30,
+            what="generation 2",
+        )
         wait_state(api_client, namespace, name, "Ready", observedGeneration=2)
         mic = get_mic(api_client, namespace, name) or {}
         assert [p["uid"] for p in mic["spec"]["parentReferences"]] == [p["uid"] for p in remaining]
@@ -162,7 +170,9 @@ def test_shared_cache_keeps_its_parents_and_deletion_removes_daemonset_and_label
         kube.wait_for(lambda: not ready_pods(api_client, namespace, name), TIMEOUT, what="pre-pull pods gone")
 
 
-def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
+def test_new_image_gets_its_own_cache_daemonset_and_labels(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
     instance_type, targets = own_nodes.add(2)
     with operator(cluster, api_client, namespace):
         old = kube.create_custom(api_client, mic_manifest(namespace, instance_type))
@@ -172,7 +182,10 @@ def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_cli
         wait_state(api_client, namespace, new, "Ready", readyNodes=2, targetNodes=2)
         kube.wait_for(lambda: labeled(api_client, key_of(new)) == set(targets), TIMEOUT, what="labels of the new image")
         assert labeled(api_client, key_of(old)) == set(targets)
-        assert {d.metadata.name for d in daemonsets_of(api_client, namespace)} == {daemonsets.daemonset_name(old), daemonsets.daemonset_name(new)}
+        assert {d.metadata.name for d in daemonsets_of(api_client, namespace)} == {
+            daemonsets.daemonset_name(old),
+            daemonsets.daemonset_name(new),
+        }
         # the old cache is released after the rollout: only its labels go
         delete_mic(api_client, namespace, old)
         kube.wait_for(lambda: not labeled(api_client, key_of(old)), TIMEOUT, what="old labels removed")
@@ -180,10 +193,15 @@ def test_new_image_gets_its_own_cache_daemonset_and_labels(cluster: Any, api_cli
         assert labeled(api_client, key_of(new)) == set(targets)
 
 
-def test_pull_failure_shows_image_and_node_and_state_failed(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
+def test_pull_failure_shows_image_and_node_and_state_failed(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
     instance_type, targets = own_nodes.add(2)
     image = "acme/does-not-exist:1.0"
-    hooks = {"sim.warmstart.io/image-pull-error": "ErrImagePull", "sim.warmstart.io/image-pull-error-container": daemonsets.PULL_CONTAINER}
+    hooks = {
+        "sim.warmstart.io/image-pull-error": "ErrImagePull",
+        "sim.warmstart.io/image-pull-error-container": daemonsets.PULL_CONTAINER,
+    }
     with operator(cluster, api_client, namespace):
         name = kube.create_custom(api_client, mic_manifest(namespace, instance_type, image=image, annotations=hooks))
         wait_state(api_client, namespace, name, "Failed", readyNodes=0, targetNodes=2)
@@ -202,7 +220,9 @@ def test_pull_failure_shows_image_and_node_and_state_failed(cluster: Any, api_cl
         assert not labeled(api_client, key_of(name))
 
 
-def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
+def test_operator_restart_keeps_one_daemonset_and_converges(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
     instance_type, targets = own_nodes.add(2)
     kubeconfig = str(cluster.kubeconfig)
     with operating.operator(kubeconfig, [namespace], render=RENDER):
@@ -213,7 +233,9 @@ def test_operator_restart_keeps_one_daemonset_and_converges(cluster: Any, api_cl
     _, joined = own_nodes.add(1, start=2, instance_type=instance_type)
     with operating.operator(kubeconfig, [namespace], render=RENDER):
         wait_state(api_client, namespace, name, "Ready", readyNodes=3, targetNodes=3)
-        kube.wait_for(lambda: labeled(api_client, key_of(name)) == set(targets + joined), TIMEOUT, what="label on the new node")
+        kube.wait_for(
+            lambda: labeled(api_client, key_of(name)) == set(targets + joined), TIMEOUT, what="label on the new node"
+        )
         (after,) = daemonsets_of(api_client, namespace)
         assert after.metadata.uid == before.metadata.uid
     with operator(cluster, api_client, namespace):
@@ -228,10 +250,16 @@ def test_tainted_gpu_nodes_are_pre_pulled_only_when_tolerating_all_taints(
     with operator(cluster, api_client, namespace):
         tolerant = kube.create_custom(api_client, mic_manifest(namespace, instance_type))
         wait_state(api_client, namespace, tolerant, "Ready", readyNodes=2, targetNodes=2)
-        kube.wait_for(lambda: labeled(api_client, key_of(tolerant)) == set(targets), TIMEOUT, what="labels on tainted nodes")
+        kube.wait_for(
+            lambda: labeled(api_client, key_of(tolerant)) == set(targets), TIMEOUT, what="labels on tainted nodes"
+        )
         strict = mic_manifest(namespace, instance_type, image="vllm/vllm-openai:v0.9.2")
         strict["spec"]["tolerateAllTaints"] = False
         strict["metadata"]["name"] = "strict-cache"
         kube.create_custom(api_client, strict)
-        wait_state(api_client, namespace, "strict-cache", "Pending", targetNodes=0, message="no node matches the targeting")
-        assert not labeled(api_client, daemonsets.cache_key("strict-cache", ModelImageCacheSpec.model_validate(strict["spec"])))
+        wait_state(
+            api_client, namespace, "strict-cache", "Pending", targetNodes=0, message="no node matches the targeting"
+        )
+        assert not labeled(
+            api_client, daemonsets.cache_key("strict-cache", ModelImageCacheSpec.model_validate(strict["spec"]))
+        )

@@ -34,7 +34,8 @@ CONFIGMAP = "model-router"
 
 def endpoint_slice(name: str, endpoints: list[tuple[str, bool]], port: int = 8000) -> dict[str, Any]:
     return {
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
         "metadata": {"name": name, "labels": {"kubernetes.io/service-name": SERVICE}},
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
@@ -43,8 +44,10 @@ def endpoint_slice(name: str, endpoints: list[tuple[str, bool]], port: int = 800
 
 
 def configmap(strategy: str) -> dict[str, Any]:
-    return {"metadata": {"name": CONFIGMAP},
-            "data": {CONFIGMAP_KEY: RouterConfig(strategy=strategy, max_concurrent_requests=16).to_yaml()}}
+    return {
+        "metadata": {"name": CONFIGMAP},
+        "data": {CONFIGMAP_KEY: RouterConfig(strategy=strategy, max_concurrent_requests=16).to_yaml()},
+    }
 
 
 async def eventually(probe: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -58,8 +61,9 @@ async def eventually(probe: Callable[[], bool], what: str, timeout: float = 30.0
 async def test_watcher_applies_slices_and_configmap_live(api_client: client.ApiClient, namespace: str) -> None:
     core, disc = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
     core.create_namespaced_config_map(namespace, configmap("random"))
-    disc.create_namespaced_endpoint_slice(namespace, endpoint_slice("model-a", [("10.244.0.1", True),
-                                                                                 ("10.244.0.2", False)]))
+    disc.create_namespaced_endpoint_slice(
+        namespace, endpoint_slice("model-a", [("10.244.0.1", True), ("10.244.0.2", False)])
+    )
     router = Router()
     watcher = discovery.KubernetesWatcher(api_client, namespace, SERVICE, CONFIGMAP, watch_seconds=5)
     await watcher.start(router)
@@ -71,8 +75,9 @@ async def test_watcher_applies_slices_and_configmap_live(api_client: client.ApiC
         await eventually(lambda: router.strategy.value == "prefixaware", "the strategy change")
 
         disc.create_namespaced_endpoint_slice(namespace, endpoint_slice("model-b", [("10.244.0.3", True)]))
-        disc.patch_namespaced_endpoint_slice("model-a", namespace, endpoint_slice(
-            "model-a", [("10.244.0.1", True), ("10.244.0.2", True)]))
+        disc.patch_namespaced_endpoint_slice(
+            "model-a", namespace, endpoint_slice("model-a", [("10.244.0.1", True), ("10.244.0.2", True)])
+        )
         await eventually(lambda: len(router.fleet) == 3, "scale-out to three ready endpoints")
 
         disc.delete_namespaced_endpoint_slice("model-a", namespace)
@@ -95,19 +100,38 @@ def status(port: int) -> dict[str, Any]:
         return json.loads(response.read())  # type: ignore[no-any-return]
 
 
-def test_running_router_reports_strategy_changes(cluster: running.Cluster, api_client: client.ApiClient,
-                                                 namespace: str) -> None:
+def test_running_router_reports_strategy_changes(
+    cluster: running.Cluster, api_client: client.ApiClient, namespace: str
+) -> None:
     core, disc = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
     core.create_namespaced_config_map(namespace, configmap("roundrobin"))
     disc.create_namespaced_endpoint_slice(namespace, endpoint_slice("model-x", [("10.244.1.1", True)]))
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warmstart.cli", "router", "--host", "127.0.0.1", "--port", str(port),
-         "--namespace", namespace, "--service", SERVICE, "--configmap", CONFIGMAP,
-         "--kubeconfig", str(cluster.kubeconfig)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ),
+        [
+            sys.executable,
+            "-m",
+            "warmstart.cli",
+            "router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--namespace",
+            namespace,
+            "--service",
+            SERVICE,
+            "--configmap",
+            CONFIGMAP,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ),
     )
     try:
+
         def wait(predicate: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
             deadline = time.monotonic() + 30
             while True:

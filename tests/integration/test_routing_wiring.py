@@ -40,7 +40,9 @@ def _router_status(port: int) -> dict[str, Any] | None:
         return None
 
 
-def test_strategy_change_reaches_the_running_router_without_restart(cluster: Any, api_client: client.ApiClient, namespace: str, tmp_path: Path) -> None:
+def test_strategy_change_reaches_the_running_router_without_restart(
+    cluster: Any, api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
     with ep.own_nodes(api_client, 2) as (instance_type, _nodes):
         body = ep.endpoint_manifest(
             "routed",
@@ -52,40 +54,102 @@ def test_strategy_change_reaches_the_running_router_without_restart(cluster: Any
         )
         body["spec"]["worker"]["requestLimits"] = {"maxConcurrentRequests": 16}
         with operating.operator(str(cluster.kubeconfig), [namespace]):
-            client.CustomObjectsApi(api_client).create_namespaced_custom_object(ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", body)
-            kube.wait_for(lambda: kube.get(str(cluster.kubeconfig), "deployment", "routed-router", namespace), what="router Deployment")
+            client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+                ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", body
+            )
+            kube.wait_for(
+                lambda: kube.get(str(cluster.kubeconfig), "deployment", "routed-router", namespace),
+                what="router Deployment",
+            )
             role = kube.get(str(cluster.kubeconfig), "role", "routed-router", namespace)
             assert role is not None
             assert {tuple(r["resources"]) for r in role["rules"]} == {("endpointslices",), ("configmaps",)}
             assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in role["rules"])
-            kube.wait_for(lambda: ep.status(api_client, namespace, "routed").get("state") == "DeploymentComplete", timeout=120, what="endpoint complete")
+            kube.wait_for(
+                lambda: ep.status(api_client, namespace, "routed").get("state") == "DeploymentComplete",
+                timeout=120,
+                what="endpoint complete",
+            )
 
             port = _free_port()
             # the router authenticates as the ServiceAccount the operator rendered, so its least-privilege Role is what it gets
-            router_kubeconfig = kube.service_account_kubeconfig(api_client, cluster.kubeconfig, namespace, "routed-router", tmp_path / "router.kubeconfig")
+            router_kubeconfig = kube.service_account_kubeconfig(
+                api_client, cluster.kubeconfig, namespace, "routed-router", tmp_path / "router.kubeconfig"
+            )
             router = subprocess.Popen(
-                [sys.executable, "-m", "warmstart.cli", "router", "--kubeconfig", str(router_kubeconfig), "--namespace", namespace,
-                 "--service", "routed", "--configmap", "routed-router", "--port", str(port), "--host", "127.0.0.1"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                [
+                    sys.executable,
+                    "-m",
+                    "warmstart.cli",
+                    "router",
+                    "--kubeconfig",
+                    str(router_kubeconfig),
+                    "--namespace",
+                    namespace,
+                    "--service",
+                    "routed",
+                    "--configmap",
+                    "routed-router",
+                    "--port",
+                    str(port),
+                    "--host",
+                    "127.0.0.1",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
             )
             try:
-                first = kube.wait_for(lambda: (s := _router_status(port)) and s.get("strategy") == "roundrobin" and len(s.get("backends", [])) == 2 and s, timeout=60, what="router with 2 replicas")
+                first = kube.wait_for(
+                    lambda: (
+                        (s := _router_status(port))
+                        and s.get("strategy") == "roundrobin"
+                        and len(s.get("backends", [])) == 2
+                        and s
+                    ),
+                    timeout=60,
+                    what="router with 2 replicas",
+                )
                 assert first["config"]["maxConcurrentRequests"] == 16
                 client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-                    ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "routed", {"spec": {"intelligentRoutingSpec": {"routingStrategy": "prefixaware"}}}
+                    ep.GROUP,
+                    ep.VERSION,
+                    namespace,
+                    "inferenceendpointconfigs",
+                    "routed",
+                    {"spec": {"intelligentRoutingSpec": {"routingStrategy": "prefixaware"}}},
                 )
-                kube.wait_for(lambda: (s := _router_status(port)) and s.get("strategy") == "prefixaware", timeout=60, what="the live strategy change")
+                kube.wait_for(
+                    lambda: (s := _router_status(port)) and s.get("strategy") == "prefixaware",
+                    timeout=60,
+                    what="the live strategy change",
+                )
                 assert router.poll() is None, "the router kept running"
-                client.CustomObjectsApi(api_client).patch_namespaced_custom_object(ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "routed", {"spec": {"replicas": 3}})
-                kube.wait_for(lambda: (s := _router_status(port)) and len(s.get("backends", [])) == 3, timeout=60, what="the scale event to reach the router")
+                client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+                    ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "routed", {"spec": {"replicas": 3}}
+                )
+                kube.wait_for(
+                    lambda: (s := _router_status(port)) and len(s.get("backends", [])) == 3,
+                    timeout=60,
+                    what="the scale event to reach the router",
+                )
             finally:
                 router.terminate()
                 router.wait(10)
             assert ep.status(api_client, namespace, "routed")["routerName"] == "routed-router"
             client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-                ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "routed", {"spec": {"intelligentRoutingSpec": {"enabled": False}}}
+                ep.GROUP,
+                ep.VERSION,
+                namespace,
+                "inferenceendpointconfigs",
+                "routed",
+                {"spec": {"intelligentRoutingSpec": {"enabled": False}}},
             )
-            kube.wait_for(lambda: kube.get(str(cluster.kubeconfig), "deployment", "routed-router", namespace) is None, what="the router removed")
+            kube.wait_for(
+                lambda: kube.get(str(cluster.kubeconfig), "deployment", "routed-router", namespace) is None,
+                what="the router removed",
+            )
             assert kube.get(str(cluster.kubeconfig), "configmap", "routed-router", namespace) is None
             assert kube.get(str(cluster.kubeconfig), "role", "routed-router", namespace) is None
-            kube.wait_for(lambda: "routerName" not in ep.status(api_client, namespace, "routed"), what="routerName cleared")
+            kube.wait_for(
+                lambda: "routerName" not in ep.status(api_client, namespace, "routed"), what="routerName cleared"
+            )

@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client
 
 import kube
-from nodepool import NodePool
 import operating
+from nodepool import NodePool
 from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
 from warmstart.api.sources import ModelSourceConfig
@@ -29,13 +29,36 @@ from warmstart.render import jobs, keys, labels
 pytestmark = pytest.mark.cluster
 
 TIMEOUT = 120.0
-SOURCE = {"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": "models/llama"}
-DOWNLOADED = {"outcome": "Succeeded", "reason": "Downloaded", "message": "ok", "bytes": 16 * GB, "seconds": 1.5, "files": 7, "retryable": False}
-NOT_FOUND = {"outcome": "Failed", "reason": "NotFound", "message": "s3://example-bucket/models/llama: no objects", "bytes": 0, "seconds": 0.2, "files": 0, "retryable": False}
+SOURCE = {
+    "modelSourceType": "s3",
+    "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"},
+    "modelLocation": "models/llama",
+}
+DOWNLOADED = {
+    "outcome": "Succeeded",
+    "reason": "Downloaded",
+    "message": "ok",
+    "bytes": 16 * GB,
+    "seconds": 1.5,
+    "files": 7,
+    "retryable": False,
+}
+NOT_FOUND = {
+    "outcome": "Failed",
+    "reason": "NotFound",
+    "message": "s3://example-bucket/models/llama: no objects",
+    "bytes": 0,
+    "seconds": 0.2,
+    "files": 0,
+    "retryable": False,
+}
 
 
 def render(duration: str = "1s") -> dict[str, Any]:
-    annotations = {"sim.warmstart.io/duration": duration, "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED)}
+    annotations = {
+        "sim.warmstart.io/duration": duration,
+        "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED),
+    }
     return {"operator_image": "warmstart:test", "preload_pod_annotations": annotations}
 
 
@@ -44,17 +67,16 @@ def crds(cluster: Any) -> None:
     kube.install_crds(str(cluster.kubeconfig))
 
 
-
-
-
-
 def mdcc_manifest(namespace: str, instance_types: list[str], **spec: Any) -> dict[str, Any]:
     """An MDCC as the endpoint controller makes it: named `weights-<key>`, required instance-type affinity."""
     key = keys.weights_key(ModelSourceConfig.model_validate(SOURCE), "/opt/dlami/nvme")
     body = {"modelSourceConfig": SOURCE, "nodeAffinity": instance_type_affinity(instance_types).to_api(), **spec}
-    return {"apiVersion": API_VERSION, "kind": MDCC_KIND, "metadata": {"name": keys.weights_cache_name(key), "namespace": namespace}, "spec": body}
-
-
+    return {
+        "apiVersion": API_VERSION,
+        "kind": MDCC_KIND,
+        "metadata": {"name": keys.weights_cache_name(key), "namespace": namespace},
+        "spec": body,
+    }
 
 
 def get_mdcc(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
@@ -66,7 +88,11 @@ def delete_all(api: client.ApiClient, namespace: str) -> None:
     custom = client.CustomObjectsApi(api)
     for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"])
-    kube.wait_for(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"], TIMEOUT, what="caches released")
+    kube.wait_for(
+        lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"],
+        TIMEOUT,
+        what="caches released",
+    )
 
 
 def status_of(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -100,7 +126,9 @@ def job_nodes(api: client.ApiClient, namespace: str) -> list[str]:
 
 
 def events_for(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
-    return list(client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items)
+    return list(
+        client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+    )
 
 
 def config_map(api: client.ApiClient, namespace: str, name: str) -> dict[str, str]:
@@ -109,7 +137,9 @@ def config_map(api: client.ApiClient, namespace: str, name: str) -> dict[str, st
     return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": made.metadata.uid}
 
 
-def test_four_nodes_become_ready_and_a_fifth_joins(cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool) -> None:
+def test_four_nodes_become_ready_and_a_fifth_joins(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
     instance_type, targets = own_nodes.add(4)
     _, bystanders = own_nodes.add(1)
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
@@ -119,14 +149,22 @@ def test_four_nodes_become_ready_and_a_fifth_joins(cluster: Any, api_client: cli
         assert labeled(api_client, key) == set(targets)
         assert job_nodes(api_client, namespace) == sorted(targets)
         assert status["key"] == key and status["observedGeneration"] == 1
-        assert status["modelSizeBytes"] == 16 * GB and status["bytesDone"] == 4 * 16 * GB and status["bytesTotal"] == 4 * 16 * GB
-        assert {n["node"]: (n["state"], n["reason"], n["bytes"]) for n in status["nodes"]} == {t: ("Ready", "Downloaded", 16 * GB) for t in targets}
+        assert (
+            status["modelSizeBytes"] == 16 * GB
+            and status["bytesDone"] == 4 * 16 * GB
+            and status["bytesTotal"] == 4 * 16 * GB
+        )
+        assert {n["node"]: (n["state"], n["reason"], n["bytes"]) for n in status["nodes"]} == {
+            t: ("Ready", "Downloaded", 16 * GB) for t in targets
+        }
         assert [c["status"] for c in status["conditions"] if c["type"] == "Ready"] == ["True"]
         assert not set(bystanders) & labeled(api_client, key)
 
         _, joined = own_nodes.add(1, start=4, instance_type=instance_type)
         wait_state(api_client, namespace, name, "Ready", readyNodes=5, targetNodes=5)
-        kube.wait_for(lambda: labeled(api_client, key) == set(targets + joined), TIMEOUT, what="label on the fifth node")
+        kube.wait_for(
+            lambda: labeled(api_client, key) == set(targets + joined), TIMEOUT, what="label on the fifth node"
+        )
         assert job_nodes(api_client, namespace) == sorted(targets + joined)
         delete_all(api_client, namespace)
 
@@ -142,7 +180,9 @@ def test_node_deleted_mid_download_drops_out_of_the_target_count(
         leaving = targets[0]
         kwok_nodes.delete_node(api_client, leaving)
         wait_state(api_client, namespace, name, "Downloading", targetNodes=2)
-        kube.wait_for(lambda: leaving not in job_nodes(api_client, namespace), TIMEOUT, what="the leaving node's Job deleted")
+        kube.wait_for(
+            lambda: leaving not in job_nodes(api_client, namespace), TIMEOUT, what="the leaving node's Job deleted"
+        )
         status = wait_state(api_client, namespace, name, "Ready", readyNodes=2, targetNodes=2)
         assert {n["node"] for n in status["nodes"]} == set(targets[1:])
         assert labeled(api_client, key_of(name)) == set(targets[1:])
@@ -156,7 +196,9 @@ def test_permanent_failure_fails_the_cache_with_the_reason_and_events(
     parent = config_map(api_client, namespace, "endpoint-a")
     hooks = {"sim.warmstart.io/exit-code": "66", "sim.warmstart.io/termination-message": json.dumps(NOT_FOUND)}
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render()):
-        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks, parentReferences=[parent]))
+        name = kube.create_custom(
+            api_client, mdcc_manifest(namespace, [instance_type], podAnnotations=hooks, parentReferences=[parent])
+        )
         status = wait_state(api_client, namespace, name, "Failed", readyNodes=0, targetNodes=2)
 
         def both_failed() -> dict[str, Any] | None:
@@ -170,8 +212,18 @@ def test_permanent_failure_fails_the_cache_with_the_reason_and_events(
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "False" and ready["reason"] == "NotFound"
         assert "NotFound" in status["message"]
-        kube.wait_for(lambda: any(e.reason == "NotFound" and e.type == "Warning" for e in events_for(api_client, namespace, name)), 60, what="Event on the cache")
-        kube.wait_for(lambda: any(e.reason == "NotFound" for e in events_for(api_client, namespace, parent["name"])), 60, what="Event on the parent")
+        kube.wait_for(
+            lambda: any(
+                e.reason == "NotFound" and e.type == "Warning" for e in events_for(api_client, namespace, name)
+            ),
+            60,
+            what="Event on the cache",
+        )
+        kube.wait_for(
+            lambda: any(e.reason == "NotFound" for e in events_for(api_client, namespace, parent["name"])),
+            60,
+            what="Event on the parent",
+        )
         time.sleep(5)  # permanent: no retry, one Job per node
         assert job_nodes(api_client, namespace) == sorted(targets)
         assert not labeled(api_client, key_of(name))
@@ -212,7 +264,9 @@ def test_two_parents_share_one_cache_and_the_last_one_leaving_cleans_up(
             time.sleep(0.2)
         assert seen == set(targets)
         assert not labeled(api_client, key)
-        kube.wait_for(lambda: not jobs_of(api_client, namespace, jobs.ROLE_CLEANUP), TIMEOUT, what="cleanup Jobs deleted")
+        kube.wait_for(
+            lambda: not jobs_of(api_client, namespace, jobs.ROLE_CLEANUP), TIMEOUT, what="cleanup Jobs deleted"
+        )
 
 
 def test_operator_restart_mid_download_creates_no_duplicates_and_converges(
@@ -258,14 +312,18 @@ def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
         name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         key = key_of(name)
         wait_state(api_client, namespace, name, "Ready", readyNodes=1, targetNodes=1)
-        client.CoreV1Api(api_client).patch_node(targets[0], {"metadata": {"labels": {nodelabels.weights_ready_label(key): None}}})
+        client.CoreV1Api(api_client).patch_node(
+            targets[0], {"metadata": {"labels": {nodelabels.weights_ready_label(key): None}}}
+        )
 
         def second_attempt() -> list[Any]:
             return [j for j in jobs_of(api_client, namespace) if j.metadata.labels[jobs.ATTEMPT_LABEL] == "2"]
 
         kube.wait_for(second_attempt, TIMEOUT, what="a second preload Job")
         status = wait_state(api_client, namespace, name, "Ready", readyNodes=1, targetNodes=1)
-        kube.wait_for(lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="label back after the new preload")
+        kube.wait_for(
+            lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="label back after the new preload"
+        )
         assert status["nodes"][0]["attempts"] == 2
         kube.wait_for(lambda: len(jobs_of(api_client, namespace)) == 1, TIMEOUT, what="the first attempt's Job deleted")
         delete_all(api_client, namespace)
@@ -288,5 +346,9 @@ def test_retryable_failure_keeps_downloading_and_retries_after_backoff(
         status = kube.wait_for(failed_once, TIMEOUT, what="the first attempt failed")
         assert status["state"] == "Downloading" and status["nodes"][0]["reason"] == "NetworkError"
         assert "retry 2 of" in status["nodes"][0]["message"]
-        kube.wait_for(lambda: any(j.metadata.labels[jobs.ATTEMPT_LABEL] == "2" for j in jobs_of(api_client, namespace)), TIMEOUT, what="attempt 2")
+        kube.wait_for(
+            lambda: any(j.metadata.labels[jobs.ATTEMPT_LABEL] == "2" for j in jobs_of(api_client, namespace)),
+            TIMEOUT,
+            what="attempt 2",
+        )
         delete_all(api_client, namespace)

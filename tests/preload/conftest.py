@@ -22,7 +22,9 @@ from preloadservers import CREDENTIALS, MotoServer
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "large: moves a few hundred MB through the real S3 server (select with -m large)")
+    config.addinivalue_line(
+        "markers", "large: moves a few hundred MB through the real S3 server (select with -m large)"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +44,14 @@ def hub() -> Iterator[HubServer]:
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, moto: MotoServer, hub: HubServer) -> dict[str, str]:
     values = {**CREDENTIALS, "AWS_ENDPOINT_URL_S3": moto.url, "HF_ENDPOINT": hub.url}
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "HF_TOKEN", "AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE",
-                 "AWS_JUMPSTART_GATED_CONTENT_BUCKET_OVERRIDE", "WARMSTART_JUMPSTART_BUCKET"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "HF_TOKEN",
+        "AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE",
+        "AWS_JUMPSTART_GATED_CONTENT_BUCKET_OVERRIDE",
+        "WARMSTART_JUMPSTART_BUCKET",
+    ):
         monkeypatch.delenv(name, raising=False)
     for k, v in values.items():
         monkeypatch.setenv(k, v)

@@ -27,7 +27,9 @@ def put(s3: Any, bucket: str, key: str, data: bytes, part_size: int | None = Non
 
 
 def s3_source(bucket: str, location: str) -> str:
-    return json.dumps({"modelSourceType": "s3", "s3Storage": {"bucketName": bucket, "region": "us-east-1"}, "modelLocation": location})
+    return json.dumps(
+        {"modelSourceType": "s3", "s3Storage": {"bucketName": bucket, "region": "us-east-1"}, "modelLocation": location}
+    )
 
 
 def preload(*args: str, root: Path, tlog: Path | None = None) -> tuple[int, dict[str, Any]]:
@@ -40,8 +42,19 @@ def preload(*args: str, root: Path, tlog: Path | None = None) -> tuple[int, dict
 
 def preload_process(*args: str, root: Path, env: dict[str, str], tlog: Path) -> subprocess.Popen[bytes]:
     """Start `warmstart preload` as its own process (so a test can SIGKILL it)."""
-    argv = [sys.executable, "-m", "warmstart.cli", "preload", *args, "--root", str(root), "--termination-log", str(tlog),
-            "--progress-interval", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "warmstart.cli",
+        "preload",
+        *args,
+        "--root",
+        str(root),
+        "--termination-log",
+        str(tlog),
+        "--progress-interval",
+        "1",
+    ]
     return subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 

@@ -91,9 +91,17 @@ class HubServer:
         if not head:
             h.wfile.write(body)
 
-    def _error(self, h: BaseHTTPRequestHandler, status: int, code: str, head: bool, extra: dict[str, str] | None = None) -> None:
+    def _error(
+        self, h: BaseHTTPRequestHandler, status: int, code: str, head: bool, extra: dict[str, str] | None = None
+    ) -> None:
         body = json.dumps({"error": code}).encode()
-        self._send(h, status, {"X-Error-Code": code, "X-Error-Message": code, "Content-Type": "application/json", **(extra or {})}, body, head)
+        self._send(
+            h,
+            status,
+            {"X-Error-Code": code, "X-Error-Message": code, "Content-Type": "application/json", **(extra or {})},
+            body,
+            head,
+        )
 
     def _json(self, h: BaseHTTPRequestHandler, body: Any, head: bool, extra: dict[str, str] | None = None) -> None:
         self._send(h, 200, {"Content-Type": "application/json", **(extra or {})}, json.dumps(body).encode(), head)
@@ -103,7 +111,13 @@ class HubServer:
         if rng and not head and (m := re.fullmatch(r"bytes=(\d+)-(\d*)", rng)):
             start, end = int(m.group(1)), int(m.group(2) or len(data) - 1)
             part = data[start : end + 1]
-            self._send(h, 206, {**headers, "Content-Range": f"bytes {start}-{end}/{len(data)}", "Content-Length": str(len(part))}, part, head)
+            self._send(
+                h,
+                206,
+                {**headers, "Content-Range": f"bytes {start}-{end}/{len(data)}", "Content-Length": str(len(part))},
+                part,
+                head,
+            )
             return
         self._send(h, 200, {**headers, "Content-Length": str(len(data)), "Accept-Ranges": "bytes"}, data, head)
 
@@ -137,7 +151,9 @@ class HubServer:
             return rev
         return repo.branches.get(rev)
 
-    def api(self, h: BaseHTTPRequestHandler, verb: str, repo_id: str, tail: str, query: dict[str, list[str]], head: bool) -> None:
+    def api(
+        self, h: BaseHTTPRequestHandler, verb: str, repo_id: str, tail: str, query: dict[str, list[str]], head: bool
+    ) -> None:
         repo = self.repos.get(repo_id)
         if repo is None:
             return self._error(h, 404, "RepoNotFound", head)
@@ -148,8 +164,18 @@ class HubServer:
         files = repo.commits[commit]
         if verb == "revision":
             siblings = [{"rfilename": p} for p in sorted(files)]
-            return self._json(h, {"id": repo_id, "modelId": repo_id, "sha": commit, "siblings": siblings,
-                                  "private": False, "gated": "manual" if repo.gated_token else False}, head)
+            return self._json(
+                h,
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": commit,
+                    "siblings": siblings,
+                    "private": False,
+                    "gated": "manual" if repo.gated_token else False,
+                },
+                head,
+            )
         items = []
         for p in sorted(files):
             data = files[p]
@@ -164,7 +190,9 @@ class HubServer:
         extra = {}
         if cursor + PAGE_SIZE < len(items):
             host = h.headers.get("Host")
-            extra["Link"] = f'<http://{host}/api/models/{repo_id}/tree/{rev}?recursive=True&expand=False&cursor={cursor + PAGE_SIZE}>; rel="next"'
+            extra["Link"] = (
+                f'<http://{host}/api/models/{repo_id}/tree/{rev}?recursive=True&expand=False&cursor={cursor + PAGE_SIZE}>; rel="next"'
+            )
         return self._json(h, page, head, extra)
 
     def resolve(self, h: BaseHTTPRequestHandler, repo_id: str, rev: str, filename: str, auth: str, head: bool) -> None:
@@ -188,7 +216,13 @@ class HubServer:
             self.blobs.setdefault(sha, data)
             if filename in repo.corrupt:
                 self.blobs[sha] = data
-            headers = {**base, "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)), "ETag": f'"{git_blob_sha1(data)}"',
-                       "Location": f"{self.cdn_url}/lfs/{sha}", "Content-Length": "0"}
+            headers = {
+                **base,
+                "X-Linked-Etag": f'"{sha}"',
+                "X-Linked-Size": str(len(data)),
+                "ETag": f'"{git_blob_sha1(data)}"',
+                "Location": f"{self.cdn_url}/lfs/{sha}",
+                "Content-Length": "0",
+            }
             return self._send(h, 302, headers, b"", head)
         return self._data(h, data, {**base, "ETag": f'"{git_blob_sha1(files[filename])}"'}, head)

@@ -76,7 +76,11 @@ def test_allow_and_ignore_patterns(hub: HubServer, env: dict[str, str], root: Pa
     code, result = preload("--source-json", source, "--key", "hub-pat", root=root)
     assert code == 0
     assert set(tree_digests(cache_dir(root, "hub-pat"))) == {  # huggingface_hub's fnmatch: '*' crosses '/'
-        "config.json", "tokenizer/tokenizer.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+        "config.json",
+        "tokenizer/tokenizer.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    }
 
 
 def test_wrong_commit_is_a_clear_not_found(hub: HubServer, env: dict[str, str], root: Path) -> None:
@@ -109,22 +113,30 @@ def test_gated_repo_needs_a_token(hub: HubServer, env: dict[str, str], root: Pat
     assert token not in json.dumps(result)
 
 
-def test_token_from_hf_token_env(hub: HubServer, env: dict[str, str], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_token_from_hf_token_env(
+    hub: HubServer, env: dict[str, str], root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     token = "hf_" + uuid.uuid4().hex
     repo = new_repo(hub, {"config.json": b"{}"}, gated_token=token)
     monkeypatch.setenv("HF_TOKEN", token)
     assert preload("--source-json", hub_source(repo), "--key", "hub-env", root=root)[0] == 0
 
 
-def test_missing_token_secret_is_secret_missing(hub: HubServer, env: dict[str, str], root: Path, tmp_path: Path) -> None:
+def test_missing_token_secret_is_secret_missing(
+    hub: HubServer, env: dict[str, str], root: Path, tmp_path: Path
+) -> None:
     repo = new_repo(hub, {"config.json": b"{}"})
     source = hub_source(repo, tokenSecretRef={"name": "hf-token", "key": "token"})
-    code, result = preload("--source-json", source, "--key", "hub-nosecret", "--hf-token-file", str(tmp_path / "absent"), root=root)
+    code, result = preload(
+        "--source-json", source, "--key", "hub-nosecret", "--hf-token-file", str(tmp_path / "absent"), root=root
+    )
     assert (code, result["reason"]) == (67, "SecretMissing")
     assert "hf-token/token" in result["message"]
 
 
-def test_lfs_file_whose_bytes_do_not_match_its_sha256_is_refused(hub: HubServer, env: dict[str, str], root: Path) -> None:
+def test_lfs_file_whose_bytes_do_not_match_its_sha256_is_refused(
+    hub: HubServer, env: dict[str, str], root: Path
+) -> None:
     files = {"config.json": b"{}", "model.safetensors": os.urandom(200_000)}
     repo = new_repo(hub, files, corrupt={"model.safetensors"})
     code, result = preload("--source-json", hub_source(repo), "--key", "hub-bad", root=root)

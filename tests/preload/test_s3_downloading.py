@@ -32,8 +32,17 @@ def test_multi_file_model_is_published_whole_with_a_manifest(s3: Any, bucket: st
     s3.put_object(Bucket=bucket, Key="llama/", Body=b"")  # a console-made "directory" marker is skipped
     s3.put_object(Bucket=bucket, Key="llama-other/x.bin", Body=b"not part of the model")
 
-    code, result = preload("--source-json", s3_source(bucket, "llama"), "--key", "llama-8b",
-                           "--concurrency", "4", "--part-size-mb", "5", root=root)
+    code, result = preload(
+        "--source-json",
+        s3_source(bucket, "llama"),
+        "--key",
+        "llama-8b",
+        "--concurrency",
+        "4",
+        "--part-size-mb",
+        "5",
+        root=root,
+    )
 
     assert (code, result["outcome"], result["reason"]) == (0, "Succeeded", "Downloaded")
     assert result["files"] == len(files) and result["bytes"] == sum(map(len, files.values()))
@@ -58,7 +67,9 @@ def test_multipart_etag_with_a_part_size_other_than_ours_verifies(s3: Any, bucke
     data = os.urandom(21 * MIB + 7)
     put(s3, bucket, "m/weights.bin", data, part_size=8 * MIB)  # uploaded in 8 MiB parts, fetched in 5 MiB ranges
 
-    code, result = preload("--source-json", s3_source(bucket, "m/"), "--key", "odd-parts", "--part-size-mb", "5", root=root)
+    code, result = preload(
+        "--source-json", s3_source(bucket, "m/"), "--key", "odd-parts", "--part-size-mb", "5", root=root
+    )
 
     assert (code, result["reason"]) == (0, "Downloaded")
     assert (cache_dir(root, "odd-parts") / "weights.bin").read_bytes() == data
@@ -119,7 +130,9 @@ def test_delete_removes_the_cache_and_only_it(s3: Any, bucket: str, root: Path) 
 
 
 @pytest.mark.large
-def test_a_file_of_several_hundred_mb_is_fetched_in_parallel_ranges(s3: Any, bucket: str, root: Path, tmp_path: Path) -> None:
+def test_a_file_of_several_hundred_mb_is_fetched_in_parallel_ranges(
+    s3: Any, bucket: str, root: Path, tmp_path: Path
+) -> None:
     size = 320 * MIB + 4097
     block = os.urandom(MIB)
     big = tmp_path / "big.bin"
@@ -129,10 +142,24 @@ def test_a_file_of_several_hundred_mb_is_fetched_in_parallel_ranges(s3: Any, buc
         f.write(os.urandom(size % MIB))
     from boto3.s3.transfer import TransferConfig
 
-    s3.upload_file(str(big), bucket, "big/model.safetensors", Config=TransferConfig(multipart_threshold=16 * MIB, multipart_chunksize=16 * MIB))
+    s3.upload_file(
+        str(big),
+        bucket,
+        "big/model.safetensors",
+        Config=TransferConfig(multipart_threshold=16 * MIB, multipart_chunksize=16 * MIB),
+    )
 
-    code, result = preload("--source-json", s3_source(bucket, "big"), "--key", "big", "--part-size-mb", "16",
-                           "--concurrency", "8", root=root)
+    code, result = preload(
+        "--source-json",
+        s3_source(bucket, "big"),
+        "--key",
+        "big",
+        "--part-size-mb",
+        "16",
+        "--concurrency",
+        "8",
+        root=root,
+    )
 
     assert (code, result["reason"], result["bytes"]) == (0, "Downloaded", size)
     got = cache_dir(root, "big") / "model.safetensors"
@@ -147,8 +174,19 @@ def test_several_download_processes_share_the_files(s3: Any, bucket: str, root: 
     for name, data in files.items():
         put(s3, bucket, f"llama/{name}", data, part_size=5 * MIB if len(data) > 5 * MIB else None)
 
-    code, result = preload("--source-json", s3_source(bucket, "llama"), "--key", "procs", "--processes", "2",
-                           "--concurrency", "4", "--part-size-mb", "5", root=root)
+    code, result = preload(
+        "--source-json",
+        s3_source(bucket, "llama"),
+        "--key",
+        "procs",
+        "--processes",
+        "2",
+        "--concurrency",
+        "4",
+        "--part-size-mb",
+        "5",
+        root=root,
+    )
 
     assert (code, result["reason"], result["files"]) == (0, "Downloaded", len(files))
     assert tree_digests(cache_dir(root, "procs")) == digests(files)

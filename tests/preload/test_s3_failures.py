@@ -43,7 +43,9 @@ def test_empty_prefix_is_not_found_with_a_hint(s3: Any, bucket: str, root: Path)
 def locked_moto() -> Iterator[tuple[MotoServer, dict[str, dict[str, str]]]]:
     """A moto server with IAM checks on: a user who may list but not read, one who may do nothing."""
     server = MotoServer(env=CREDENTIALS).start()
-    admin = dict(endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing")
+    admin = dict(
+        endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     s3, iam = boto3.client("s3", **admin), boto3.client("iam", **admin)
     s3.create_bucket(Bucket="private-models")
     s3.put_object(Bucket="private-models", Key="m/a.bin", Body=b"secret weights")
@@ -62,19 +64,31 @@ def locked_moto() -> Iterator[tuple[MotoServer, dict[str, dict[str, str]]]]:
 
 
 @pytest.mark.parametrize(("user", "processes"), [("lister", "1"), ("nobody", "1"), ("lister", "2")])
-def test_access_denied_by_iam(locked_moto: tuple[MotoServer, dict[str, dict[str, str]]], user: str, processes: str,
-                              env: dict[str, str], monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+def test_access_denied_by_iam(
+    locked_moto: tuple[MotoServer, dict[str, dict[str, str]]],
+    user: str,
+    processes: str,
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    root: Path,
+) -> None:
     server, users = locked_moto
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.url)
     for k, v in users[user].items():
         monkeypatch.setenv(k, v)
-    code, result = preload("--source-json", s3_source("private-models", "m"), "--key", "k", "--processes", processes, root=root)
+    code, result = preload(
+        "--source-json", s3_source("private-models", "m"), "--key", "k", "--processes", processes, root=root
+    )
     assert_failed(code, result, "AccessDenied", "access denied", "IAM role")
     assert not cache_dir(root, "k").exists()
 
 
-def test_unknown_access_key_is_access_denied(locked_moto: tuple[MotoServer, dict[str, dict[str, str]]], env: dict[str, str],
-                                             monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+def test_unknown_access_key_is_access_denied(
+    locked_moto: tuple[MotoServer, dict[str, dict[str, str]]],
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    root: Path,
+) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", locked_moto[0].url)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNKNOWNUNKNOWN00")
     code, result = preload("--source-json", s3_source("private-models", "m"), "--key", "k", root=root)
@@ -82,15 +96,18 @@ def test_unknown_access_key_is_access_denied(locked_moto: tuple[MotoServer, dict
 
 
 @pytest.mark.parametrize("part_size", [None, 5 * MIB], ids=["single-part", "multipart"])
-def test_a_store_returning_corrupt_bytes_is_detected(s3: Any, bucket: str, root: Path, moto: MotoServer,
-                                                      monkeypatch: pytest.MonkeyPatch, part_size: int | None) -> None:
+def test_a_store_returning_corrupt_bytes_is_detected(
+    s3: Any, bucket: str, root: Path, moto: MotoServer, monkeypatch: pytest.MonkeyPatch, part_size: int | None
+) -> None:
     good = os.urandom(12 * MIB)
     put(s3, bucket, "m/weights.bin", good, part_size=part_size)
     put(s3, bucket, "m/config.json", b"{}")
     proxy = CorruptingProxy(moto.url, {f"/{bucket}/m/weights.bin"})
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
     try:
-        code, result = preload("--source-json", s3_source(bucket, "m"), "--key", "bad", "--part-size-mb", "5", root=root)
+        code, result = preload(
+            "--source-json", s3_source(bucket, "m"), "--key", "bad", "--part-size-mb", "5", root=root
+        )
     finally:
         proxy.stop()
     assert_failed(code, result, "ChecksumMismatch", "weights.bin")
@@ -112,7 +129,9 @@ def test_a_store_returning_corrupt_bytes_is_detected(s3: Any, bucket: str, root:
 def test_capacity_preflight_refuses_before_writing(s3: Any, bucket: str, root: Path) -> None:
     put(s3, bucket, "m/a.bin", b"a" * 1000)
     free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
-    code, result = preload("--source-json", s3_source(bucket, "m"), "--key", "huge", "--expected-bytes", str(free * 2), root=root)
+    code, result = preload(
+        "--source-json", s3_source(bucket, "m"), "--key", "huge", "--expected-bytes", str(free * 2), root=root
+    )
     assert_failed(code, result, "InsufficientCapacity", "bytes", "available")
     staged = root / "warmstart" / "weights" / ".staging-huge"
     assert not cache_dir(root, "huge").exists() and not any(p.is_file() for p in staged.rglob("*"))
@@ -132,11 +151,14 @@ def test_model_location_must_stay_relative(env: dict[str, str], root: Path, loca
     assert_failed(code, result, "PathEscape", "modelLocation")
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--source-json", "{not json", "--key", "k"], ["--source-json"]),
-    (["--source-json", '{"modelSourceType": "s3"}', "--key", "k"], ["s3Storage"]),
-    (["--source-json", '{"modelSourceType": "s3"}', "--key", "Bad_Key"], ["cache key"]),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--source-json", "{not json", "--key", "k"], ["--source-json"]),
+        (["--source-json", '{"modelSourceType": "s3"}', "--key", "k"], ["s3Storage"]),
+        (["--source-json", '{"modelSourceType": "s3"}', "--key", "Bad_Key"], ["cache key"]),
+    ],
+)
 def test_bad_input_is_invalid_source(env: dict[str, str], root: Path, args: list[str], words: list[str]) -> None:
     code, result = preload(*args, root=root)
     assert_failed(code, result, "InvalidSource", *words)

@@ -47,11 +47,22 @@ def kill_after_some_files(proc: Any, root: Path, key: str, files: int) -> None:
 
 
 @pytest.mark.parametrize("processes", ["1", "2"])
-def test_sigkill_mid_download_then_rerun_resumes_and_completes(s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path,
-                                                                processes: str) -> None:
+def test_sigkill_mid_download_then_rerun_resumes_and_completes(
+    s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path, processes: str
+) -> None:
     files = upload_model(s3, bucket)
-    args = ["--source-json", s3_source(bucket, "m"), "--key", "resume", "--concurrency", processes, "--part-size-mb", "1",
-            "--processes", processes]
+    args = [
+        "--source-json",
+        s3_source(bucket, "m"),
+        "--key",
+        "resume",
+        "--concurrency",
+        processes,
+        "--part-size-mb",
+        "1",
+        "--processes",
+        processes,
+    ]
     proc = preload_process(*args, root=root, env=env, tlog=tmp_path / "tlog1")
     kill_after_some_files(proc, root, "resume", 2)
 
@@ -67,7 +78,9 @@ def test_sigkill_mid_download_then_rerun_resumes_and_completes(s3: Any, bucket: 
     assert not (root / "warmstart" / "weights" / ".staging-resume").exists()
 
 
-def test_a_staged_file_damaged_between_runs_is_fetched_again(s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path) -> None:
+def test_a_staged_file_damaged_between_runs_is_fetched_again(
+    s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path
+) -> None:
     files = upload_model(s3, bucket)
     args = ["--source-json", s3_source(bucket, "m"), "--key", "damaged", "--concurrency", "1", "--part-size-mb", "1"]
     proc = preload_process(*args, root=root, env=env, tlog=tmp_path / "tlog1")
@@ -86,7 +99,9 @@ def test_a_staged_file_damaged_between_runs_is_fetched_again(s3: Any, bucket: st
     assert tree_digests(cache_dir(root, "damaged")) == digests(files)
 
 
-def test_two_preloads_of_one_key_do_not_corrupt_each_other(s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path) -> None:
+def test_two_preloads_of_one_key_do_not_corrupt_each_other(
+    s3: Any, bucket: str, root: Path, env: dict[str, str], tmp_path: Path
+) -> None:
     files = upload_model(s3, bucket, count=6, size=8 * MIB)
     args = ["--source-json", s3_source(bucket, "m"), "--key", "twice", "--if-missing", "--concurrency", "2"]
     first = preload_process(*args, root=root, env=env, tlog=tmp_path / "tlog1")

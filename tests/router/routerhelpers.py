@@ -9,5 +9,5 @@ def sse_events(raw: bytes) -> list[str]:
     for block in raw.decode().split("\n\n"):
         for line in block.splitlines():
             if line.startswith("data: "):
-                events.append(line[len("data: "):])
+                events.append(line[len("data: ") :])
     return events

@@ -7,9 +7,9 @@ import random
 
 import aiohttp
 from aiohttp import web
+
 from conftest import RouterFactory, RunningRouter, SimFactory
 from routerhelpers import sse_events
-
 from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
 from warmstart.sim.engine import EngineParams
@@ -19,9 +19,12 @@ PROMPT = "shared system prompt for accounting tests. " * 30
 
 def counted(router: RunningRouter, outcome: str | None = None) -> float:
     """Requests the router has accounted (optionally of one outcome)."""
-    return sum(sample.value for metric in router.router.metrics.requests.collect()
-               for sample in metric.samples
-               if sample.name.endswith("_total") and outcome in (None, sample.labels["outcome"]))
+    return sum(
+        sample.value
+        for metric in router.router.metrics.requests.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and outcome in (None, sample.labels["outcome"])
+    )
 
 
 async def settle(router: RunningRouter) -> None:
@@ -40,8 +43,7 @@ async def test_a_thousand_requests_with_random_aborts_leave_every_counter_at_zer
     sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
 ) -> None:
     replicas = await sims(4, EngineParams(time_scale=0.001, max_running=8))
-    router = await routers(RouterConfig(strategy="prefixaware", max_concurrent_requests=6),
-                           [r.url for r in replicas])
+    router = await routers(RouterConfig(strategy="prefixaware", max_concurrent_requests=6), [r.url for r in replicas])
     rng = random.Random(7)
     semaphore = asyncio.Semaphore(40)
     outcomes: dict[str, int] = {}
@@ -62,7 +64,7 @@ async def test_a_thousand_requests_with_random_aborts_leave_every_counter_at_zer
                     else:
                         await response.read()
                         assert response.status == 200
-            except (asyncio.TimeoutError, aiohttp.ClientError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
         outcomes[mode] = outcomes.get(mode, 0) + 1
 
@@ -100,7 +102,7 @@ async def test_backend_killed_mid_stream_ends_with_an_error_event(
     assert '"upstream_error"' in events[-1]
     await settle(router)
     assert router.router.status()["inflight"] == 0
-    text = (await (await client.get(router.url + "/metrics")).text())
+    text = await (await client.get(router.url + "/metrics")).text()
     assert f'outcome="error",replica="{replica.url}"' in text
 
 
@@ -118,7 +120,10 @@ async def test_refused_connection_is_retried_once_on_the_next_candidate(
     status = {b["url"]: b for b in router.router.status()["backends"]}
     assert status[refused_url]["inflight"] == 0 and status[replica.url]["inflight"] == 0
     text = await (await client.get(router.url + "/metrics")).text()
-    assert f'warmstart_router_requests_total{{outcome="refused",replica="{refused_url}",strategy="roundrobin"}} 2.0' in text
+    assert (
+        f'warmstart_router_requests_total{{outcome="refused",replica="{refused_url}",strategy="roundrobin"}} 2.0'
+        in text
+    )
 
 
 async def test_all_candidates_refusing_gives_502_after_one_retry(

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import aiohttp
-from conftest import RouterFactory, SimFactory
 
+from conftest import RouterFactory, SimFactory
 from warmstart.api.routers import RouterConfig
 
 
@@ -18,8 +18,9 @@ async def error_of(response: aiohttp.ClientResponse) -> dict[str, object]:
 async def test_malformed_json_is_400(sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession) -> None:
     [replica] = await sims(1)
     router = await routers(RouterConfig(), [replica.url])
-    async with client.post(router.url + "/v1/completions", data=b"{not json",
-                           headers={"Content-Type": "application/json"}) as response:
+    async with client.post(
+        router.url + "/v1/completions", data=b"{not json", headers={"Content-Type": "application/json"}
+    ) as response:
         assert response.status == 400
         assert (await error_of(response))["code"] == 400
     async with client.post(router.url + "/v1/chat/completions", json=[1, 2]) as response:
@@ -27,12 +28,14 @@ async def test_malformed_json_is_400(sims: SimFactory, routers: RouterFactory, c
     assert replica.replica.engine.counters.requests == 0
 
 
-async def test_wrong_content_type_is_415(sims: SimFactory, routers: RouterFactory,
-                                         client: aiohttp.ClientSession) -> None:
+async def test_wrong_content_type_is_415(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
     [replica] = await sims(1)
     router = await routers(RouterConfig(), [replica.url])
-    async with client.post(router.url + "/v1/completions", data=b'{"prompt": "x"}',
-                           headers={"Content-Type": "text/plain"}) as response:
+    async with client.post(
+        router.url + "/v1/completions", data=b'{"prompt": "x"}', headers={"Content-Type": "text/plain"}
+    ) as response:
         assert response.status == 415
         await error_of(response)
 
@@ -43,17 +46,19 @@ async def test_oversized_body_is_413_with_and_without_content_length(
     [replica] = await sims(1)
     router = await routers(RouterConfig(max_body_bytes=2048), [replica.url])
     big = b'{"prompt": "' + b"x" * 5000 + b'"}'
-    async with client.post(router.url + "/v1/completions", data=big,
-                           headers={"Content-Type": "application/json"}) as response:
+    async with client.post(
+        router.url + "/v1/completions", data=big, headers={"Content-Type": "application/json"}
+    ) as response:
         assert response.status == 413
         await error_of(response)
 
     async def chunked() -> object:
         for start in range(0, len(big), 1000):
-            yield big[start:start + 1000]
+            yield big[start : start + 1000]
 
-    async with client.post(router.url + "/v1/completions", data=chunked(),
-                           headers={"Content-Type": "application/json"}) as response:
+    async with client.post(
+        router.url + "/v1/completions", data=chunked(), headers={"Content-Type": "application/json"}
+    ) as response:
         assert response.status == 413
     assert replica.replica.engine.counters.requests == 0
 

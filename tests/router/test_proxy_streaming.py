@@ -7,9 +7,9 @@ import json
 
 import aiohttp
 from aiohttp import web
+
 from conftest import RouterFactory, SimFactory
 from routerhelpers import sse_events
-
 from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
 
@@ -48,12 +48,17 @@ async def test_sse_is_relayed_chunk_by_chunk(routers: RouterFactory, client: aio
         await runner.cleanup()
 
 
-async def test_streamed_chat_matches_the_replicas_output(sims: SimFactory, routers: RouterFactory,
-                                                         client: aiohttp.ClientSession) -> None:
+async def test_streamed_chat_matches_the_replicas_output(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
     [replica] = await sims(1)
     router = await routers(RouterConfig(strategy="prefixaware"), [replica.url])
-    body = {"messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": "hi"}],
-            "max_tokens": 12, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": "hi"}],
+        "max_tokens": 12,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     async with client.post(router.url + "/v1/chat/completions", json=body) as response:
         assert response.status == 200
         events = sse_events(await response.read())
@@ -65,12 +70,21 @@ async def test_streamed_chat_matches_the_replicas_output(sims: SimFactory, route
     assert len(chunks) == 13  # 12 one-token chunks and the usage chunk
 
 
-async def test_every_strategy_serves_through_the_proxy(sims: SimFactory, routers: RouterFactory,
-                                                       client: aiohttp.ClientSession) -> None:
+async def test_every_strategy_serves_through_the_proxy(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
     replicas = await sims(3)
     urls = [r.url for r in replicas]
-    for strategy in ("random", "roundrobin", "leastoutstanding", "least_outstanding_requests", "session",
-                     "prefixaware", "prefix_aware", "kvaware"):
+    for strategy in (
+        "random",
+        "roundrobin",
+        "leastoutstanding",
+        "least_outstanding_requests",
+        "session",
+        "prefixaware",
+        "prefix_aware",
+        "kvaware",
+    ):
         router = await routers(RouterConfig(strategy=strategy), urls)
         for i in range(6):
             body = {"prompt": PROMPT + str(i), "max_tokens": 3, "user": f"u{i % 2}"}
@@ -83,8 +97,9 @@ async def test_every_strategy_serves_through_the_proxy(sims: SimFactory, routers
         assert sum(b["served"] for b in status["backends"]) == 6
 
 
-async def test_prefixaware_sends_a_shared_prefix_to_one_replica(sims: SimFactory, routers: RouterFactory,
-                                                                client: aiohttp.ClientSession) -> None:
+async def test_prefixaware_sends_a_shared_prefix_to_one_replica(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
     replicas = await sims(4)
     router = await routers(RouterConfig(strategy="prefixaware"), [r.url for r in replicas])
     served, cached = set(), []
@@ -98,21 +113,26 @@ async def test_prefixaware_sends_a_shared_prefix_to_one_replica(sims: SimFactory
     assert cached[0] == 0 and all(c > 200 for c in cached[1:])
 
 
-async def test_session_header_pins_a_session(sims: SimFactory, routers: RouterFactory,
-                                             client: aiohttp.ClientSession) -> None:
+async def test_session_header_pins_a_session(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
     replicas = await sims(4)
     router = await routers(RouterConfig(strategy="session"), [r.url for r in replicas])
     for session in ("alice", "bob", "carol"):
         served = set()
         for i in range(4):
-            async with client.post(router.url + "/v1/completions", json={"prompt": f"p{i}", "max_tokens": 1},
-                                   headers={"x-session-id": session}) as response:
+            async with client.post(
+                router.url + "/v1/completions",
+                json={"prompt": f"p{i}", "max_tokens": 1},
+                headers={"x-session-id": session},
+            ) as response:
                 served.add(response.headers["x-sim-replica"])
         assert len(served) == 1
 
 
-async def test_models_health_status_and_metrics(sims: SimFactory, routers: RouterFactory,
-                                                client: aiohttp.ClientSession) -> None:
+async def test_models_health_status_and_metrics(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
     [replica] = await sims(1)
     router = await routers(RouterConfig(strategy="prefixaware"), [replica.url])
     async with client.get(router.url + "/v1/models") as response:

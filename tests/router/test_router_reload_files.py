@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import aiohttp
-from conftest import RouterFactory, SimFactory
 
+from conftest import RouterFactory, SimFactory
 from warmstart.api.routers import RouterConfig
 from warmstart.router import discovery
 
@@ -33,8 +33,9 @@ def touch(path: Path, text: str, bump: int) -> None:
     os.utime(path, (stat.st_atime, stat.st_mtime + bump))  # a new mtime even on coarse clocks
 
 
-async def test_strategy_and_replicas_change_live(tmp_path: Path, sims: SimFactory, routers: RouterFactory,
-                                                 client: aiohttp.ClientSession) -> None:
+async def test_strategy_and_replicas_change_live(
+    tmp_path: Path, sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
     replicas = await sims(3)
     config_file, backends_file = tmp_path / "router.yaml", tmp_path / "backends"
     touch(config_file, RouterConfig(strategy="random").to_yaml(), 0)
@@ -49,8 +50,7 @@ async def test_strategy_and_replicas_change_live(tmp_path: Path, sims: SimFactor
 
         touch(config_file, "strategy: prefix_aware\nmaxConcurrentRequests: 16\n", 5)
         touch(backends_file, f"{replicas[1].url}, {replicas[2].url}  # two now\n", 5)
-        now = await wait_for(lambda s: s["strategy"] == "prefixaware" and len(s["backends"]) == 2,
-                             client, router.url)
+        now = await wait_for(lambda s: s["strategy"] == "prefixaware" and len(s["backends"]) == 2, client, router.url)
         assert now["strategy"] == "prefixaware"
         assert now["config"]["maxConcurrentRequests"] == 16  # type: ignore[index]
         assert sorted(b["url"] for b in now["backends"]) == sorted([replicas[1].url, replicas[2].url])  # type: ignore[union-attr]

@@ -41,14 +41,21 @@ def health(kind: str, obj: dict[str, Any]) -> dict[str, str]:
 
 
 def endpoint(kind: str, status: EndpointStatus | None, generation: int = 1) -> dict[str, Any]:
-    body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": "m", "generation": generation}, "spec": {}}
+    body: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"name": "m", "generation": generation},
+        "spec": {},
+    }
     if status is not None:
         body["status"] = status.to_api()
     return body
 
 
 def cond(type_: str, status: bool, reason: str, message: str = "") -> Condition:
-    return Condition(type=type_, status=ConditionStatus.TRUE if status else ConditionStatus.FALSE, reason=reason, message=message)
+    return Condition(
+        type=type_, status=ConditionStatus.TRUE if status else ConditionStatus.FALSE, reason=reason, message=message
+    )
 
 
 ENDPOINT_CASES: list[tuple[str, EndpointStatus | None, str, str]] = [
@@ -78,7 +85,10 @@ ENDPOINT_CASES: list[tuple[str, EndpointStatus | None, str, str]] = [
         EndpointStatus(
             state=EndpointState.DEPLOYMENT_COMPLETE,
             observed_generation=1,
-            conditions=[cond("Ready", True, "Serving", "2/2 replicas available, 2 updated"), cond("Degraded", False, "AsExpected")],
+            conditions=[
+                cond("Ready", True, "Serving", "2/2 replicas available, 2 updated"),
+                cond("Degraded", False, "AsExpected"),
+            ],
         ),
         "Healthy",
         "2/2 replicas available",
@@ -106,9 +116,24 @@ ENDPOINT_CASES: list[tuple[str, EndpointStatus | None, str, str]] = [
         "Degraded",
         "acceptEula",
     ),
-    ("failed without a message", EndpointStatus(state=EndpointState.DEPLOYMENT_FAILED, observed_generation=1), "Degraded", "DeploymentFailed"),
-    ("deleting", EndpointStatus(state=EndpointState.DELETION_IN_PROGRESS, observed_generation=1), "Progressing", "DeletionInProgress"),
-    ("deletion failed", EndpointStatus(state=EndpointState.DELETION_FAILED, observed_generation=1), "Degraded", "DeletionFailed"),
+    (
+        "failed without a message",
+        EndpointStatus(state=EndpointState.DEPLOYMENT_FAILED, observed_generation=1),
+        "Degraded",
+        "DeploymentFailed",
+    ),
+    (
+        "deleting",
+        EndpointStatus(state=EndpointState.DELETION_IN_PROGRESS, observed_generation=1),
+        "Progressing",
+        "DeletionInProgress",
+    ),
+    (
+        "deletion failed",
+        EndpointStatus(state=EndpointState.DELETION_FAILED, observed_generation=1),
+        "Degraded",
+        "DeletionFailed",
+    ),
 ]
 
 
@@ -122,7 +147,9 @@ def test_endpoint_health(kind: str, case: str, status: EndpointStatus | None, ex
 
 @pytest.mark.parametrize("kind", ["InferenceEndpointConfig", "JumpStartModel"])
 def test_a_complete_status_for_an_older_generation_is_still_progressing(kind: str) -> None:
-    status = EndpointStatus(state=EndpointState.DEPLOYMENT_COMPLETE, observed_generation=1, conditions=[cond("Ready", True, "Serving")])
+    status = EndpointStatus(
+        state=EndpointState.DEPLOYMENT_COMPLETE, observed_generation=1, conditions=[cond("Ready", True, "Serving")]
+    )
     result = health(kind, endpoint(kind, status, generation=2))
     assert result == {"status": "Progressing", "message": "Waiting for the operator to observe generation 2"}
 
@@ -140,7 +167,9 @@ CACHE_CASES: list[tuple[CacheState | None, str]] = [
 
 @pytest.mark.parametrize(("state", "expected"), CACHE_CASES, ids=[str(c[0]) for c in CACHE_CASES])
 def test_weights_cache_health(state: CacheState | None, expected: str) -> None:
-    status = ModelDataCacheConfigStatus(state=state, ready_nodes=2, target_nodes=4, message="InsufficientCapacity on node-3")
+    status = ModelDataCacheConfigStatus(
+        state=state, ready_nodes=2, target_nodes=4, message="InsufficientCapacity on node-3"
+    )
     body = {"kind": "ModelDataCacheConfig", "metadata": {"name": "weights-abc"}, "status": status.to_api()}
     result = health("ModelDataCacheConfig", body)
     assert result["status"] == expected
@@ -151,7 +180,9 @@ def test_weights_cache_health(state: CacheState | None, expected: str) -> None:
 @pytest.mark.parametrize(("state", "expected"), CACHE_CASES, ids=[str(c[0]) for c in CACHE_CASES])
 def test_image_cache_health(state: CacheState | None, expected: str) -> None:
     status = ModelImageCacheStatus(state=state, ready_nodes=3, target_nodes=3, image="vllm/vllm-openai:latest")
-    result = health("ModelImageCache", {"kind": "ModelImageCache", "metadata": {"name": "image-abc"}, "status": status.to_api()})
+    result = health(
+        "ModelImageCache", {"kind": "ModelImageCache", "metadata": {"name": "image-abc"}, "status": status.to_api()}
+    )
     assert result["status"] == expected
 
 
@@ -175,7 +206,10 @@ def argocd_cm() -> str:
     """The argocd-cm ConfigMap with one health customization per kind, taken verbatim from the Lua files."""
     dumper = type("Dumper", (yaml.SafeDumper,), {})
     dumper.add_representer(_Literal, _literal)
-    data = {f"resource.customizations.health.{GROUP}_{kind}": _Literal((HEALTH / name).read_text()) for kind, name in KINDS.items()}
+    data = {
+        f"resource.customizations.health.{GROUP}_{kind}": _Literal((HEALTH / name).read_text())
+        for kind, name in KINDS.items()
+    }
     manifest = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -34,13 +34,15 @@ VALUES: dict[str, dict[str, Any]] = {
         "jumpstart": {"region": "us-east-1", "bucket": "my-jumpstart-mirror", "gatedBucket": "my-gated-mirror"},
         "preload": {"env": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}, "podAnnotations": {"team": "ml"}},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
-        "networkPolicy": {"enabled": True, "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
+        "networkPolicy": {
+            "enabled": True,
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        },
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "priorityClassName": "system-cluster-critical",
     },
 }
-
 
 
 def run_helm(helm: pathlib.Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -82,7 +84,17 @@ def test_helm_lint_passes_for_every_values_set(helm: pathlib.Path, tmp_path: pat
     for name, values in VALUES.items():
         values_file = tmp_path / f"{name}.yaml"
         values_file.write_text(yaml.safe_dump(values))
-        result = run_helm(helm, "lint", str(CHART), "--strict", "--values", str(values_file), "--kube-version", KUBE_VERSION, check=False)
+        result = run_helm(
+            helm,
+            "lint",
+            str(CHART),
+            "--strict",
+            "--values",
+            str(values_file),
+            "--kube-version",
+            KUBE_VERSION,
+            check=False,
+        )
         assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
 
 
@@ -101,7 +113,9 @@ def test_rbac_has_no_wildcards(helm: pathlib.Path, tmp_path: pathlib.Path, name:
     for role in roles:
         for rule in role["rules"]:
             for field in ("verbs", "resources", "apiGroups", "resourceNames", "nonResourceURLs"):
-                assert not any("*" in item for item in rule.get(field, [])), f"{role['metadata']['name']}: {field} {rule}"
+                assert not any("*" in item for item in rule.get(field, [])), (
+                    f"{role['metadata']['name']}: {field} {rule}"
+                )
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
 
@@ -115,12 +129,20 @@ def _rules(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
     return granted
 
 
-def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     granted = _rules(documents(template(helm, {}, tmp_path)))
     assert granted[("", "nodes")] == {"get", "list", "watch", "patch"}
     assert granted[("", "pods")] == {"get", "list", "watch"}
     full = {"get", "list", "watch", "create", "patch", "update", "delete"}
-    for key in [("batch", "jobs"), ("apps", "daemonsets"), ("apps", "deployments"), ("", "services"), ("", "configmaps")]:
+    for key in [
+        ("batch", "jobs"),
+        ("apps", "daemonsets"),
+        ("apps", "deployments"),
+        ("", "services"),
+        ("", "configmaps"),
+    ]:
         assert granted[key] == full, key
     group = "inference.sagemaker.aws.amazon.com"
     for plural in ("inferenceendpointconfigs", "jumpstartmodels", "modeldatacacheconfigs", "modelimagecaches"):
@@ -148,7 +170,9 @@ def test_chart_crds_are_the_generated_crds(helm: pathlib.Path) -> None:
     top = {p.name: p.read_bytes() for p in (ROOT / "crds").glob("*.yaml")}
     chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
     assert top, "no top-level CRDs"
-    assert {name: chart.get(name) for name in top} == top, "charts/warmstart/crds differs from crds/: copy them (make crds)"
+    assert {name: chart.get(name) for name in top} == top, (
+        "charts/warmstart/crds differs from crds/: copy them (make crds)"
+    )
     assert set(chart) - set(top) == {"kopf.dev_peerings.yaml"}, "only kopf's peering CRDs may be extra"
 
 
@@ -189,7 +213,9 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.render.preload_pod_annotations == {"team": "ml"}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
     (account,) = by_kind(docs, "ServiceAccount")
-    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/warmstart-operator"}
+    assert account["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/warmstart-operator"
+    }
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
 
 
@@ -221,10 +247,14 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"preload": {"env": {"RETRIES": 3}}}, "/preload/env/RETRIES"),
     ],
 )
-def test_bad_values_fail_with_a_clear_message(helm: pathlib.Path, tmp_path: pathlib.Path, values: dict[str, Any], message: str) -> None:
+def test_bad_values_fail_with_a_clear_message(
+    helm: pathlib.Path, tmp_path: pathlib.Path, values: dict[str, Any], message: str
+) -> None:
     values_file = tmp_path / "bad.yaml"
     values_file.write_text(yaml.safe_dump(values))
-    result = run_helm(helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--values", str(values_file), check=False)
+    result = run_helm(
+        helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--values", str(values_file), check=False
+    )
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr
     assert message in result.stderr, result.stderr

@@ -29,7 +29,11 @@ def _crd(plural: str) -> dict:
 def test_scale_subresource_on_endpoints_only() -> None:
     for plural in ("inferenceendpointconfigs", "jumpstartmodels"):
         sub = _crd(plural)["spec"]["versions"][0]["subresources"]
-        assert sub["scale"] == {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}
+        assert sub["scale"] == {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }
     for plural in ("modeldatacacheconfigs", "modelimagecaches"):
         assert _crd(plural)["spec"]["versions"][0]["subresources"] == {"status": {}}
 
@@ -46,7 +50,9 @@ def test_schemas_are_structural() -> None:
 
     def walk(node: dict, path: str) -> None:
         assert "$ref" not in node and "anyOf" not in node, path
-        assert "type" in node or node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields"), path
+        assert (
+            "type" in node or node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields")
+        ), path
         assert node.get("type") != "null", path
         for name, child in node.get("properties", {}).items():
             walk(child, f"{path}.{name}")

@@ -35,7 +35,9 @@ def _dockerfile_copy_sources() -> set[str]:
 
 
 def test_the_staged_context_holds_what_the_dockerfile_copies_and_dockerignore_admits() -> None:
-    admitted = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    admitted = {
+        line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
+    }
     assert admitted == set(projectimage.CONTEXT) - {projectimage.DOCKERFILE}
     assert _dockerfile_copy_sources() <= set(projectimage.CONTEXT)
     files = {path.as_posix() for path in projectimage.context_files(ROOT)}
@@ -118,7 +120,9 @@ Successfully tagged localhost/warmstart:0.1.0-0051fcc2fa5b
 
 def test_pruning_keeps_what_the_build_used_and_the_newest_tags() -> None:
     assert pruning.used_image_ids(BUILD_OUTPUT) == {
-        "6edae6fe5e5a4f1f90894647d32113353a72435e86962c91b6531e8780e50c75", "6edae6fe5e5", "d3142e2d359",
+        "6edae6fe5e5a4f1f90894647d32113353a72435e86962c91b6531e8780e50c75",
+        "6edae6fe5e5",
+        "d3142e2d359",
     }
     tags = [
         ("localhost/warmstart:0.1.0-old1", 100),
@@ -130,7 +134,8 @@ def test_pruning_keeps_what_the_build_used_and_the_newest_tags() -> None:
     assert pruning.stale_tags(tags, "localhost/warmstart:0.1.0-new", newest=3) == ["localhost/warmstart:0.1.0-old1"]
     # the current tag stays even when it is not among the newest
     assert pruning.stale_tags(tags, "localhost/warmstart:0.1.0-old1", newest=1) == [
-        "localhost/warmstart:0.1.0-old3", "localhost/warmstart:0.1.0-old2",
+        "localhost/warmstart:0.1.0-old3",
+        "localhost/warmstart:0.1.0-old2",
     ]
     assert pruning.stale_tags(tags, "localhost/warmstart-base:bookworm-x", newest=3) == []
 
@@ -159,9 +164,7 @@ def test_an_unknown_image_kind_fails_the_cli_before_building(capsys: pytest.Capt
 @pytest.mark.skipif(
     not all(shutil.which(tool) for tool in ("gcc", "umoci")), reason="gcc and umoci (scripts/install-host-packages.sh)"
 )
-def test_the_small_images_are_one_static_binary_each(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_small_images_are_one_static_binary_each(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     pause = smallimages.ensure(smallimages.PAUSE)
     shellless = smallimages.ensure(smallimages.SHELLLESS)
@@ -170,12 +173,17 @@ def test_the_small_images_are_one_static_binary_each(
     layout = tmp_path / "warmstart/images/oci"
     for image, binary, user in ((pause, "pause", "65535:65535"), (shellless, "hello", None)):
         unpacked = tmp_path / binary
-        subprocess.run(["umoci", "raw", "unpack", "--image", image.source.removeprefix("oci:"), str(unpacked)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["umoci", "raw", "unpack", "--image", image.source.removeprefix("oci:"), str(unpacked)],
+            check=True,
+            capture_output=True,
+        )
         assert sorted(path.name for path in unpacked.iterdir()) == [binary]  # no shell, no libc, nothing else
         assert _static_elf((unpacked / binary).read_bytes())
         index = json.loads((layout / "index.json").read_text())
-        assert any(m["annotations"]["org.opencontainers.image.ref.name"] == image.source.rsplit(":", 1)[1]
-                   for m in index["manifests"])
+        assert any(
+            m["annotations"]["org.opencontainers.image.ref.name"] == image.source.rsplit(":", 1)[1]
+            for m in index["manifests"]
+        )
     shellless_run = subprocess.run([str(tmp_path / "hello" / "hello")], capture_output=True, text=True)
     assert shellless_run.stdout == "warmstart shell-less test image\n"

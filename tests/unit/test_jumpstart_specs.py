@@ -9,7 +9,9 @@ from warmstart.api import jumpstartspecs as jumpstart
 VERSIONS = ["1.0.0", "1.2.3", "1.10.0", "2.0.1", "2.0.10"]
 
 
-@pytest.mark.parametrize(("requested", "chosen"), [(None, "2.0.10"), ("*", "2.0.10"), ("1.*", "1.10.0"), ("2.0.1", "2.0.1")])
+@pytest.mark.parametrize(
+    ("requested", "chosen"), [(None, "2.0.10"), ("*", "2.0.10"), ("1.*", "1.10.0"), ("2.0.1", "2.0.1")]
+)
 def test_pick_version(requested: str | None, chosen: str) -> None:
     assert jumpstart.pick_version("m", requested, VERSIONS) == chosen
 
@@ -28,7 +30,8 @@ def test_family(instance: str, fam: str) -> None:
 
 def test_top_ranked_config_components_merge_deeply_in_order() -> None:
     spec = {
-        "a": 1, "nested": {"x": 1, "y": 1},
+        "a": 1,
+        "nested": {"x": 1, "y": 1},
         "inference_config_rankings": {"overall": {"rankings": ["fast", "slow"]}},
         "inference_configs": {"fast": {"component_names": ["c1", "c2"]}},
         "inference_config_components": {"c1": {"nested": {"y": 2}, "a": 2}, "c2": {"a": 3}, "slow": {"a": 9}},
@@ -39,8 +42,19 @@ def test_top_ranked_config_components_merge_deeply_in_order() -> None:
 
 
 def test_bucket_names_and_overrides() -> None:
-    assert jumpstart.buckets("us-west-2", {}) == ("jumpstart-cache-prod-us-west-2", "jumpstart-private-cache-prod-us-west-2")
-    assert jumpstart.buckets("us-west-2", {"WARMSTART_JUMPSTART_BUCKET": "a", "AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE": "b"})[0] == "a"
+    assert jumpstart.buckets("us-west-2", {}) == (
+        "jumpstart-cache-prod-us-west-2",
+        "jumpstart-private-cache-prod-us-west-2",
+    )
+    assert (
+        jumpstart.buckets(
+            "us-west-2", {"WARMSTART_JUMPSTART_BUCKET": "a", "AWS_JUMPSTART_CONTENT_BUCKET_OVERRIDE": "b"}
+        )[0]
+        == "a"
+    )
     assert jumpstart.buckets("x", {"AWS_JUMPSTART_GATED_CONTENT_BUCKET_OVERRIDE": "g"})[1] == "g"
     overridden = {"WARMSTART_JUMPSTART_BUCKET": "a", "AWS_JUMPSTART_GATED_CONTENT_BUCKET_OVERRIDE": "g"}
-    assert jumpstart.buckets("x", overridden, "mirror", "gated-mirror") == ("mirror", "gated-mirror")  # the operator's settings win
+    assert jumpstart.buckets("x", overridden, "mirror", "gated-mirror") == (
+        "mirror",
+        "gated-mirror",
+    )  # the operator's settings win

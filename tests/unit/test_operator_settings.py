@@ -6,7 +6,9 @@ from warmstart.controllers import running, settings
 
 
 def test_environment_is_read_into_settings() -> None:
-    read = settings.from_env({"WARMSTART_RESYNC_SECONDS": "3.5", "WARMSTART_PEERING": "warmstart", "WARMSTART_PEERING_PRIORITY": "7"})
+    read = settings.from_env(
+        {"WARMSTART_RESYNC_SECONDS": "3.5", "WARMSTART_PEERING": "warmstart", "WARMSTART_PEERING_PRIORITY": "7"}
+    )
     assert read.resync_seconds == 3.5
     assert read.peering == "warmstart" and read.peering_priority == 7
 
@@ -33,4 +35,3 @@ def test_drift_timers_run_at_the_configured_resync_interval() -> None:
         "tick_weights_cache": 1.0,  # weights caches tick each second and check the resync interval themselves
     }
     assert len(timers) == 4
-

@@ -16,7 +16,9 @@ def affinity(*terms: list[dict[str, Any]], fields: list[dict[str, Any]] | None =
     node_terms = [{"matchExpressions": exprs} for exprs in terms]
     if fields is not None:
         node_terms.append({"matchFields": fields})
-    return NodeAffinity.model_validate({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": node_terms}})
+    return NodeAffinity.model_validate(
+        {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": node_terms}}
+    )
 
 
 def expr(key: str, operator: str, *values: str) -> dict[str, Any]:
@@ -66,14 +68,18 @@ def test_match_fields_select_by_node_name() -> None:
 def test_node_selector_must_match_every_label_and_combines_with_affinity() -> None:
     assert placement.node_matches(G5, "n1", node_selector={"zone": "a", "gpus": "4"})
     assert not placement.node_matches(G5, "n1", node_selector={"zone": "a", "gpus": "8"})
-    assert not placement.node_matches(G5, "n1", node_selector={"zone": "a"}, node_affinity=affinity([expr("zone", "In", "b")]))
+    assert not placement.node_matches(
+        G5, "n1", node_selector={"zone": "a"}, node_affinity=affinity([expr("zone", "In", "b")])
+    )
     assert placement.node_matches(G5, "n1")
 
 
 def test_instance_type_affinity_targets_those_types() -> None:
     wanted = placement.instance_type_affinity(["ml.g5.24xlarge"])
     assert placement.node_matches(G5, "n1", node_affinity=wanted)
-    assert not placement.node_matches({**G5, "node.kubernetes.io/instance-type": "ml.g5.xlarge"}, "n1", node_affinity=wanted)
+    assert not placement.node_matches(
+        {**G5, "node.kubernetes.io/instance-type": "ml.g5.xlarge"}, "n1", node_affinity=wanted
+    )
 
 
 def test_capacity_from_annotation_then_table_then_unknown() -> None:

@@ -67,7 +67,10 @@ def test_parse_size(text: str, expected: int) -> None:
     assert planning.parse_size(text) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [("1.25GB/s", 1.25 * GB), ("10Gbps", 1.25 * GB), ("10Gbit/s", 1.25 * GB), ("500MB/s", 0.5 * GB)])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1.25GB/s", 1.25 * GB), ("10Gbps", 1.25 * GB), ("10Gbit/s", 1.25 * GB), ("500MB/s", 0.5 * GB)],
+)
 def test_parse_rate(text: str, expected: float) -> None:
     assert planning.parse_rate(text) == pytest.approx(expected)
 
@@ -86,7 +89,9 @@ def test_parse_target() -> None:
 
 
 def test_main_prints_the_table_and_the_sentence(capsys: pytest.CaptureFixture[str]) -> None:
-    code = planning.main(["--size", "300GB", "--instance-type", "ml.g5.xlarge=4", "--instance-type", "ml.g5.24xlarge=4"])
+    code = planning.main(
+        ["--size", "300GB", "--instance-type", "ml.g5.xlarge=4", "--instance-type", "ml.g5.24xlarge=4"]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "300 GB model does not fit ml.g5.xlarge: 315.0 GB needed with margin, 250 GB NVMe" in out
@@ -131,19 +136,34 @@ def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_source_json_lists_s3_and_sums_sizes(s3_endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
     s3 = boto3.client("s3", region_name="us-west-2")
     s3.create_bucket(Bucket="models", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    for name, size in {"a/config.json": 100, "a/model-1.safetensors": 3000, "a/model-2.safetensors": 2000, "ab/other": 7}.items():
+    for name, size in {
+        "a/config.json": 100,
+        "a/model-1.safetensors": 3000,
+        "a/model-2.safetensors": 2000,
+        "ab/other": 7,
+    }.items():
         s3.put_object(Bucket="models", Key=name, Body=b"x" * size)
     for location in ("a/", "a"):  # the folder "a", as the preloader would cache it: "ab/other" is not in it
-        source = {"modelSourceType": "s3", "s3Storage": {"bucketName": "models", "region": "us-west-2"}, "modelLocation": location}
+        source = {
+            "modelSourceType": "s3",
+            "s3Storage": {"bucketName": "models", "region": "us-west-2"},
+            "modelLocation": location,
+        }
         assert planning.main(["--source-json", json.dumps(source), "--instance-type", "ml.g5.xlarge", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["modelBytes"] == 5100
 
 
-def test_source_json_with_an_empty_prefix_is_a_clear_error(s3_endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_source_json_with_an_empty_prefix_is_a_clear_error(
+    s3_endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     boto3.client("s3", region_name="us-west-2").create_bucket(
         Bucket="empty", CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
     )
-    source = {"modelSourceType": "s3", "s3Storage": {"bucketName": "empty", "region": "us-west-2"}, "modelLocation": "m"}
+    source = {
+        "modelSourceType": "s3",
+        "s3Storage": {"bucketName": "empty", "region": "us-west-2"},
+        "modelLocation": "m",
+    }
     assert planning.main(["--source-json", json.dumps(source)]) == 2
     assert "s3://empty/m/: no objects under this prefix" in capsys.readouterr().err
 

@@ -24,20 +24,33 @@ class RecordingStore(Store):
         super().__init__(api=None)
         self.patches: list[tuple[str, str, dict[str, Any], str]] = []
 
-    def merge_patch(self, api_version: str, kind: str, name: str, patch: dict[str, Any], namespace: str | None = None, *, subresource: str = "") -> dict[str, Any]:
+    def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str = "",
+    ) -> dict[str, Any]:
         self.patches.append((kind, name, patch, subresource))
         return {}
 
 
 def test_unchanged_status_writes_nothing() -> None:
     store = RecordingStore()
-    assert not handling.write_status(store, "ModelImageCache", BODY, {"state": "Ready", "readyNodes": 2}, {"readyNodes": 2, "state": "Ready"})
+    assert not handling.write_status(
+        store, "ModelImageCache", BODY, {"state": "Ready", "readyNodes": 2}, {"readyNodes": 2, "state": "Ready"}
+    )
     assert store.patches == []
 
 
 def test_changed_status_is_patched_on_the_status_subresource_and_dropped_fields_are_removed() -> None:
     store = RecordingStore()
-    assert handling.write_status(store, "ModelImageCache", BODY, {"state": "Pending", "message": "pulling"}, {"state": "Ready"})
+    assert handling.write_status(
+        store, "ModelImageCache", BODY, {"state": "Pending", "message": "pulling"}, {"state": "Ready"}
+    )
     assert store.patches == [("ModelImageCache", "c", {"status": {"message": None, "state": "Ready"}}, "status")]
 
 
@@ -63,13 +76,18 @@ def test_a_finalizer_never_gives_up(error: Exception) -> None:
 def test_an_invalid_spec_is_permanent_and_a_valid_one_is_its_model() -> None:
     with pytest.raises(kopf.PermanentError, match="invalid spec"):
         handling.spec({**BODY, "spec": {}}, ModelImageCacheSpec)
-    assert handling.spec({**BODY, "spec": {"image": "vllm/vllm-openai:v0.6.0"}}, ModelImageCacheSpec).image == "vllm/vllm-openai:v0.6.0"
+    assert (
+        handling.spec({**BODY, "spec": {"image": "vllm/vllm-openai:v0.6.0"}}, ModelImageCacheSpec).image
+        == "vllm/vllm-openai:v0.6.0"
+    )
 
 
 def test_a_missing_or_unreadable_status_reads_as_none() -> None:
     assert handling.stored_status(BODY, ModelImageCacheStatus) is None
     assert handling.stored_status({**BODY, "status": {"readyNodes": "many"}}, ModelImageCacheStatus) is None
-    assert handling.stored_status({**BODY, "status": {"readyNodes": 3}}, ModelImageCacheStatus) == ModelImageCacheStatus(ready_nodes=3)
+    assert handling.stored_status(
+        {**BODY, "status": {"readyNodes": 3}}, ModelImageCacheStatus
+    ) == ModelImageCacheStatus(ready_nodes=3)
 
 
 def test_one_lock_per_object() -> None:

@@ -42,9 +42,7 @@ class Condition(ApiModel):
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="One CamelCase word saying why the condition has this status.")
     message: str = Field(default="", description="Human-readable detail.")
-    last_transition_time: str | None = Field(
-        default=None, description="When the status last flipped (RFC 3339)."
-    )
+    last_transition_time: str | None = Field(default=None, description="When the status last flipped (RFC 3339).")
     observed_generation: int | None = Field(
         default=None, description="The .metadata.generation this condition was computed from."
     )

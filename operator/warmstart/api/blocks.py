@@ -29,14 +29,18 @@ class WeightsCache(ApiModel):
         },
     )
     model_size_bytes: int | None = Field(
-        default=None, ge=0, description="warmstart extension: expected model size, for the NVMe capacity pre-check before any download."
+        default=None,
+        ge=0,
+        description="warmstart extension: expected model size, for the NVMe capacity pre-check before any download.",
     )
 
 
 class ImageCache(ApiModel):
     """Pre-pull the inference image on each target node."""
 
-    enabled: bool = Field(default=False, description="Run a pre-pull DaemonSet on the target nodes. Never blocks the deployment.")
+    enabled: bool = Field(
+        default=False, description="Run a pre-pull DaemonSet on the target nodes. Never blocks the deployment."
+    )
 
 
 class ModelCacheConfig(ApiModel):
@@ -54,14 +58,18 @@ class IntelligentRoutingSpec(ApiModel):
         default=RoutingStrategy.PREFIXAWARE,
         description="random, roundrobin, leastoutstanding, session, prefixaware or kvaware (served as prefixaware). Changeable live.",
     )
-    auto_scaling_spec: dict[str, Any] | None = Field(default=None, description="Accepted for compatibility; not acted on.")
+    auto_scaling_spec: dict[str, Any] | None = Field(
+        default=None, description="Accepted for compatibility; not acted on."
+    )
 
 
 class LoadBalancer(ApiModel):
     """Load balancer settings."""
 
     health_check_path: str | None = Field(default=None, max_length=256, description="Path of the health check.")
-    routing_algorithm: str | None = Field(default=None, max_length=64, description="least_outstanding_requests or round_robin.")
+    routing_algorithm: str | None = Field(
+        default=None, max_length=64, description="least_outstanding_requests or round_robin."
+    )
 
 
 class ModelMetrics(ApiModel):
@@ -130,8 +138,12 @@ class TlsConfig(ApiModel):
 class KubernetesSettings(ApiModel):
     """Pod-level Kubernetes settings."""
 
-    service_account_name: str | None = Field(default=None, max_length=253, description="Service account of the model pods and preload Jobs.")
-    image_pull_secrets: list[str] | None = Field(default=None, description="warmstart extension: image pull secret names.")
+    service_account_name: str | None = Field(
+        default=None, max_length=253, description="Service account of the model pods and preload Jobs."
+    )
+    image_pull_secrets: list[str] | None = Field(
+        default=None, description="warmstart extension: image pull secret names."
+    )
     node_selector: dict[str, str] | None = Field(default=None, description="Extra node selector for the model pods.")
     tolerations: list[dict[str, Any]] | None = Field(default=None, description="Tolerations for the model pods.")
     annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")

@@ -27,25 +27,37 @@ class NodeTargeting(ApiModel):
     """Which nodes hold the cache: all nodes matching the selector and the affinity."""
 
     node_selector: dict[str, str] | None = Field(default=None, description="Node labels that must all match.")
-    node_affinity: NodeAffinity | None = Field(default=None, description="Required node affinity (preferences are ignored for targeting).")
-    tolerate_all_taints: bool = Field(default=True, description="Tolerate every taint, so tainted GPU nodes are cached too.")
+    node_affinity: NodeAffinity | None = Field(
+        default=None, description="Required node affinity (preferences are ignored for targeting)."
+    )
+    tolerate_all_taints: bool = Field(
+        default=True, description="Tolerate every taint, so tainted GPU nodes are cached too."
+    )
 
 
 class ModelDataCacheConfigSpec(NodeTargeting):
     """A model's weights, kept on the local NVMe of every target node."""
 
-    model_source_config: ModelSourceConfig = Field(description="Where the weights come from (JumpStart is resolved to S3).")
+    model_source_config: ModelSourceConfig = Field(
+        description="Where the weights come from (JumpStart is resolved to S3)."
+    )
     host_path: str = Field(
         default=DEFAULT_HOST_PATH,
         max_length=512,
         description="Cache root on the node; files go to <hostPath>/warmstart/weights/<key>/.",
         json_schema_extra=WeightsCache.model_fields["host_path"].json_schema_extra,
     )
-    model_size_bytes: int | None = Field(default=None, ge=0, description="Expected size, for the capacity pre-check before any Job.")
-    service_account_name: str | None = Field(default=None, max_length=253, description="Service account of the preload Jobs (IRSA).")
+    model_size_bytes: int | None = Field(
+        default=None, ge=0, description="Expected size, for the capacity pre-check before any Job."
+    )
+    service_account_name: str | None = Field(
+        default=None, max_length=253, description="Service account of the preload Jobs (IRSA)."
+    )
     pod_annotations: dict[str, str] | None = Field(default=None, description="Annotations for the preload Job pods.")
     parent_references: list[ParentReference] | None = Field(
-        default=None, description="Endpoints that use this cache; it is deleted when none is left.", json_schema_extra=_parents_extra
+        default=None,
+        description="Endpoints that use this cache; it is deleted when none is left.",
+        json_schema_extra=_parents_extra,
     )
 
 
@@ -54,7 +66,9 @@ class NodeCacheStatus(ApiModel):
 
     node: str = Field(description="Node name.")
     state: NodeCacheState = Field(description="Pending, Downloading, Ready or Failed.")
-    reason: str | None = Field(default=None, description="Why, in one CamelCase word (InsufficientCapacity, NotFound, ...).")
+    reason: str | None = Field(
+        default=None, description="Why, in one CamelCase word (InsufficientCapacity, NotFound, ...)."
+    )
     message: str | None = Field(default=None, description="Details.")
     bytes: int | None = Field(default=None, description="Bytes preloaded on this node.")
     seconds: float | None = Field(default=None, description="Seconds the preload took.")
@@ -64,11 +78,15 @@ class NodeCacheStatus(ApiModel):
 class CacheStatus(ApiModel):
     """Observed state common to both caches."""
 
-    state: CacheState | None = Field(default=None, description="Pending, Downloading, Ready, PartiallyReady, Failed or Deleting.")
+    state: CacheState | None = Field(
+        default=None, description="Pending, Downloading, Ready, PartiallyReady, Failed or Deleting."
+    )
     ready_nodes: int = Field(default=0, description="Nodes whose cache is complete.")
     target_nodes: int = Field(default=0, description="Nodes that should hold the cache.")
     message: str | None = Field(default=None, description="Human-readable summary.")
-    conditions: list[Condition] | None = Field(default=None, description="Ready and friends.", json_schema_extra=conditions_schema_extra)
+    conditions: list[Condition] | None = Field(
+        default=None, description="Ready and friends.", json_schema_extra=conditions_schema_extra
+    )
     observed_generation: int | None = Field(default=None, description="Latest generation reconciled.")
 
 
@@ -77,7 +95,9 @@ class ModelDataCacheConfigStatus(CacheStatus):
 
     key: str | None = Field(default=None, description="Content key of the cache.")
     bytes_done: int | None = Field(default=None, description="Bytes preloaded, summed over nodes.")
-    bytes_total: int | None = Field(default=None, description="Bytes expected, summed over target nodes (when the size is known).")
+    bytes_total: int | None = Field(
+        default=None, description="Bytes expected, summed over target nodes (when the size is known)."
+    )
     model_size_bytes: int | None = Field(default=None, description="Size of the model as last measured by a preload.")
     nodes: list[NodeCacheStatus] | None = Field(default=None, description="Per-node state.")
 
@@ -96,7 +116,9 @@ class ModelImageCacheSpec(NodeTargeting):
     image_pull_secrets: list[str] | None = Field(default=None, description="Pull secret names in this namespace.")
     pod_annotations: dict[str, str] | None = Field(default=None, description="Annotations for the pre-pull pods.")
     parent_references: list[ParentReference] | None = Field(
-        default=None, description="Endpoints that use this cache; it is deleted when none is left.", json_schema_extra=_parents_extra
+        default=None,
+        description="Endpoints that use this cache; it is deleted when none is left.",
+        json_schema_extra=_parents_extra,
     )
 
 

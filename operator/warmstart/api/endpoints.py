@@ -43,20 +43,35 @@ class InferenceEndpointConfigSpec(ApiModel):
         description="Name of the model: a DNS label (lowercase letters, digits and '-', at most 63 characters).",
     )
     model_version: str | None = Field(default=None, max_length=128, description="Version of the model.")
-    endpoint_name: str | None = Field(default=None, max_length=63, description="SageMaker endpoint name (accepted; not created by warmstart).")
+    endpoint_name: str | None = Field(
+        default=None, max_length=63, description="SageMaker endpoint name (accepted; not created by warmstart)."
+    )
     model_source_config: ModelSourceConfig = Field(description="Where the weights come from.")
     worker: Worker = Field(description="The inference server container.")
-    instance_type: str | None = Field(default=None, min_length=1, max_length=64, description="Instance type to deploy on, e.g. ml.g5.24xlarge.")
+    instance_type: str | None = Field(
+        default=None, min_length=1, max_length=64, description="Instance type to deploy on, e.g. ml.g5.24xlarge."
+    )
     instance_types: list[str] | None = Field(
-        default=None, min_length=1, max_length=16, description="Instance types in order of preference (first is most preferred)."
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="Instance types in order of preference (first is most preferred).",
     )
-    node_affinity: NodeAffinity | None = Field(default=None, description="Explicit node affinity instead of instance types.")
+    node_affinity: NodeAffinity | None = Field(
+        default=None, description="Explicit node affinity instead of instance types."
+    )
     replicas: int = Field(default=1, ge=0, description="Desired model server replicas (scale subresource).")
-    invocation_endpoint: str = Field(default="invocations", max_length=256, description="Invocation path of the model server.")
-    max_deploy_time_in_seconds: int = Field(
-        default=3600, ge=0, description="How long to wait for the weights cache before deploying anyway (Degraded, slower start)."
+    invocation_endpoint: str = Field(
+        default="invocations", max_length=256, description="Invocation path of the model server."
     )
-    model_cache_config: ModelCacheConfig | None = Field(default=None, description="Node-local weights and image caches.")
+    max_deploy_time_in_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description="How long to wait for the weights cache before deploying anyway (Degraded, slower start).",
+    )
+    model_cache_config: ModelCacheConfig | None = Field(
+        default=None, description="Node-local weights and image caches."
+    )
     intelligent_routing_spec: IntelligentRoutingSpec | None = Field(default=None, description="Prefix-aware router.")
     load_balancer: LoadBalancer | None = Field(default=None, description="Load balancer settings.")
     metrics: Metrics | None = Field(default=None, description="Metrics collection.")
@@ -65,11 +80,17 @@ class InferenceEndpointConfigSpec(ApiModel):
     tls_config: TlsConfig | None = Field(default=None, description="TLS settings (not implemented).")
     kubernetes: KubernetesSettings | None = Field(default=None, description="Pod-level Kubernetes settings.")
     tags: list[Tag] | None = Field(default=None, description="Tags.")
-    environment_variables: list[EnvironmentVariable] | None = Field(default=None, description="Extra environment for the worker.")
-    sage_maker_endpoint: SageMakerEndpoint | None = Field(default=None, description="SageMaker endpoint registration (not implemented).")
+    environment_variables: list[EnvironmentVariable] | None = Field(
+        default=None, description="Extra environment for the worker."
+    )
+    sage_maker_endpoint: SageMakerEndpoint | None = Field(
+        default=None, description="SageMaker endpoint registration (not implemented)."
+    )
     data_capture: dict[str, Any] | None = Field(default=None, description="Data capture (not implemented).")
     pd_spec: dict[str, Any] | None = Field(default=None, description="Prefill/decode disaggregation (not implemented).")
-    initial_replica_count: int | None = Field(default=None, alias="InitialReplicaCount", ge=0, description="Legacy initial replica count.")
+    initial_replica_count: int | None = Field(
+        default=None, alias="InitialReplicaCount", ge=0, description="Legacy initial replica count."
+    )
 
     model_config = api_config(TARGETING_EXCLUSIVE)
 

@@ -78,9 +78,18 @@ class Resolution:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "modelId": self.model_id, "version": self.version, "region": self.region, "bucket": self.bucket,
-            "key": self.key, "s3Uri": self.s3_uri, "s3DataType": self.s3_data_type, "image": self.image,
-            "env": self.env, "gated": self.gated, "eulaKey": self.eula_key, "contentBucket": self.content_bucket,
+            "modelId": self.model_id,
+            "version": self.version,
+            "region": self.region,
+            "bucket": self.bucket,
+            "key": self.key,
+            "s3Uri": self.s3_uri,
+            "s3DataType": self.s3_data_type,
+            "image": self.image,
+            "env": self.env,
+            "gated": self.gated,
+            "eulaKey": self.eula_key,
+            "contentBucket": self.content_bucket,
             "specKey": self.spec_key,
         }
 
@@ -92,9 +101,13 @@ class Resolution:
         return ModelSourceConfig.model_validate({"modelSourceType": "s3", "s3Storage": s3, "modelLocation": self.key})
 
 
-def buckets(region: str, env: Mapping[str, str], content: str | None = None, gated: str | None = None) -> tuple[str, str]:
+def buckets(
+    region: str, env: Mapping[str, str], content: str | None = None, gated: str | None = None
+) -> tuple[str, str]:
     """(content bucket, gated bucket) for a region: the ones given, else the override variables in `env`, else JumpStart's."""
-    content = content or next((env[name] for name in CONTENT_BUCKET_ENV if env.get(name)), f"jumpstart-cache-prod-{region}")
+    content = content or next(
+        (env[name] for name in CONTENT_BUCKET_ENV if env.get(name)), f"jumpstart-cache-prod-{region}"
+    )
     gated = gated or env.get(GATED_BUCKET_ENV) or f"jumpstart-private-cache-prod-{region}"
     return content, gated
 
@@ -114,6 +127,7 @@ def deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def pick_version(model_id: str, requested: str | None, available: list[str]) -> str:
     """'*' or None: newest; '1.*': newest with that prefix; else an exact match."""
+
     def key(v: str) -> Version:
         try:
             return Version(v)
@@ -166,8 +180,17 @@ def _variant(variants: Mapping[str, Any], instance_type: str, field: str) -> Any
     return None
 
 
-def resolve(model_id: str, version: str | None, region: str, instance_type: str, accept_eula: bool, read: Reader, *,
-            content_bucket: str, gated_bucket: str) -> Resolution:
+def resolve(
+    model_id: str,
+    version: str | None,
+    region: str,
+    instance_type: str,
+    accept_eula: bool,
+    read: Reader,
+    *,
+    content_bucket: str,
+    gated_bucket: str,
+) -> Resolution:
     """Resolve a JumpStart model for an instance type in a region (the buckets come from `buckets`).
 
     Raises a ResolutionError subclass for what the manifest and spec say; errors of `read` (for an S3 client,
@@ -184,16 +207,23 @@ def resolve(model_id: str, version: str | None, region: str, instance_type: str,
     variants_root = spec.get("hosting_instance_type_variants") or {}
     variants = variants_root.get("variants") or {}
     props = _variant(variants, instance_type, "properties") or {}
-    key = props.get("prepacked_artifact_key") or props.get("artifact_key") or spec.get("hosting_prepacked_artifact_key") \
+    key = (
+        props.get("prepacked_artifact_key")
+        or props.get("artifact_key")
+        or spec.get("hosting_prepacked_artifact_key")
         or spec.get("hosting_artifact_key")
+    )
     if not key:
         raise SpecError(f"JumpStart model {model_id!r} {chosen}: the spec has no hosting artifact key")
     data_type = spec.get("hosting_artifact_s3_data_type") or ("S3Prefix" if str(key).endswith("/") else "S3Object")
     if data_type == "S3Prefix" and not key.endswith("/"):
         key += "/"
 
-    env = {e["name"]: str(e.get("default", "")) for e in spec.get("inference_environment_variables") or []
-           if isinstance(e, dict) and e.get("required_for_model_class") and "name" in e}
+    env = {
+        e["name"]: str(e.get("default", ""))
+        for e in spec.get("inference_environment_variables") or []
+        if isinstance(e, dict) and e.get("required_for_model_class") and "name" in e
+    }
     env.update({k: str(v) for k, v in (props.get("environment_variables") or {}).items()})
 
     image = None
@@ -202,7 +232,9 @@ def resolve(model_id: str, version: str | None, region: str, instance_type: str,
         if uri.startswith("$"):
             aliases = (variants_root.get("regional_aliases") or {}).get(region) or {}
             if uri[1:] not in aliases:
-                raise UnsupportedInstanceType(f"JumpStart model {model_id!r} {chosen}: image alias {uri} has no value in region {region}")
+                raise UnsupportedInstanceType(
+                    f"JumpStart model {model_id!r} {chosen}: image alias {uri} has no value in region {region}"
+                )
             uri = aliases[uri[1:]]
         image = uri
     elif variants:
@@ -218,7 +250,16 @@ def resolve(model_id: str, version: str | None, region: str, instance_type: str,
             f"JumpStart model {model_id!r} {chosen} is gated: set spec.model.acceptEula: true to accept its EULA{where}"
         )
     return Resolution(
-        model_id=model_id, version=chosen, region=region, bucket=gated_bucket if gated else content_bucket, key=key,
-        s3_data_type=data_type, image=image, env=env, gated=gated, eula_key=eula_key, content_bucket=content_bucket,
+        model_id=model_id,
+        version=chosen,
+        region=region,
+        bucket=gated_bucket if gated else content_bucket,
+        key=key,
+        s3_data_type=data_type,
+        image=image,
+        env=env,
+        gated=gated,
+        eula_key=eula_key,
+        content_bucket=content_bucket,
         spec_key=spec_key,
     )

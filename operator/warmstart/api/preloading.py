@@ -116,7 +116,9 @@ PERMANENT_EXIT_CODES: dict[Reason, int] = {
 #: Reasons worth retrying with the same spec (transient network or server trouble).
 RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR})
 
-SUCCESS_REASONS: frozenset[Reason] = frozenset({Reason.DOWNLOADED, Reason.ALREADY_PRESENT, Reason.DELETED, Reason.RESOLVED})
+SUCCESS_REASONS: frozenset[Reason] = frozenset(
+    {Reason.DOWNLOADED, Reason.ALREADY_PRESENT, Reason.DELETED, Reason.RESOLVED}
+)
 
 #: Exit code -> the reason it stands for (the retryable code maps to NetworkError).
 REASON_BY_EXIT_CODE: dict[int, Reason] = {code: reason for reason, code in PERMANENT_EXIT_CODES.items()} | {

@@ -23,14 +23,18 @@ class NodeSelectorRequirement(ApiModel):
 
     key: str = Field(min_length=1, max_length=317, description="The label key.")
     operator: NodeSelectorOperator = Field(description="In, NotIn, Exists, DoesNotExist, Gt or Lt.")
-    values: list[str] | None = Field(default=None, description="Values for In/NotIn (one or more), Gt/Lt (exactly one).")
+    values: list[str] | None = Field(
+        default=None, description="Values for In/NotIn (one or more), Gt/Lt (exactly one)."
+    )
 
 
 class NodeSelectorTerm(ApiModel):
     """Requirements that must all hold (AND)."""
 
     match_expressions: list[NodeSelectorRequirement] | None = Field(default=None, description="Label requirements.")
-    match_fields: list[NodeSelectorRequirement] | None = Field(default=None, description="Field requirements (metadata.name).")
+    match_fields: list[NodeSelectorRequirement] | None = Field(
+        default=None, description="Field requirements (metadata.name)."
+    )
 
 
 class NodeSelector(ApiModel):

@@ -28,7 +28,10 @@ class S3Storage(ApiModel):
         description="Name of the S3 bucket (3-63 lowercase letters, digits, dots and hyphens).",
     )
     region: str = Field(
-        min_length=1, max_length=32, pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]+$", description="AWS region of the bucket, e.g. us-west-2."
+        min_length=1,
+        max_length=32,
+        pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]+$",
+        description="AWS region of the bucket, e.g. us-west-2.",
     )
     endpoint_url: str | None = Field(
         default=None,
@@ -41,7 +44,10 @@ class FsxStorage(ApiModel):
     """An FSx for Lustre file system holding the model."""
 
     file_system_id: str = Field(
-        min_length=1, max_length=64, pattern=r"^fs-[0-9a-f]{8,}$", description="FSx file system ID, e.g. fs-0123456789abcdef0."
+        min_length=1,
+        max_length=64,
+        pattern=r"^fs-[0-9a-f]{8,}$",
+        description="FSx file system ID, e.g. fs-0123456789abcdef0.",
     )
     dns_name: str | None = Field(default=None, max_length=253, description="DNS name of the file system.")
     mount_name: str | None = Field(default=None, max_length=64, description="Lustre mount name of the file system.")
@@ -63,7 +69,10 @@ class HuggingFaceModel(ApiModel):
         description="Full 40-hex-character commit to pin. Strongly recommended: the cache key includes it.",
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "self.matches('^[0-9a-f]{40}$')", "message": "commitSHA must be a full 40-character lowercase hex git commit SHA"}
+                {
+                    "rule": "self.matches('^[0-9a-f]{40}$')",
+                    "message": "commitSHA must be a full 40-character lowercase hex git commit SHA",
+                }
             ]
         },
     )
@@ -71,17 +80,23 @@ class HuggingFaceModel(ApiModel):
         default=None, description="Secret key holding a Hub access token, for gated or private models. Never logged."
     )
     allow_patterns: list[str] | None = Field(
-        default=None, max_length=64, description="warmstart extension: only download files matching these glob patterns."
+        default=None,
+        max_length=64,
+        description="warmstart extension: only download files matching these glob patterns.",
     )
     ignore_patterns: list[str] | None = Field(
-        default=None, max_length=64, description="warmstart extension: skip files matching these glob patterns, e.g. '*.pth'."
+        default=None,
+        max_length=64,
+        description="warmstart extension: skip files matching these glob patterns, e.g. '*.pth'.",
     )
 
 
 class KubernetesVolume(ApiModel):
     """A PersistentVolumeClaim holding the model."""
 
-    claim_name: str = Field(min_length=1, max_length=253, description="Name of the PersistentVolumeClaim in the endpoint's namespace.")
+    claim_name: str = Field(
+        min_length=1, max_length=253, description="Name of the PersistentVolumeClaim in the endpoint's namespace."
+    )
 
 
 class ModelSourceConfig(ApiModel):
@@ -90,8 +105,12 @@ class ModelSourceConfig(ApiModel):
     model_source_type: ModelSourceType = Field(description="One of s3, fsx, huggingface, kubernetesVolume.")
     s3_storage: S3Storage | None = Field(default=None, description="Required when modelSourceType is s3.")
     fsx_storage: FsxStorage | None = Field(default=None, description="Required when modelSourceType is fsx.")
-    hugging_face_model: HuggingFaceModel | None = Field(default=None, description="Required when modelSourceType is huggingface.")
-    kubernetes_volume: KubernetesVolume | None = Field(default=None, description="Required when modelSourceType is kubernetesVolume.")
+    hugging_face_model: HuggingFaceModel | None = Field(
+        default=None, description="Required when modelSourceType is huggingface."
+    )
+    kubernetes_volume: KubernetesVolume | None = Field(
+        default=None, description="Required when modelSourceType is kubernetesVolume."
+    )
     model_location: str | None = Field(
         default=None,
         max_length=1024,
@@ -99,7 +118,10 @@ class ModelSourceConfig(ApiModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {"rule": NO_DOTDOT, "message": "modelLocation must not contain a '..' path segment"},
-                {"rule": "!self.startsWith('/')", "message": "modelLocation must be relative to the source (no leading '/')"},
+                {
+                    "rule": "!self.startsWith('/')",
+                    "message": "modelLocation must be relative to the source (no leading '/')",
+                },
             ]
         },
     )
@@ -108,8 +130,14 @@ class ModelSourceConfig(ApiModel):
     )
 
     model_config = api_config(
-        {"rule": "self.modelSourceType != 's3' || has(self.s3Storage)", "message": "modelSourceType s3 requires s3Storage"},
-        {"rule": "self.modelSourceType != 'fsx' || has(self.fsxStorage)", "message": "modelSourceType fsx requires fsxStorage"},
+        {
+            "rule": "self.modelSourceType != 's3' || has(self.s3Storage)",
+            "message": "modelSourceType s3 requires s3Storage",
+        },
+        {
+            "rule": "self.modelSourceType != 'fsx' || has(self.fsxStorage)",
+            "message": "modelSourceType fsx requires fsxStorage",
+        },
         {
             "rule": "self.modelSourceType != 'huggingface' || has(self.huggingFaceModel)",
             "message": "modelSourceType huggingface requires huggingFaceModel",

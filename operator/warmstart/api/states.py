@@ -46,4 +46,3 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     RESOLVED = "Resolved"
     UNSUPPORTED_FIELDS = "UnsupportedFields"
-

@@ -42,9 +42,13 @@ class WarmPlacement(ApiModel):
 class EndpointStatus(ApiModel):
     """Observed state of an InferenceEndpointConfig or JumpStartModel."""
 
-    state: EndpointState | None = Field(default=None, description="HyperPod-compatible summary, derived from the conditions.")
+    state: EndpointState | None = Field(
+        default=None, description="HyperPod-compatible summary, derived from the conditions."
+    )
     conditions: list[Condition] | None = Field(
-        default=None, description="Ready, WeightsCacheReady, ImageCacheReady, Progressing, Degraded, ...", json_schema_extra=conditions_schema_extra
+        default=None,
+        description="Ready, WeightsCacheReady, ImageCacheReady, Progressing, Degraded, ...",
+        json_schema_extra=conditions_schema_extra,
     )
     observed_generation: int | None = Field(default=None, description="Latest generation reconciled.")
     replicas: int | None = Field(default=None, description="Observed replicas (scale subresource).")
@@ -57,8 +61,12 @@ class EndpointStatus(ApiModel):
     deployment_name: str | None = Field(default=None, description="The model Deployment.")
     router_name: str | None = Field(default=None, description="The router Deployment and Service, while routing is on.")
     gate_opened_at: str | None = Field(default=None, description="When the deployment gate opened (RFC 3339).")
-    waiting_since: str | None = Field(default=None, description="When the endpoint started waiting for the current cache generation.")
-    deployment_status: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible deployment details.")
+    waiting_since: str | None = Field(
+        default=None, description="When the endpoint started waiting for the current cache generation."
+    )
+    deployment_status: dict[str, Any] | None = Field(
+        default=None, description="HyperPod-compatible deployment details."
+    )
     endpoints: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible endpoint details.")
     metrics_status: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible metrics details.")
     tls_certificate: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible TLS details.")

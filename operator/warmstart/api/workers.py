@@ -18,25 +18,38 @@ class EnvironmentVariable(ApiModel):
         min_length=1, max_length=256, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", description="Variable name."
     )
     value: str | None = Field(default=None, description="Literal value.")
-    value_from: dict[str, Any] | None = Field(default=None, description="Value from a ConfigMap, Secret or field (core/v1 EnvVarSource).")
+    value_from: dict[str, Any] | None = Field(
+        default=None, description="Value from a ConfigMap, Secret or field (core/v1 EnvVarSource)."
+    )
 
 
 class ModelInvocationPort(ApiModel):
     """The port the model server listens on."""
 
     container_port: int = Field(ge=1, le=65535, description="Container port, 1-65535.")
-    name: str = Field(default="http", max_length=15, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="IANA service name of the port.")
+    name: str = Field(
+        default="http",
+        max_length=15,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="IANA service name of the port.",
+    )
 
 
 class ModelVolumeMount(ApiModel):
     """Where the model files appear in the container."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Volume name.")
+    name: str = Field(
+        min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description="Volume name."
+    )
     mount_path: str = Field(
         default="/opt/ml/model",
         max_length=512,
         description="Absolute mount path in the container.",
-        json_schema_extra={"x-kubernetes-validations": [{"rule": "self.startsWith('/')", "message": "mountPath must be an absolute path"}]},
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.startsWith('/')", "message": "mountPath must be an absolute path"}
+            ]
+        },
     )
 
 
@@ -51,9 +64,13 @@ class Resources(ApiModel):
 class RequestLimits(ApiModel):
     """Per-replica request limits, used by the router as its concurrency cap."""
 
-    max_concurrent_requests: int | None = Field(default=None, ge=1, description="In-flight requests one replica should serve at once.")
+    max_concurrent_requests: int | None = Field(
+        default=None, ge=1, description="In-flight requests one replica should serve at once."
+    )
     max_queue_size: int | None = Field(default=None, ge=0, description="Queue size before overflow.")
-    overflow_status_code: int | None = Field(default=None, ge=400, le=599, description="HTTP status returned on overflow.")
+    overflow_status_code: int | None = Field(
+        default=None, ge=400, le=599, description="HTTP status returned on overflow."
+    )
 
 
 class Probes(ApiModel):

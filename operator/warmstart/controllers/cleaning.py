@@ -48,7 +48,13 @@ def finalize(
     owner = preloading.owner(body)
     sharers = [entry for entry in keys_index.get(key, ()) if entry[2] != owner.uid]
     if sharers:
-        log.info("cache %s/%s: key %s is also used by %s; keeping files and labels", owner.namespace, owner.name, key, sharers[0][:2])
+        log.info(
+            "cache %s/%s: key %s is also used by %s; keeping files and labels",
+            owner.namespace,
+            owner.name,
+            key,
+            sharers[0][:2],
+        )
         return
     label = nodelabels.weights_ready_label(key)
     old = preloading.stored_status(body)
@@ -72,10 +78,20 @@ def finalize(
         if pending:
             raise kopf.TemporaryError(f"waiting for cleanup Jobs on {len(pending)} nodes ({pending[0]}, ...)", delay=2)
     else:
-        log.warning("cache %s/%s: cleanup did not finish within %.0f s; releasing", owner.namespace, owner.name, CLEANUP_WAIT_SECONDS)
+        log.warning(
+            "cache %s/%s: cleanup did not finish within %.0f s; releasing",
+            owner.namespace,
+            owner.name,
+            CLEANUP_WAIT_SECONDS,
+        )
     failed = sorted(n for n, j in cleanups.items() if j.phase == planning.JobPhase.FAILED and n in live)
     if failed:
-        weights_reporting.warn(body, spec, "CleanupFailed", f"cleanup Job failed on {len(failed)} nodes ({', '.join(failed[:5])}); files may remain")
+        weights_reporting.warn(
+            body,
+            spec,
+            "CleanupFailed",
+            f"cleanup Job failed on {len(failed)} nodes ({', '.join(failed[:5])}); files may remain",
+        )
     for name, facts in live.items():
         if label in facts.labels:
             labelling.set_label(store, name, label, None)

@@ -20,12 +20,22 @@ from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import labels as label_keys
 
 
-def endpoint_pods(namespace: str | None, name: str, labels: Mapping[str, str], spec: Mapping[str, Any], body: Any, **_: Any) -> dict[tuple[str, str, str], tuple[str, str]]:
+def endpoint_pods(
+    namespace: str | None, name: str, labels: Mapping[str, str], spec: Mapping[str, Any], body: Any, **_: Any
+) -> dict[tuple[str, str, str], tuple[str, str]]:
     """(namespace, endpoint, kind) -> (pod, node) for every scheduled, live endpoint pod."""
     node = spec.get("nodeName") or ""
-    if body.get("metadata", {}).get("deletionTimestamp") or body.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+    if body.get("metadata", {}).get("deletionTimestamp") or body.get("status", {}).get("phase") in (
+        "Succeeded",
+        "Failed",
+    ):
         return {}
-    return {(namespace or "", labels[label_keys.ENDPOINT_LABEL], labels.get(label_keys.ENDPOINT_KIND_LABEL, "")): (name, node)}
+    return {
+        (namespace or "", labels[label_keys.ENDPOINT_LABEL], labels.get(label_keys.ENDPOINT_KIND_LABEL, "")): (
+            name,
+            node,
+        )
+    }
 
 
 def _handlers(registry: kopf.OperatorRegistry, interval: float, kind: str, plural: str) -> None:

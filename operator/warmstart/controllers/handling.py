@@ -87,7 +87,9 @@ def api_errors(action: str, *, finalizing: bool = False) -> Iterator[None]:
         yield
     except Invalid as error:
         if finalizing:
-            raise kopf.TemporaryError(f"{action}: the API server rejected it: {error}", delay=RETRY_DELAY_SECONDS) from error
+            raise kopf.TemporaryError(
+                f"{action}: the API server rejected it: {error}", delay=RETRY_DELAY_SECONDS
+            ) from error
         raise kopf.PermanentError(f"{action}: the API server rejected it: {error}") from error
     except StorageError as error:
         raise kopf.TemporaryError(f"{action}: {type(error).__name__}: {error}", delay=RETRY_DELAY_SECONDS) from error
@@ -96,10 +98,14 @@ def api_errors(action: str, *, finalizing: bool = False) -> Iterator[None]:
 def patch_status(store: Store, kind: str, body: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
     """Merge-patch these fields into the object's status (None removes a field)."""
     meta = body["metadata"]
-    store.merge_patch(API_VERSION, kind, meta["name"], {"status": dict(fields)}, meta["namespace"], subresource="status")
+    store.merge_patch(
+        API_VERSION, kind, meta["name"], {"status": dict(fields)}, meta["namespace"], subresource="status"
+    )
 
 
-def write_status(store: Store, kind: str, body: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def write_status(
+    store: Store, kind: str, body: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]
+) -> bool:
     """Write `new` when it differs from `old`; fields of `old` missing from `new` are removed. True when written."""
     if dict(old) == dict(new):
         return False

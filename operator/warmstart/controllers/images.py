@@ -69,5 +69,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(GROUP, VERSION, MIC_PLURAL, registry=registry)(reconcile_on_change)
     interval = settings.resync_seconds
-    kopf.timer(GROUP, VERSION, MIC_PLURAL, interval=interval, initial_delay=interval, registry=registry)(reconcile_on_timer)
+    kopf.timer(GROUP, VERSION, MIC_PLURAL, interval=interval, initial_delay=interval, registry=registry)(
+        reconcile_on_timer
+    )
     kopf.on.delete(GROUP, VERSION, MIC_PLURAL, registry=registry)(release_on_delete)

@@ -6,8 +6,12 @@ from prometheus_client import Counter, Gauge, Histogram
 
 CACHES = Gauge("warmstart_caches", "Caches by kind and state", ["kind", "state"])
 CACHE_READY_NODES = Gauge("warmstart_cache_ready_nodes", "Nodes whose cache is complete", ["kind", "namespace", "name"])
-CACHE_TARGET_NODES = Gauge("warmstart_cache_target_nodes", "Nodes that should hold the cache", ["kind", "namespace", "name"])
-BYTES_PRELOADED = Counter("warmstart_bytes_preloaded", "Bytes written into node caches by preload Jobs", ["namespace", "name"])
+CACHE_TARGET_NODES = Gauge(
+    "warmstart_cache_target_nodes", "Nodes that should hold the cache", ["kind", "namespace", "name"]
+)
+BYTES_PRELOADED = Counter(
+    "warmstart_bytes_preloaded", "Bytes written into node caches by preload Jobs", ["namespace", "name"]
+)
 PRELOAD_SECONDS = Histogram(
     "warmstart_preload_seconds",
     "Seconds one preload Job took on one node",
@@ -16,9 +20,13 @@ PRELOAD_SECONDS = Histogram(
 PRELOAD_FAILURES = Counter("warmstart_preload_failures", "Preload Job failures by reason", ["reason"])
 IMAGE_PULL_FAILURES = Counter("warmstart_image_pull_failures", "Image pre-pull failures by reason", ["reason"])
 ENDPOINT_PODS = Gauge(
-    "warmstart_endpoint_pods", "Endpoint pods on warm (cache-ready) versus cold nodes", ["namespace", "endpoint", "placement"]
+    "warmstart_endpoint_pods",
+    "Endpoint pods on warm (cache-ready) versus cold nodes",
+    ["namespace", "endpoint", "placement"],
 )
-ENDPOINT_STATE = Gauge("warmstart_endpoint_state", "1 for the endpoint's current state", ["namespace", "endpoint", "state"])
+ENDPOINT_STATE = Gauge(
+    "warmstart_endpoint_state", "1 for the endpoint's current state", ["namespace", "endpoint", "state"]
+)
 GATE_WAIT_SECONDS = Histogram(
     "warmstart_gate_wait_seconds",
     "Seconds an endpoint waited for its weights cache before the Deployment was created or rolled",

@@ -22,7 +22,9 @@ class NodeFacts:
     deleting: bool = False
 
 
-def node_facts(name: str, labels: Mapping[str, str], annotations: Mapping[str, str], body: Any, **_: Any) -> dict[str, NodeFacts]:
+def node_facts(
+    name: str, labels: Mapping[str, str], annotations: Mapping[str, str], body: Any, **_: Any
+) -> dict[str, NodeFacts]:
     """Index nodes by name."""
     return {
         name: NodeFacts(

@@ -79,7 +79,9 @@ def permanent_exit_codes() -> list[int]:
     return sorted(preload_results.PERMANENT_EXIT_CODES.values())
 
 
-def read_results(store: Store, namespace: str, finished: Iterable[planning.PreloadJob]) -> dict[str, planning.PreloadResult]:
+def read_results(
+    store: Store, namespace: str, finished: Iterable[planning.PreloadJob]
+) -> dict[str, planning.PreloadResult]:
     """Termination messages of finished Jobs' pods (one LIST per Job, only until status has recorded it)."""
     codes = {code: str(reason) for code, reason in preload_results.REASON_BY_EXIT_CODE.items()}
     found: dict[str, planning.PreloadResult] = {}
@@ -105,7 +107,9 @@ def _previous_status(body: Mapping[str, Any], remembered: Memory) -> ModelDataCa
     return stored_status(body)
 
 
-def write_status(store: Store, body: Mapping[str, Any], old: ModelDataCacheConfigStatus, new: ModelDataCacheConfigStatus) -> bool:
+def write_status(
+    store: Store, body: Mapping[str, Any], old: ModelDataCacheConfigStatus, new: ModelDataCacheConfigStatus
+) -> bool:
     """Write the cache's status when it changed. True when written."""
     return handling.write_status(store, MDCC_KIND, body, old.to_api(), new.to_api())
 
@@ -156,7 +160,13 @@ def _reconcile(
     live = labelling.overlay(nodes.all_nodes(node_facts), label, remembered.labelled)
     results = read_results(store, cache.namespace, planning.unrecorded(preloads, old))
     observed = planning.Observed(
-        generation=generation, key=key, spec=spec, status=old, nodes=live, jobs=preloads, results=results,
+        generation=generation,
+        key=key,
+        spec=spec,
+        status=old,
+        nodes=live,
+        jobs=preloads,
+        results=results,
         retryable_reasons=retryable_reasons(),
     )
     plan = planning.plan(observed, handling.now())
@@ -164,11 +174,15 @@ def _reconcile(
         store.delete("batch/v1", "Job", name, cache.namespace)
     size = planning.model_size(spec, plan.status)
     for node, attempt in plan.create:
-        request = render_jobs.PreloadRequest(owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size)
+        request = render_jobs.PreloadRequest(
+            owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
+        )
         try:
             store.apply(render_jobs.preload_job(request, spec, ctx, permanent_exit_codes()))
         except Invalid as error:  # e.g. the Job exists with an older template the index has not shown yet
-            log.warning("cache %s/%s: preload Job for node %s not applied: %s", cache.namespace, cache.name, node, error)
+            log.warning(
+                "cache %s/%s: preload Job for node %s not applied: %s", cache.namespace, cache.name, node, error
+            )
     for node in plan.label:
         if labelling.set_label(store, node, label, nodelabels.READY):
             remembered.labelled[node] = time.monotonic()
@@ -181,5 +195,12 @@ def _reconcile(
     remembered.fingerprint = tuple(preloads)
     remembered.due = clock + plan.requeue_after if plan.requeue_after else None
     if plan.create or plan.delete or plan.label:
-        log.info("cache %s/%s: created %d Jobs, deleted %d, labelled %d nodes; %s", cache.namespace, cache.name,
-                 len(plan.create), len(plan.delete), len(plan.label), plan.status.message)
+        log.info(
+            "cache %s/%s: created %d Jobs, deleted %d, labelled %d nodes; %s",
+            cache.namespace,
+            cache.name,
+            len(plan.create),
+            len(plan.delete),
+            len(plan.label),
+            plan.status.message,
+        )

@@ -55,13 +55,17 @@ def _reconcile(body: kopf.Body, spec: ModelImageCacheSpec, memo: kopf.Memo, inde
     if previous and previous.key and previous.key != key:
         _relabel(store, previous.key, nodes, [], others, set())
 
-    status = image_status.image_status(spec, key, meta.get("generation"), daemonset, own, previous, handling.timestamp(handling.now()))
+    status = image_status.image_status(
+        spec, key, meta.get("generation"), daemonset, own, previous, handling.timestamp(handling.now())
+    )
     if handling.write_status(store, MIC_KIND, body, previous.to_api() if previous else {}, status.to_api()):
         _announce(body, previous, status)
     _export_metrics(namespace, name, status, indexes.get("image_cache_states"))
 
 
-def _relabel(store: Store, key: str, nodes: list[Any], own: list[PrepullPod], others: list[PrepullPod], targeted: set[str]) -> None:
+def _relabel(
+    store: Store, key: str, nodes: list[Any], own: list[PrepullPod], others: list[PrepullPod], targeted: set[str]
+) -> None:
     label = nodelabels.image_ready_label(key)
     labeled = {n.name for n in nodes if label in n.labels}
     _patch_labels(store, label, image_labels.label_changes(key, labeled, own, others, targeted))
@@ -84,10 +88,17 @@ def _announce(body: kopf.Body, previous: ModelImageCacheStatus | None, status: M
         kopf.warn(body, reason="ImagePullFailed", message=f"{status.image}: {nodes}"[:1000])
     if (previous.state if previous else None) != status.state:
         ready = status.state == CacheState.READY
-        kopf.event(body, type="Normal" if ready or not status.failures else "Warning", reason=str(status.state), message=(status.message or "")[:1000])
+        kopf.event(
+            body,
+            type="Normal" if ready or not status.failures else "Warning",
+            reason=str(status.state),
+            message=(status.message or "")[:1000],
+        )
 
 
-def _export_metrics(namespace: str, name: str, status: ModelImageCacheStatus, states: Mapping[Any, Any] | None, gone: bool = False) -> None:
+def _export_metrics(
+    namespace: str, name: str, status: ModelImageCacheStatus, states: Mapping[Any, Any] | None, gone: bool = False
+) -> None:
     if gone:
         for gauge in (metrics.CACHE_READY_NODES, metrics.CACHE_TARGET_NODES):
             with contextlib.suppress(KeyError):
@@ -128,5 +139,7 @@ def release(body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> Non
             label = nodelabels.image_ready_label(key)
             labeled = {str(n["metadata"]["name"]) for n in store.list("v1", "Node", label_selector=label)}
             _patch_labels(store, label, image_labels.label_changes(key, labeled, [], others, set()))
-    _export_metrics(namespace, name, ModelImageCacheStatus(state=CacheState.DELETING), indexes.get("image_cache_states"), gone=True)
+    _export_metrics(
+        namespace, name, ModelImageCacheStatus(state=CacheState.DELETING), indexes.get("image_cache_states"), gone=True
+    )
     kopf.info(body, reason="Released", message="pre-pull DaemonSet deleted and node labels removed")

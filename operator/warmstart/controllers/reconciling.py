@@ -69,13 +69,27 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         return
 
     wkey, ikey = endpoint.weights_key(), endpoint.image_key()
-    weights = _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey)) if endpoint.weights_enabled else None
-    image = _summary(indexes, "image_cache_summaries", endpoint, keys.image_cache_name(ikey)) if endpoint.image_cache else None
+    weights = (
+        _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey))
+        if endpoint.weights_enabled
+        else None
+    )
+    image = (
+        _summary(indexes, "image_cache_summaries", endpoint, keys.image_cache_name(ikey))
+        if endpoint.image_cache
+        else None
+    )
 
     resolved_old = old_status.get("resolved") or {}
-    waiting_since = handling.parse_timestamp(old_status.get("waitingSince")) if resolved_old.get("weightsCacheKey") == wkey else None
+    waiting_since = (
+        handling.parse_timestamp(old_status.get("waitingSince"))
+        if resolved_old.get("weightsCacheKey") == wkey
+        else None
+    )
     waiting_since = waiting_since or now
-    gate = gating.decide(endpoint.weights_enabled, weights, (now - waiting_since).total_seconds(), endpoint.max_deploy_time_seconds)
+    gate = gating.decide(
+        endpoint.weights_enabled, weights, (now - waiting_since).total_seconds(), endpoint.max_deploy_time_seconds
+    )
 
     deployment = store.get("apps/v1", "Deployment", endpoint.ref.name, endpoint.ref.namespace)
     if gate.open and _serving_weights_key(deployment) != wkey:
@@ -85,7 +99,13 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         deployment = _apply(store, endpoint, children) or deployment
         applying.record(memo, endpoint.ref.uid, children, deployment)
     elif not gate.open and deployment is not None and deployment.get("spec", {}).get("replicas") != endpoint.replicas:
-        deployment = store.merge_patch("apps/v1", "Deployment", endpoint.ref.name, {"spec": {"replicas": endpoint.replicas}}, endpoint.ref.namespace)
+        deployment = store.merge_patch(
+            "apps/v1",
+            "Deployment",
+            endpoint.ref.name,
+            {"spec": {"replicas": endpoint.replicas}},
+            endpoint.ref.namespace,
+        )
     router_name = router.name(endpoint.ref.name) if endpoint.routing_enabled else None
     if router_name is None and old_status.get("routerName"):
         routing.remove(store, endpoint.ref.namespace, endpoint.ref.name)
@@ -94,8 +114,21 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     if facts.rolled_out and gate.open:
         _release_stale(store, endpoint, indexes, wkey, ikey)
     placement = _placement(endpoint, wkey, indexes)
-    conds = [*endpoint_status.conditions(generation, gate, weights, endpoint.weights_enabled, image, endpoint.image_cache, facts), *unsupported]
-    conds.append(condition(ConditionType.RESOLVED, True, "Resolved", f"source {endpoint.source.model_source_type.value}, image {endpoint.worker.image}", generation))
+    conds = [
+        *endpoint_status.conditions(
+            generation, gate, weights, endpoint.weights_enabled, image, endpoint.image_cache, facts
+        ),
+        *unsupported,
+    ]
+    conds.append(
+        condition(
+            ConditionType.RESOLVED,
+            True,
+            "Resolved",
+            f"source {endpoint.source.model_source_type.value}, image {endpoint.worker.image}",
+            generation,
+        )
+    )
     state = endpoint_status.state(conds, facts)
     status = EndpointStatus(
         state=state,
@@ -115,7 +148,9 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         warm_placement=placement,
         deployment_name=endpoint.ref.name if deployment is not None else None,
         router_name=router_name,
-        waiting_since=handling.timestamp(waiting_since) if not gate.open or gate.degraded else old_status.get("waitingSince"),
+        waiting_since=handling.timestamp(waiting_since)
+        if not gate.open or gate.degraded
+        else old_status.get("waitingSince"),
         gate_opened_at=old_status.get("gateOpenedAt") or (handling.timestamp(now) if gate.open else None),
     ).to_api()
     status.pop("conditions", None)
@@ -133,7 +168,9 @@ def _spec_model(kind: str, body: Mapping[str, Any]) -> InferenceEndpointConfigSp
         return None
 
 
-def _unsupported_condition(spec: InferenceEndpointConfigSpec | JumpStartModelSpec | None, generation: int) -> list[Condition]:
+def _unsupported_condition(
+    spec: InferenceEndpointConfigSpec | JumpStartModelSpec | None, generation: int
+) -> list[Condition]:
     fields = unsupported_fields(spec) if spec is not None else []
     if not fields:
         return [condition(ConditionType.UNSUPPORTED_FIELDS, False, "AllFieldsSupported", "", generation)]
@@ -193,10 +230,16 @@ def _deployment_facts(deployment: Mapping[str, Any] | None) -> DeploymentFacts:
         return DeploymentFacts()
     spec, status = deployment.get("spec", {}), deployment.get("status") or {}
     desired = int(spec.get("replicas", 1))
-    replicas, updated, available = (int(status.get(k, 0) or 0) for k in ("replicas", "updatedReplicas", "availableReplicas"))
+    replicas, updated, available = (
+        int(status.get(k, 0) or 0) for k in ("replicas", "updatedReplicas", "availableReplicas")
+    )
     current = int(status.get("observedGeneration", 0)) >= int(deployment["metadata"].get("generation", 0))
     failed = next(
-        (c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"),
+        (
+            c.get("message")
+            for c in status.get("conditions") or []
+            if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
+        ),
         None,
     )
     rolled_out = current and updated >= desired and replicas == updated and available >= desired
@@ -216,7 +259,9 @@ def _release_stale(store: Store, endpoint: Endpoint, indexes: Mapping[str, Any],
 
 def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> WarmPlacement:
     """Count the endpoint's scheduled pods on weights-warm versus cold nodes."""
-    pods = sharing.lookup(indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.kind.lower()))
+    pods = sharing.lookup(
+        indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.kind.lower())
+    )
     nodes: dict[str, NodeFacts] = {n.name: n for n in all_nodes(indexes["node_facts"])}
     label = nodelabels.weights_ready_label(wkey)
     warm = cold = 0
@@ -232,12 +277,22 @@ def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> War
 
 
 def _write_status(
-    store: Store, kind: str, body: kopf.Body, old: dict[str, Any], new: dict[str, Any], conds: list[Condition], now: datetime.datetime
+    store: Store,
+    kind: str,
+    body: kopf.Body,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    conds: list[Condition],
+    now: datetime.datetime,
 ) -> None:
     """Write status when something changed; post an Event when the state changes."""
     old_conditions = [Condition.model_validate(c) for c in old.get("conditions") or []]
     merged = merge_conditions(old_conditions, conds, handling.timestamp(now))
-    new = {**new, "conditions": [c.to_api() for c in merged], "observedGeneration": int(body["metadata"].get("generation", 1))}
+    new = {
+        **new,
+        "conditions": [c.to_api() for c in merged],
+        "observedGeneration": int(body["metadata"].get("generation", 1)),
+    }
     owned_old = {k: v for k, v in old.items() if k in new or k in _OWNED}
     if not handling.write_status(store, kind, body, owned_old, new):
         return

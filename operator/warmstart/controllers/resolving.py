@@ -46,7 +46,9 @@ class JumpStartCache:
 
 def object_ref(kind: str, body: Mapping[str, Any]) -> ObjectRef:
     meta = body["metadata"]
-    return ObjectRef(kind=kind, name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], generation=meta.get("generation", 1))
+    return ObjectRef(
+        kind=kind, name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], generation=meta.get("generation", 1)
+    )
 
 
 def resolve(kind: str, body: Mapping[str, Any], context: RenderContext, cache: JumpStartCache) -> Endpoint:
@@ -57,13 +59,21 @@ def resolve(kind: str, body: Mapping[str, Any], context: RenderContext, cache: J
             return endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(body.get("spec", {})))
         spec = JumpStartModelSpec.model_validate(body.get("spec", {}))
     except ValidationError as error:
-        raise ResolutionFailed("InvalidSpec", f"spec does not validate: {error.errors()[0].get('msg')} at {error.errors()[0].get('loc')}") from error
+        raise ResolutionFailed(
+            "InvalidSpec", f"spec does not validate: {error.errors()[0].get('msg')} at {error.errors()[0].get('loc')}"
+        ) from error
     return endpoints.from_jumpstart(ref, spec, _jumpstart(spec, context, cache))
 
 
 def _jumpstart(spec: JumpStartModelSpec, context: RenderContext, cache: JumpStartCache) -> JumpStartResolution:
     model = spec.model
-    key = (model.model_id, model.model_version or "*", spec.server.instance_type, context.jumpstart_region, str(model.accept_eula))
+    key = (
+        model.model_id,
+        model.model_version or "*",
+        spec.server.instance_type,
+        context.jumpstart_region,
+        str(model.accept_eula),
+    )
     with cache.lock:
         hit = cache.entries.get(key)
         if hit and time.monotonic() - hit[0] < RESOLUTION_TTL_SECONDS:
@@ -84,7 +94,9 @@ def _resolve_jumpstart(spec: JumpStartModelSpec, context: RenderContext) -> Jump
         body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         return body
 
-    content, gated = jumpstartspecs.buckets(context.jumpstart_region, os.environ, context.jumpstart_bucket, context.jumpstart_gated_bucket)
+    content, gated = jumpstartspecs.buckets(
+        context.jumpstart_region, os.environ, context.jumpstart_bucket, context.jumpstart_gated_bucket
+    )
     try:
         result = jumpstartspecs.resolve(
             spec.model.model_id,
@@ -105,8 +117,15 @@ def _resolve_jumpstart(spec: JumpStartModelSpec, context: RenderContext) -> Jump
     except (jumpstartspecs.UnsupportedInstanceType, jumpstartspecs.SpecError) as error:
         raise ResolutionFailed(type(error).__name__, str(error)) from error
     except (BotoCoreError, ClientError) as error:
-        raise ResolutionFailed("JumpStartUnavailable", f"cannot read the JumpStart manifest: {error}", retryable=True) from error
+        raise ResolutionFailed(
+            "JumpStartUnavailable", f"cannot read the JumpStart manifest: {error}", retryable=True
+        ) from error
     image = spec.server.image or result.image
     if not image:
-        raise ResolutionFailed("ImageNotResolved", f"JumpStart has no image for {spec.model.model_id} on {spec.server.instance_type}: set spec.server.image")
-    return JumpStartResolution(bucket=result.bucket, prefix=result.key, region=result.region, image=image, env=dict(result.env))
+        raise ResolutionFailed(
+            "ImageNotResolved",
+            f"JumpStart has no image for {spec.model.model_id} on {spec.server.instance_type}: set spec.server.image",
+        )
+    return JumpStartResolution(
+        bucket=result.bucket, prefix=result.key, region=result.region, image=image, env=dict(result.env)
+    )

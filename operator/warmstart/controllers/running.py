@@ -105,7 +105,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--peering", help="kopf peering name: several replicas, one active")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     settings = settings_module.from_env()
     overrides: dict[str, Any] = {}
     if args.namespace:

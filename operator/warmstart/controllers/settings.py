@@ -23,7 +23,9 @@ class OperatorSettings(BaseModel):
     health_port: int = Field(default=8081, description="Liveness/readiness port (kopf probes).")
     resync_seconds: float = Field(default=10.0, description="Interval of the drift-correcting timers.")
     peering: str | None = Field(default=None, description="kopf peering name for HA; None runs standalone.")
-    peering_priority: int | None = Field(default=None, description="kopf peering priority; None picks a random one at start.")
+    peering_priority: int | None = Field(
+        default=None, description="kopf peering priority; None picks a random one at start."
+    )
     render: RenderContext = Field(default_factory=RenderContext)
 
 

@@ -24,15 +24,21 @@ Manifest = dict[str, Any]
 
 
 def _summary(name: str, status: Mapping[str, Any]) -> CacheSummary:
-    return CacheSummary.model_validate({**{k: v for k, v in status.items() if k in ("state", "readyNodes", "targetNodes", "message")}, "name": name})
+    return CacheSummary.model_validate(
+        {**{k: v for k, v in status.items() if k in ("state", "readyNodes", "targetNodes", "message")}, "name": name}
+    )
 
 
-def weights_cache_summaries(namespace: str | None, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
+def weights_cache_summaries(
+    namespace: str | None, name: str, status: Mapping[str, Any], **_: Any
+) -> dict[tuple[str, str], CacheSummary]:
     """(namespace, name) -> status summary of every MDCC."""
     return {(namespace or "", name): _summary(name, status)}
 
 
-def image_cache_summaries(namespace: str | None, name: str, status: Mapping[str, Any], **_: Any) -> dict[tuple[str, str], CacheSummary]:
+def image_cache_summaries(
+    namespace: str | None, name: str, status: Mapping[str, Any], **_: Any
+) -> dict[tuple[str, str], CacheSummary]:
     """(namespace, name) -> status summary of every MIC."""
     return {(namespace or "", name): _summary(name, status)}
 

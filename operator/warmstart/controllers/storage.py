@@ -17,7 +17,9 @@ from prometheus_client import Counter
 
 FIELD_MANAGER = "warmstart"
 
-API_REQUESTS = Counter("warmstart_api_requests", "Kubernetes API requests made by the operator's controllers", ["method"])
+API_REQUESTS = Counter(
+    "warmstart_api_requests", "Kubernetes API requests made by the operator's controllers", ["method"]
+)
 
 Manifest = dict[str, Any]
 
@@ -169,7 +171,9 @@ class Store:
         if subresource:
             path = f"{path}/{subresource}"
         query = [("fieldManager", self.field_manager), ("force", "true" if force else "false")]
-        result: Manifest = self._call("PATCH", path, query=query, body=manifest, content_type="application/apply-patch+yaml")
+        result: Manifest = self._call(
+            "PATCH", path, query=query, body=manifest, content_type="application/apply-patch+yaml"
+        )
         return result
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest | None:
@@ -198,7 +202,14 @@ class Store:
         return items
 
     def merge_patch(
-        self, api_version: str, kind: str, name: str, patch: Manifest, namespace: str | None = None, *, subresource: str = ""
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Manifest,
+        namespace: str | None = None,
+        *,
+        subresource: str = "",
     ) -> Manifest:
         path = object_path(api_version, kind, name, namespace)
         if subresource:

@@ -40,12 +40,16 @@ def silence_ticks() -> None:
         logger.addFilter(SilenceTicks())
 
 
-def weights_job_index(body: kopf.Body, namespace: str, meta: Mapping[str, Any], **_: Any) -> dict[IndexKey, render_jobs.IndexedJob]:
+def weights_job_index(
+    body: kopf.Body, namespace: str, meta: Mapping[str, Any], **_: Any
+) -> dict[IndexKey, render_jobs.IndexedJob]:
     """Preload and cleanup Jobs by (namespace, cache name)."""
     return {(namespace, meta["labels"][labels.MDCC_LABEL]): render_jobs.read_job(body)}
 
 
-def weights_key_index(spec: Mapping[str, Any], uid: str, namespace: str, name: str, meta: Mapping[str, Any], **_: Any) -> dict[str, tuple[str, str, str]]:
+def weights_key_index(
+    spec: Mapping[str, Any], uid: str, namespace: str, name: str, meta: Mapping[str, Any], **_: Any
+) -> dict[str, tuple[str, str, str]]:
     """Live caches by content key: two namespaces with the same source share node labels and files.
 
     Returns {} (not None, which kopf would take as "keep the old entry") for caches being deleted.
@@ -59,7 +63,13 @@ def weights_key_index(spec: Mapping[str, Any], uid: str, namespace: str, name: s
     return {keys.weights_key(parsed.model_source_config, parsed.host_path): (namespace, name, uid)}
 
 
-def reconcile_weights_cache(body: kopf.Body, memo: kopf.Memo, node_facts: kopf.Index[Any, Any], weights_job_index: kopf.Index[Any, Any], **_: Any) -> None:
+def reconcile_weights_cache(
+    body: kopf.Body,
+    memo: kopf.Memo,
+    node_facts: kopf.Index[Any, Any],
+    weights_job_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
     """Create, update and resume: reconcile now."""
     if handling.deleting(body):
         return
@@ -67,7 +77,13 @@ def reconcile_weights_cache(body: kopf.Body, memo: kopf.Memo, node_facts: kopf.I
     preloading.reconcile(body, spec, memo, node_facts, weights_job_index)
 
 
-def tick_weights_cache(body: kopf.Body, memo: kopf.Memo, node_facts: kopf.Index[Any, Any], weights_job_index: kopf.Index[Any, Any], **_: Any) -> None:
+def tick_weights_cache(
+    body: kopf.Body,
+    memo: kopf.Memo,
+    node_facts: kopf.Index[Any, Any],
+    weights_job_index: kopf.Index[Any, Any],
+    **_: Any,
+) -> None:
     """Reconcile when this cache's Jobs changed, a retry is due, or the resync interval passed."""
     if not handling.deleting(body) and preloading.due(body, memo, weights_job_index, memo.settings.resync_seconds):
         spec = handling.spec(body, ModelDataCacheConfigSpec)
@@ -83,8 +99,13 @@ def delete_weights_cache(
     **_: Any,
 ) -> None:
     """Finalizer: remove the files (cleanup Jobs on the nodes that hold them), then the node labels."""
-    with handling.lock(memo, body["metadata"]["uid"]), handling.api_errors("removing the weights cache", finalizing=True):
-        cleaning.finalize(body, memo.store, memo.settings.render, node_facts, weights_job_index, weights_key_index, handling.now())
+    with (
+        handling.lock(memo, body["metadata"]["uid"]),
+        handling.api_errors("removing the weights cache", finalizing=True),
+    ):
+        cleaning.finalize(
+            body, memo.store, memo.settings.render, node_facts, weights_job_index, weights_key_index, handling.now()
+        )
     weights_reporting.forget(body)
 
 

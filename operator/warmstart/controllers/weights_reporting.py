@@ -28,7 +28,11 @@ def _parents(body: Mapping[str, Any], spec: ModelDataCacheConfigSpec) -> list[di
     """Minimal bodies of the cache's parents, for Events."""
     namespace = body["metadata"]["namespace"]
     return [
-        {"apiVersion": p.api_version, "kind": p.kind, "metadata": {"name": p.name, "namespace": namespace, "uid": p.uid}}
+        {
+            "apiVersion": p.api_version,
+            "kind": p.kind,
+            "metadata": {"name": p.name, "namespace": namespace, "uid": p.uid},
+        }
         for p in spec.parent_references or []
     ]
 
@@ -59,7 +63,9 @@ def _count_state(uid: str, state: str | None) -> None:
         else:
             _states[uid] = state
         for each in CacheState:
-            metrics.CACHES.labels(kind=KIND_LABEL, state=each.value).set(sum(1 for s in _states.values() if s == each.value))
+            metrics.CACHES.labels(kind=KIND_LABEL, state=each.value).set(
+                sum(1 for s in _states.values() if s == each.value)
+            )
 
 
 def forget(body: Mapping[str, Any]) -> None:
@@ -83,7 +89,12 @@ def report(body: Mapping[str, Any], spec: ModelDataCacheConfigSpec, plan: planni
             continue
         reason = entry.reason or "PreloadFailed"
         metrics.PRELOAD_FAILURES.labels(reason=reason).inc()
-        warn(body, spec, reason, f"preload of {name} on node {entry.node} failed (Job {job.name}): {entry.message or reason}")
+        warn(
+            body,
+            spec,
+            reason,
+            f"preload of {name} on node {entry.node} failed (Job {job.name}): {entry.message or reason}",
+        )
     new_state = plan.status.state
     if new_state != old_state and new_state == CacheState.READY:
         event(body, spec, "Normal", "CacheReady", plan.status.message or "")

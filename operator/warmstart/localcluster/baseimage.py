@@ -76,7 +76,11 @@ def build(store: imagestore.Store, ref: str) -> None:
     started = time.monotonic()
     logger.info(
         "%s: building %s from Debian packages (%s), first time only, ~%d min; log: %s",
-        label, ref, ", ".join(PACKAGES), MINUTES_COLD, log,
+        label,
+        ref,
+        ", ".join(PACKAGES),
+        MINUTES_COLD,
+        log,
     )
     with tempfile.TemporaryDirectory(dir=imagestore.scratch_dir()) as tmp:
         rootfs = f"{tmp}/rootfs.tar"

@@ -66,9 +66,7 @@ def binary_path(binary: str, version: str) -> pathlib.Path:
 def missing(builds: tuple[versions.Build, ...] = versions.BUILDS) -> list[versions.Build]:
     """The builds that have at least one binary not yet in the cache."""
     return [
-        build
-        for build in builds
-        if not all(binary_path(name, build.version).is_file() for name, _ in build.binaries)
+        build for build in builds if not all(binary_path(name, build.version).is_file() for name, _ in build.binaries)
     ]
 
 
@@ -107,7 +105,11 @@ def build_one(build: versions.Build) -> None:
     logger.info(
         "building %s %s from Go modules with %s, first time only, ~%d minutes on 2 cores "
         "(less with a warm Go build cache); log: %s",
-        names, build.version, go_version, build.minutes_cold, log_path,
+        names,
+        build.version,
+        go_version,
+        build.minutes_cold,
+        log_path,
     )
     prepare_seconds = 0.0
     if build.recipe is versions.Recipe.WRAPPER:
@@ -148,7 +150,10 @@ def build_one(build: versions.Build) -> None:
         staging.rename(final.parent)
         logger.info(
             "built %s in %.0f s (peak RSS %.1f GiB) -> %s",
-            name, measured.wall_seconds, measured.peak_rss_bytes / 2**30, final,
+            name,
+            measured.wall_seconds,
+            measured.peak_rss_bytes / 2**30,
+            final,
         )
 
 

@@ -82,10 +82,21 @@ def ensure_pki(root: pathlib.Path, service_ip: str) -> Pki:
     if not pki.ca_cert.is_file():
         _new_key(pki.ca_key)
         _openssl(
-            "req", "-x509", "-new", "-key", str(pki.ca_key), "-subj", "/CN=warmstart-local-ca",
-            "-days", "3650", "-out", str(pki.ca_cert),
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            str(pki.ca_key),
+            "-subj",
+            "/CN=warmstart-local-ca",
+            "-days",
+            "3650",
+            "-out",
+            str(pki.ca_cert),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
         )
     if not pki.serving_cert.is_file():
         names = [f"DNS:{name}" for name in SERVING_DNS_NAMES] + ["IP:127.0.0.1", f"IP:{service_ip}"]
@@ -114,8 +125,21 @@ def _issue(pki: Pki, cert: pathlib.Path, key: pathlib.Path, subject: str, usage:
     extensions.write_text("\n".join(lines) + "\n")
     _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
     _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key),
-        "-CAcreateserial", "-days", "3650", "-out", str(cert), "-extfile", str(extensions),
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(pki.ca_cert),
+        "-CAkey",
+        str(pki.ca_key),
+        "-CAcreateserial",
+        "-days",
+        "3650",
+        "-out",
+        str(cert),
+        "-extfile",
+        str(extensions),
     )
     csr.unlink()
     extensions.unlink()

@@ -42,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Prints one line per image: KIND REFERENCE (the pushed reference with --push).",
     )
     build.add_argument("--only", default=kinds, help=f"comma-separated subset of {kinds} (default: all)")
-    build.add_argument("--push", metavar="HOST:PORT", help="also push to this plain-HTTP registry (e.g. 127.0.0.1:5000)")
+    build.add_argument(
+        "--push", metavar="HOST:PORT", help="also push to this plain-HTTP registry (e.g. 127.0.0.1:5000)"
+    )
     run = commands.add_parser(
         "run",
         help="run an image of the local store with runc, as a pod would (read-only root, /tmp tmpfs, no network)",

@@ -133,4 +133,3 @@ def run(
         stepping.succeeds([*buildah, "umount", container])
         stepping.succeeds([*buildah, "rm", container])
     return Outcome(code=done.returncode, stdout=done.stdout, stderr=done.stderr)
-

@@ -107,8 +107,14 @@ def build(store: imagestore.Store, base_reference: str, source: pathlib.Path, re
         raise stepping.StepError("`buildah` is not installed: run scripts/install-host-packages.sh")
     label = "project image"
     log = imagestore.logs_dir() / f"project-{ref.rsplit(':', 1)[1]}.log"
-    logger.info("%s: building %s from %s (cold ~%d min, less with cached layers); log: %s",
-                label, ref, source / DOCKERFILE, MINUTES_COLD, log)
+    logger.info(
+        "%s: building %s from %s (cold ~%d min, less with cached layers); log: %s",
+        label,
+        ref,
+        source / DOCKERFILE,
+        MINUTES_COLD,
+        log,
+    )
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=imagestore.scratch_dir()) as context:
         for relative in context_files(source):
@@ -116,14 +122,19 @@ def build(store: imagestore.Store, base_reference: str, source: pathlib.Path, re
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / relative, target)
         command = [
-            *store.buildah(), "bud",
-            "--isolation", "chroot",
+            *store.buildah(),
+            "bud",
+            "--isolation",
+            "chroot",
             "--layers",
             "--pull=never",
-            "--build-arg", f"{BASE_ARGUMENT}={base_reference}",
+            "--build-arg",
+            f"{BASE_ARGUMENT}={base_reference}",
             *_trust_volumes(),
-            "--tag", ref,
-            "--file", f"{context}/{DOCKERFILE}",
+            "--tag",
+            ref,
+            "--file",
+            f"{context}/{DOCKERFILE}",
             context,
         ]
         stepping.run(label, command, log, milestones=_MILESTONES)

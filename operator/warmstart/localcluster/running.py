@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from warmstart.localcluster import building, certs, flags, kubeconfigs, nodes, processes, probing
+from warmstart.localcluster import building, certs, flags, kubeconfigs, nodes, probing, processes
 
 logger = logging.getLogger(__name__)
 

@@ -57,7 +57,9 @@ def ensure(image: SmallImage) -> imagestore.LocalImage:
             raise stepping.StepError(f"`{tool}` is not installed: run scripts/install-host-packages.sh")
     tag = key(image, stepping.output(["gcc", "-dumpfullversion"]).strip())
     layout = imagestore.oci_layout()
-    local = imagestore.LocalImage(repository=image.repository, tag=tag, source=f"oci:{layout}:{_layout_tag(image, tag)}")
+    local = imagestore.LocalImage(
+        repository=image.repository, tag=tag, source=f"oci:{layout}:{_layout_tag(image, tag)}"
+    )
     if layout.is_dir() and _layout_tag(image, tag) in stepping.output(["umoci", "ls", "--layout", str(layout)]).split():
         return local
     log = imagestore.logs_dir() / "small-images.log"
@@ -102,4 +104,3 @@ def _pack(image: SmallImage, layout_tag: str, layer: pathlib.Path, log: pathlib.
     stepping.run("umoci", ["umoci", "tag", "--image", partial, layout_tag], log, nice=False)
     stepping.run("umoci", ["umoci", "rm", "--image", partial], log, nice=False)
     stepping.run("umoci", ["umoci", "gc", "--layout", str(layout)], log, nice=False)
-

@@ -35,13 +35,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="cache key: ^[a-z0-9][a-z0-9-]{0,62}$")
     p.add_argument("--root", help="host path holding warmstart/weights/<key>/")
     p.add_argument("--if-missing", action="store_true", help="exit 0 at once if a complete cache of --key exists")
-    p.add_argument("--mount-root", default=contract.SOURCE_MOUNT, help="where the Job mounts an fsx or kubernetesVolume source")
-    p.add_argument("--hf-token-file", default=None, help=f"file holding the Hub token (default {contract.HF_TOKEN_FILE} if present)")
+    p.add_argument(
+        "--mount-root", default=contract.SOURCE_MOUNT, help="where the Job mounts an fsx or kubernetesVolume source"
+    )
+    p.add_argument(
+        "--hf-token-file",
+        default=None,
+        help=f"file holding the Hub token (default {contract.HF_TOKEN_FILE} if present)",
+    )
     p.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="parallel requests or copies")
-    p.add_argument("--processes", type=int, default=1, help="S3: download processes sharing --concurrency (one GIL each)")
+    p.add_argument(
+        "--processes", type=int, default=1, help="S3: download processes sharing --concurrency (one GIL each)"
+    )
     p.add_argument("--part-size-mb", type=int, default=DEFAULT_PART_SIZE >> 20, help="range size for large files, MiB")
     p.add_argument("--termination-log", default=contract.TERMINATION_LOG, help="where to write the JSON result")
-    p.add_argument("--expected-bytes", type=int, default=0, help="size the operator expects; the capacity check uses the larger")
+    p.add_argument(
+        "--expected-bytes", type=int, default=0, help="size the operator expects; the capacity check uses the larger"
+    )
     p.add_argument("--region", help="AWS region (JumpStart)")
     p.add_argument("--instance-type", help="instance type, e.g. ml.g5.12xlarge (JumpStart)")
     p.add_argument("--resolve-only", action="store_true", help="JumpStart: print the resolution as JSON and exit")
@@ -55,8 +65,14 @@ def options(args: argparse.Namespace) -> Options:
     token_file = args.hf_token_file
     if token_file is None and os.path.exists(contract.HF_TOKEN_FILE):
         token_file = contract.HF_TOKEN_FILE
-    return Options(concurrency=args.concurrency, part_size=args.part_size_mb << 20, mount_root=args.mount_root,
-                   hf_token_file=token_file, env=dict(os.environ), processes=args.processes)
+    return Options(
+        concurrency=args.concurrency,
+        part_size=args.part_size_mb << 20,
+        mount_root=args.mount_root,
+        hf_token_file=token_file,
+        env=dict(os.environ),
+        processes=args.processes,
+    )
 
 
 def source_config(args: argparse.Namespace, opts: Options) -> ModelSourceConfig:
@@ -68,8 +84,11 @@ def source_config(args: argparse.Namespace, opts: Options) -> ModelSourceConfig:
             raise PreloadError(Reason.INVALID_SOURCE, f"--source-json is not a valid ModelSourceConfig: {exc}") from exc
     resolution = resolve_jumpstart(args, opts)
     if resolution.s3_data_type != "S3Prefix":
-        raise PreloadError(Reason.INVALID_SOURCE, f"{resolution.s3_uri} is a packed artifact ({resolution.s3_data_type}); "
-                           "only uncompressed S3Prefix artifacts are cached")
+        raise PreloadError(
+            Reason.INVALID_SOURCE,
+            f"{resolution.s3_uri} is a packed artifact ({resolution.s3_data_type}); "
+            "only uncompressed S3Prefix artifacts are cached",
+        )
     from warmstart.preload.sources import s3
 
     return resolution.model_source(s3.endpoint_url(None, opts.env))
@@ -88,8 +107,16 @@ def resolve_jumpstart(args: argparse.Namespace, opts: Options) -> jumpstartspecs
     content, gated = jumpstartspecs.buckets(args.region, opts.env)
     read = s3.object_reader(s3.client(args.region, s3.endpoint_url(None, opts.env), 4))
     try:
-        return jumpstartspecs.resolve(model_id, ref.get("modelVersion"), args.region, args.instance_type,
-                                      bool(ref.get("acceptEula", False)), read, content_bucket=content, gated_bucket=gated)
+        return jumpstartspecs.resolve(
+            model_id,
+            ref.get("modelVersion"),
+            args.region,
+            args.instance_type,
+            bool(ref.get("acceptEula", False)),
+            read,
+            content_bucket=content,
+            gated_bucket=gated,
+        )
     except jumpstartspecs.EulaNotAccepted as exc:
         raise PreloadError(Reason.EULA_NOT_ACCEPTED, str(exc)) from exc
     except (jumpstartspecs.ModelNotFound, jumpstartspecs.VersionNotFound) as exc:
@@ -107,7 +134,9 @@ def run(args: argparse.Namespace) -> Result:
     if args.delete is not None:
         removed = store.delete(args.root, args.delete)
         what = "removed" if removed else "nothing to remove at"
-        return Result(Reason.DELETED, f"{what} {store.layout(args.root, args.delete).final}", seconds=time.monotonic() - started)
+        return Result(
+            Reason.DELETED, f"{what} {store.layout(args.root, args.delete).final}", seconds=time.monotonic() - started
+        )
     if not args.key:
         raise PreloadError(Reason.INVALID_SOURCE, "--key is required")
     lay = store.layout(args.root, args.key)
@@ -115,8 +144,13 @@ def run(args: argparse.Namespace) -> Result:
         return done  # the warm path: no source is contacted, no secret is read
     opts = options(args)
     source = open_source(source_config(args, opts), opts)
-    return preloading.preload(source, lay, if_missing=args.if_missing, expected_bytes=args.expected_bytes,
-                              progress_interval=args.progress_interval)
+    return preloading.preload(
+        source,
+        lay,
+        if_missing=args.if_missing,
+        expected_bytes=args.expected_bytes,
+        progress_interval=args.progress_interval,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -135,7 +169,7 @@ def main(argv: list[str]) -> int:
         result = Result(exc.reason, exc.message)
     except KeyboardInterrupt:
         result = Result(Reason.NETWORK_ERROR, "interrupted")
-    except Exception as exc:  # noqa: BLE001 - reported as InternalError with its type, never a bare traceback only
+    except Exception as exc:
         log.exception("unexpected failure")
         result = Result(Reason.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
     level = logging.INFO if result.outcome == contract.Outcome.SUCCEEDED else logging.ERROR

@@ -25,16 +25,28 @@ def present(lay: store.Layout, started: float) -> Result | None:
     manifest = store.read_manifest(lay)
     if manifest is None:
         return None
-    return Result(Reason.ALREADY_PRESENT, f"{lay.final} is complete (manifest of {manifest['completedAt']})",
-                  bytes=int(manifest["totalBytes"]), seconds=time.monotonic() - started, files=len(manifest["files"]))
+    return Result(
+        Reason.ALREADY_PRESENT,
+        f"{lay.final} is complete (manifest of {manifest['completedAt']})",
+        bytes=int(manifest["totalBytes"]),
+        seconds=time.monotonic() - started,
+        files=len(manifest["files"]),
+    )
 
 
 def manifest_entry(file: RemoteFile) -> dict[str, Any]:
     return {"path": file.path, **file.fingerprint()}
 
 
-def preload(source: Source, lay: store.Layout, *, if_missing: bool = False, expected_bytes: int = 0,
-            statvfs: Callable[[str], os.statvfs_result] = os.statvfs, progress_interval: float = 5.0) -> Result:
+def preload(
+    source: Source,
+    lay: store.Layout,
+    *,
+    if_missing: bool = False,
+    expected_bytes: int = 0,
+    statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+    progress_interval: float = 5.0,
+) -> Result:
     started = time.monotonic()
     if if_missing and (result := present(lay, started)) is not None:
         return result
@@ -44,17 +56,28 @@ def preload(source: Source, lay: store.Layout, *, if_missing: bool = False, expe
         listing = source.listing()
         log.info("source lists %d files, %s", len(listing.files), progress.human(listing.total_bytes))
         existing = store.read_manifest(lay)
-        if existing is not None and existing["files"] == sorted((manifest_entry(f) for f in listing.files), key=lambda e: e["path"]):
-            return Result(Reason.ALREADY_PRESENT, f"{lay.final} is complete and matches the source",
-                          bytes=listing.total_bytes, seconds=time.monotonic() - started, files=len(listing.files))
+        if existing is not None and existing["files"] == sorted(
+            (manifest_entry(f) for f in listing.files), key=lambda e: e["path"]
+        ):
+            return Result(
+                Reason.ALREADY_PRESENT,
+                f"{lay.final} is complete and matches the source",
+                bytes=listing.total_bytes,
+                seconds=time.monotonic() - started,
+                files=len(listing.files),
+            )
         staging = store.Staging(lay)
         kept = _resume(source, staging, listing)
         staging.sweep(keep={f.path for f in kept})
         kept_bytes = sum(f.size for f in kept)
         needed = max(listing.total_bytes, expected_bytes) - kept_bytes
         capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
-        log.info("capacity: %s to write + %s margin, %s free", progress.human(capacity.needed),
-                 progress.human(capacity.margin), progress.human(capacity.available))
+        log.info(
+            "capacity: %s to write + %s margin, %s free",
+            progress.human(capacity.needed),
+            progress.human(capacity.margin),
+            progress.human(capacity.available),
+        )
         todo = [f for f in listing.files if f not in kept]
         phases = {"prepare": time.monotonic() - started}
         fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
@@ -67,9 +90,14 @@ def preload(source: Source, lay: store.Layout, *, if_missing: bool = False, expe
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
     timing = ", ".join(f"{name} {value:.2f}s" for name, value in phases.items())
-    return Result(Reason.DOWNLOADED, f"{len(todo)} of {len(listing.files)} files fetched ({progress.human(fetched)} at {rate}/s), "
-                  f"{len(kept)} kept from an interrupted run; published {lay.final} ({timing})",
-                  bytes=listing.total_bytes, seconds=seconds, files=len(listing.files))
+    return Result(
+        Reason.DOWNLOADED,
+        f"{len(todo)} of {len(listing.files)} files fetched ({progress.human(fetched)} at {rate}/s), "
+        f"{len(kept)} kept from an interrupted run; published {lay.final} ({timing})",
+        bytes=listing.total_bytes,
+        seconds=seconds,
+        files=len(listing.files),
+    )
 
 
 def _resume(source: Source, staging: store.Staging, listing: Listing) -> list[RemoteFile]:
@@ -90,8 +118,15 @@ def _resume(source: Source, staging: store.Staging, listing: Listing) -> list[Re
     return kept
 
 
-def _fetch(source: Source, staging: store.Staging, listing: Listing, todo: list[RemoteFile], kept_bytes: int,
-           interval: float, phases: dict[str, float]) -> int:
+def _fetch(
+    source: Source,
+    staging: store.Staging,
+    listing: Listing,
+    todo: list[RemoteFile],
+    kept_bytes: int,
+    interval: float,
+    phases: dict[str, float],
+) -> int:
     """Download `todo` into staging, verifying each file as it lands (while the others still download)."""
     for file in todo:
         os.makedirs(os.path.dirname(staging.part_path(file.path)), exist_ok=True)
@@ -105,15 +140,22 @@ def _fetch(source: Source, staging: store.Staging, listing: Listing, todo: list[
             staging.commit_file(file.path, file.fingerprint())
         except Exception as exc:  # noqa: BLE001 - recorded, then raised after every download settles
             with lock:
-                failures.append(exc if isinstance(exc, PreloadError) else PreloadError(Reason.INTERNAL_ERROR, f"{file.path}: {exc}"))
+                failures.append(
+                    exc if isinstance(exc, PreloadError) else PreloadError(Reason.INTERNAL_ERROR, f"{file.path}: {exc}")
+                )
             staging.forget(file.path)
 
     with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS, thread_name_prefix="verify") as verifiers, meter:
         pending: list[concurrent.futures.Future[None]] = []
         mark = time.monotonic()
         try:
-            source.fetch(todo, lambda f: staging.part_path(f.path), meter.add,
-                         lambda f: pending.append(verifiers.submit(check, f)), staging.tmp_dir("source"))
+            source.fetch(
+                todo,
+                lambda f: staging.part_path(f.path),
+                meter.add,
+                lambda f: pending.append(verifiers.submit(check, f)),
+                staging.tmp_dir("source"),
+            )
             phases["fetch"] = time.monotonic() - mark
         finally:
             mark = time.monotonic()

@@ -19,8 +19,15 @@ def human(n: float) -> str:
 class Progress:
     """A thread-safe byte counter with a reporter thread; `add` is called from download threads."""
 
-    def __init__(self, total: int, *, interval: float = 5.0, stream: TextIO | None = None, tty: bool | None = None,
-                 already: int = 0) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        interval: float = 5.0,
+        stream: TextIO | None = None,
+        tty: bool | None = None,
+        already: int = 0,
+    ) -> None:
         self.total = total
         self.already = already  # bytes kept from an earlier run: counted as done, not in the throughput
         self.done = already

@@ -52,7 +52,9 @@ def safe_relpath(path: str) -> str:
     """A file path from a source, checked to stay inside the cache directory once joined."""
     parts = path.replace("\\", "/").split("/")
     if not path or path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
-        raise PreloadError(Reason.PATH_ESCAPE, f"refusing source path {path!r}: empty, absolute or with '.'/'..' segments")
+        raise PreloadError(
+            Reason.PATH_ESCAPE, f"refusing source path {path!r}: empty, absolute or with '.'/'..' segments"
+        )
     if parts[0].startswith(".warmstart") or parts[-1].endswith(PART_SUFFIX):
         raise PreloadError(Reason.PATH_ESCAPE, f"refusing source path {path!r}: it collides with warmstart's own files")
     return "/".join(parts)
@@ -170,7 +172,9 @@ def read_manifest(lay: Layout) -> dict[str, Any] | None:
     return manifest
 
 
-def build_manifest(lay: Layout, source: dict[str, Any], files: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+def build_manifest(
+    lay: Layout, source: dict[str, Any], files: list[dict[str, Any]], extra: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "formatVersion": MANIFEST_FORMAT,
         "key": lay.key,
@@ -301,7 +305,9 @@ def delete(root: str, key: str) -> bool:
         return False
     weights, real_root = os.path.realpath(lay.weights_dir), os.path.realpath(lay.root)
     if os.path.commonpath([weights, real_root]) != real_root:
-        raise PreloadError(Reason.PATH_ESCAPE, f"refusing to delete under {lay.weights_dir}: it resolves outside {lay.root}")
+        raise PreloadError(
+            Reason.PATH_ESCAPE, f"refusing to delete under {lay.weights_dir}: it resolves outside {lay.root}"
+        )
     removed = False
     with locked(lay):
         for path in (lay.final, lay.staging):

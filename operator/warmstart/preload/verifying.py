@@ -88,7 +88,9 @@ def s3_etag(path: str, size: int, etag: str, name: str, part_size_hint: int | No
         for chunk in _read_chunks(path):
             digest.update(chunk)
         if digest.hexdigest() != etag:
-            raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: MD5 {digest.hexdigest()} does not match the ETag {etag}")
+            raise PreloadError(
+                Reason.CHECKSUM_MISMATCH, f"{name}: MD5 {digest.hexdigest()} does not match the ETag {etag}"
+            )
         return
     try:
         parts = int(etag.rsplit("-", 1)[1])
@@ -96,7 +98,9 @@ def s3_etag(path: str, size: int, etag: str, name: str, part_size_hint: int | No
         return  # not an MD5-based ETag (e.g. SSE-KMS or a store of its own): sizes are all we can check
     candidates = part_size_candidates(size, parts, part_size_hint)
     if not candidates:
-        raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: {size} bytes cannot have the {parts} parts of ETag {etag}")
+        raise PreloadError(
+            Reason.CHECKSUM_MISMATCH, f"{name}: {size} bytes cannot have the {parts} parts of ETag {etag}"
+        )
     # The store's hint is nearly always right: hash with it alone, its parts on several threads; then the others.
     if part_size_hint and candidates[0] == part_size_hint:
         if _parallel_etag(path, size, part_size_hint) == etag:
@@ -110,7 +114,10 @@ def s3_etag(path: str, size: int, etag: str, name: str, part_size_hint: int | No
         if any(h.etag() == etag for h in hashers):
             return
     tried = ", ".join(str(p) for p in candidates)
-    raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: content does not match the multipart ETag {etag} (part sizes tried: {tried})")
+    raise PreloadError(
+        Reason.CHECKSUM_MISMATCH,
+        f"{name}: content does not match the multipart ETag {etag} (part sizes tried: {tried})",
+    )
 
 
 def _parallel_etag(path: str, size: int, part_size: int) -> str:
@@ -139,7 +146,9 @@ def sha256(path: str, expected: str, name: str) -> None:
     for chunk in _read_chunks(path):
         digest.update(chunk)
     if digest.hexdigest() != expected.lower():
-        raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: sha256 {digest.hexdigest()} does not match the Hub's {expected}")
+        raise PreloadError(
+            Reason.CHECKSUM_MISMATCH, f"{name}: sha256 {digest.hexdigest()} does not match the Hub's {expected}"
+        )
 
 
 def git_blob_sha1(path: str, expected: str, name: str) -> None:
@@ -147,4 +156,6 @@ def git_blob_sha1(path: str, expected: str, name: str) -> None:
     for chunk in _read_chunks(path):
         digest.update(chunk)
     if digest.hexdigest() != expected.lower():
-        raise PreloadError(Reason.CHECKSUM_MISMATCH, f"{name}: git blob id {digest.hexdigest()} does not match the Hub's {expected}")
+        raise PreloadError(
+            Reason.CHECKSUM_MISMATCH, f"{name}: git blob id {digest.hexdigest()} does not match the Hub's {expected}"
+        )

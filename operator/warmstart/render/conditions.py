@@ -31,7 +31,9 @@ def merge_conditions(old: Iterable[Condition], new: Iterable[Condition], now: st
     return merged
 
 
-def condition(type_: str, status: bool | ConditionStatus, reason: str, message: str = "", generation: int | None = None) -> Condition:
+def condition(
+    type_: str, status: bool | ConditionStatus, reason: str, message: str = "", generation: int | None = None
+) -> Condition:
     """A condition with a boolean or explicit status."""
     if isinstance(status, bool):
         status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
@@ -43,4 +45,3 @@ def find(conditions: Iterable[Condition] | None, type_: str) -> Condition | None
         if item.type == type_:
             return item
     return None
-

@@ -10,16 +10,27 @@ class RenderContext(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    operator_image: str = Field(default="warmstart:0.1.0", description="Image with the warmstart entrypoint (preload, router, no-op).")
-    image_pull_policy: str = Field(default="IfNotPresent", description="Pull policy of the operator image.")
-    preload_pod_annotations: dict[str, str] = Field(default_factory=dict, description="Annotations on every preload Job pod.")
-    preload_env: dict[str, str] = Field(
-        default_factory=dict, description="Environment for preload containers, e.g. AWS_ENDPOINT_URL_S3 or HF_ENDPOINT for mirrors."
+    operator_image: str = Field(
+        default="warmstart:0.1.0", description="Image with the warmstart entrypoint (preload, router, no-op)."
     )
-    prepull_priority_class: str = Field(default="warmstart-prepull", description="PriorityClass of image pre-pull pods.")
+    image_pull_policy: str = Field(default="IfNotPresent", description="Pull policy of the operator image.")
+    preload_pod_annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations on every preload Job pod."
+    )
+    preload_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment for preload containers, e.g. AWS_ENDPOINT_URL_S3 or HF_ENDPOINT for mirrors.",
+    )
+    prepull_priority_class: str = Field(
+        default="warmstart-prepull", description="PriorityClass of image pre-pull pods."
+    )
     preload_backoff_limit: int = Field(default=2, description="Pod retries inside one preload Job (network blips).")
     preload_active_deadline_seconds: int = Field(default=4 * 3600, description="Hard cap on one preload Job.")
-    preload_ttl_seconds_after_finished: int = Field(default=3600, description="Finished preload Jobs are garbage-collected after this.")
+    preload_ttl_seconds_after_finished: int = Field(
+        default=3600, description="Finished preload Jobs are garbage-collected after this."
+    )
     jumpstart_bucket: str | None = Field(default=None, description="Override of the JumpStart content bucket.")
-    jumpstart_gated_bucket: str | None = Field(default=None, description="Override of the JumpStart gated content bucket.")
+    jumpstart_gated_bucket: str | None = Field(
+        default=None, description="Override of the JumpStart gated content bucket."
+    )
     jumpstart_region: str = Field(default="us-west-2", description="Region of the JumpStart buckets.")

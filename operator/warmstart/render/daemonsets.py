@@ -119,7 +119,9 @@ def _container(name: str, image: str, pull_policy: str, command: list[str], read
 
 
 def _affinity(targeting: NodeTargeting) -> Manifest | None:
-    required = targeting.node_affinity.required_during_scheduling_ignored_during_execution if targeting.node_affinity else None
+    required = (
+        targeting.node_affinity.required_during_scheduling_ignored_during_execution if targeting.node_affinity else None
+    )
     if required is None:
         return None
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required.to_api()}}
@@ -140,11 +142,23 @@ def pod_spec(spec: ModelImageCacheSpec, context: RenderContext) -> Manifest:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "initContainers": [
-            _container(COPY_CONTAINER, context.operator_image, context.image_pull_policy, [NOOP_BINARY, "cp", NOOP_BINARY, NOOP_COPY], False),
+            _container(
+                COPY_CONTAINER,
+                context.operator_image,
+                context.image_pull_policy,
+                [NOOP_BINARY, "cp", NOOP_BINARY, NOOP_COPY],
+                False,
+            ),
             _container(PULL_CONTAINER, spec.image, "IfNotPresent", [NOOP_COPY, "true"], True),
         ],
         "containers": [
-            _container(IDLE_CONTAINER, context.operator_image, context.image_pull_policy, [NOOP_BINARY, "sleep", SLEEP_SECONDS], True),
+            _container(
+                IDLE_CONTAINER,
+                context.operator_image,
+                context.image_pull_policy,
+                [NOOP_BINARY, "sleep", SLEEP_SECONDS],
+                True,
+            ),
         ],
         "volumes": [{"name": VOLUME, "emptyDir": {"sizeLimit": "16Mi"}}],
     }

@@ -37,7 +37,10 @@ def selector_string(endpoint: Endpoint) -> str:
 
 
 def _warm_term(label: str, weight: int) -> Manifest:
-    return {"weight": weight, "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [nodelabels.READY]}]}}
+    return {
+        "weight": weight,
+        "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": [nodelabels.READY]}]},
+    }
 
 
 def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
@@ -51,13 +54,24 @@ def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
         if len(endpoint.instance_types or []) < 2:
             break
         weight = max(INSTANCE_TYPE_TOP_WEIGHT - rank, 1)
-        preferred.append({"weight": weight, "preference": {"matchExpressions": [{"key": nodelabels.INSTANCE_TYPE, "operator": "In", "values": [instance_type]}]}})
+        preferred.append(
+            {
+                "weight": weight,
+                "preference": {
+                    "matchExpressions": [{"key": nodelabels.INSTANCE_TYPE, "operator": "In", "values": [instance_type]}]
+                },
+            }
+        )
     if endpoint.node_affinity is not None:
-        preferred += [p.to_api() for p in endpoint.node_affinity.preferred_during_scheduling_ignored_during_execution or []]
+        preferred += [
+            p.to_api() for p in endpoint.node_affinity.preferred_during_scheduling_ignored_during_execution or []
+        ]
     node_affinity: Manifest = {}
     required = endpoint.targeting().node_affinity
     if required and required.required_during_scheduling_ignored_during_execution:
-        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required.required_during_scheduling_ignored_during_execution.to_api()
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = (
+            required.required_during_scheduling_ignored_during_execution.to_api()
+        )
     if preferred:
         node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
     return {"nodeAffinity": node_affinity} if node_affinity else {}
@@ -67,7 +81,9 @@ def _env(worker: Worker) -> list[Manifest]:
     return [e.to_api() for e in worker.environment_variables or []]
 
 
-def preload_init_container(endpoint: Endpoint, generation: Generation, context: RenderContext) -> preload_containers.Rendered:
+def preload_init_container(
+    endpoint: Endpoint, generation: Generation, context: RenderContext
+) -> preload_containers.Rendered:
     """`warmstart preload --if-missing`: milliseconds on a warm node, the normal download on a cold one.
 
     The model volume is the cache volume: the node's `<hostPath>/warmstart`, or an emptyDir when caching is off.
@@ -75,7 +91,9 @@ def preload_init_container(endpoint: Endpoint, generation: Generation, context: 
     source = endpoint.source
     size = endpoint.weights_cache.model_size_bytes if endpoint.weights_cache else None
     args = preloading.preload_args(source, generation.weights_key, endpoint.host_path, size)
-    cache = preload_containers.cache_volume(endpoint.worker.model_volume_mount.name, endpoint.host_path, on_node=endpoint.weights_enabled)
+    cache = preload_containers.cache_volume(
+        endpoint.worker.model_volume_mount.name, endpoint.host_path, on_node=endpoint.weights_enabled
+    )
     return preload_containers.render(INIT_CONTAINER, args, cache, source, context)
 
 
@@ -110,7 +128,11 @@ def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
 def deployment(endpoint: Endpoint, generation: Generation, context: RenderContext) -> Manifest:
     """The model Deployment: rolls with maxUnavailable 0, so an update never drops serving capacity."""
     selector = pod_selector(endpoint)
-    pod_labels = {**labels.managed({labels.COMPONENT: "model-server"}), **selector, **((endpoint.kubernetes.labels or {}) if endpoint.kubernetes else {})}
+    pod_labels = {
+        **labels.managed({labels.COMPONENT: "model-server"}),
+        **selector,
+        **((endpoint.kubernetes.labels or {}) if endpoint.kubernetes else {}),
+    }
     annotations = {
         f"{nodelabels.CACHE_PREFIX}/weights-key": generation.weights_key,
         f"{nodelabels.CACHE_PREFIX}/image-key": generation.image_key,

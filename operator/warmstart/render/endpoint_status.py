@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warmstart.api.base import Condition, ConditionStatus
-from warmstart.api.statuses import CacheSummary
 from warmstart.api.states import CacheState, ConditionType, EndpointState
+from warmstart.api.statuses import CacheSummary
 from warmstart.render.conditions import condition
 from warmstart.render.gating import Gate
 
@@ -34,9 +34,11 @@ def _cache_condition(type_: ConditionType, summary: CacheSummary | None, enabled
     text = f"{progress}: {summary.message}" if summary.message else progress
     if summary.state == CacheState.READY:
         return condition(type_, True, "Ready", text, gen)
-    reason = {CacheState.FAILED: "Failed", CacheState.PARTIALLY_READY: "PartiallyReady", CacheState.DOWNLOADING: "Downloading"}.get(
-        summary.state, "Pending"
-    )
+    reason = {
+        CacheState.FAILED: "Failed",
+        CacheState.PARTIALLY_READY: "PartiallyReady",
+        CacheState.DOWNLOADING: "Downloading",
+    }.get(summary.state, "Pending")
     return condition(type_, False, reason, text, gen)
 
 
@@ -62,7 +64,11 @@ def conditions(
         ),
     ]
     if deployment.failed_message:
-        result.append(condition(ConditionType.PROGRESSING, False, "ProgressDeadlineExceeded", deployment.failed_message, generation))
+        result.append(
+            condition(
+                ConditionType.PROGRESSING, False, "ProgressDeadlineExceeded", deployment.failed_message, generation
+            )
+        )
         result.append(condition(ConditionType.READY, False, "DeploymentFailed", deployment.failed_message, generation))
         return result
     if not deployment.exists:
@@ -71,7 +77,15 @@ def conditions(
         return result
     counts = f"{deployment.available}/{deployment.desired} replicas available, {deployment.updated} updated"
     if not gate.open:
-        result.append(condition(ConditionType.PROGRESSING, True, gate.reason, f"{gate.message}; serving the previous generation ({counts})", generation))
+        result.append(
+            condition(
+                ConditionType.PROGRESSING,
+                True,
+                gate.reason,
+                f"{gate.message}; serving the previous generation ({counts})",
+                generation,
+            )
+        )
     elif not deployment.rolled_out:
         result.append(condition(ConditionType.PROGRESSING, True, "RollingOut", counts, generation))
     else:

@@ -133,7 +133,10 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
             "modelLocation": resolution.prefix,
         }
     )
-    env = {**resolution.env, **{e.name: e.value or "" for e in spec.environment_variables or [] if e.value_from is None}}
+    env = {
+        **resolution.env,
+        **{e.name: e.value or "" for e in spec.environment_variables or [] if e.value_from is None},
+    }
     extra = [e for e in spec.environment_variables or [] if e.value_from is not None]
     variables = [EnvironmentVariable(name=k, value=v) for k, v in sorted(env.items())] + extra
     worker = Worker(
@@ -154,7 +157,11 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
         replicas=spec.replicas,
         max_deploy_time_seconds=spec.max_deploy_time_in_seconds,
         weights_cache=spec.model_cache_config.weights_cache if spec.model_cache_config else None,
-        image_cache=bool(spec.model_cache_config and spec.model_cache_config.image_cache and spec.model_cache_config.image_cache.enabled),
+        image_cache=bool(
+            spec.model_cache_config
+            and spec.model_cache_config.image_cache
+            and spec.model_cache_config.image_cache.enabled
+        ),
         routing=spec.intelligent_routing_spec,
         kubernetes=spec.kubernetes,
         resolved_env=resolution.env,

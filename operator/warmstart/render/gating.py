@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmstart.api.statuses import CacheSummary
 from warmstart.api.states import CacheState
+from warmstart.api.statuses import CacheSummary
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,11 @@ def decide(weights_enabled: bool, weights: CacheSummary | None, waited_seconds: 
         )
     if weights.target_nodes == 0:
         return _waiting(waited_seconds, max_wait_seconds, "no node matches the endpoint's instance types yet")
-    return _waiting(waited_seconds, max_wait_seconds, f"preloading weights: {progress}" + (f"; {weights.message}" if weights.message else ""))
+    return _waiting(
+        waited_seconds,
+        max_wait_seconds,
+        f"preloading weights: {progress}" + (f"; {weights.message}" if weights.message else ""),
+    )
 
 
 def _waiting(waited: float, limit: int, message: str) -> Gate:

@@ -17,7 +17,6 @@ from warmstart.render.image_status import PrepullPod
 LabelChanges = dict[str, str | None]
 
 
-
 def _live(pod: PrepullPod, key: str) -> bool:
     return pod.key == key and not pod.deleting and pod.node is not None
 
@@ -35,7 +34,9 @@ def label_changes(
     of every other MIC; `targeted`: nodes the reconciled MIC's targeting matches.
     """
     mine = [(p.node, p.warm) for p in own if _live(p, key) and p.node and p.node in targeted]
-    add = {node for node, warm in mine if warm and node} | {p.node for p in others if _live(p, key) and p.warm and p.node}
+    add = {node for node, warm in mine if warm and node} | {
+        p.node for p in others if _live(p, key) and p.warm and p.node
+    }
     keep = add | {node for node, _ in mine}
     changes: LabelChanges = {node: READY for node in sorted(add - labeled)}
     changes.update({node: None for node in sorted(labeled - keep)})

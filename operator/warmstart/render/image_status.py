@@ -35,7 +35,9 @@ PULL_ERRORS = frozenset(
     }
 )
 #: waiting reasons of a container that was pulled but cannot start (reported too: the pod never gets Ready)
-START_ERRORS = frozenset({"CrashLoopBackOff", "CreateContainerError", "CreateContainerConfigError", "RunContainerError"})
+START_ERRORS = frozenset(
+    {"CrashLoopBackOff", "CreateContainerError", "CreateContainerConfigError", "RunContainerError"}
+)
 #: status.failures keeps at most this many nodes (the message gives the total)
 MAX_FAILURES = 20
 _MESSAGE_NODES = 3
@@ -87,7 +89,9 @@ def _node_of(pod: Mapping[str, Any]) -> str | None:
     if spec.get("nodeName"):
         return str(spec["nodeName"])
     # DaemonSet pods are pinned by a required matchFields term before they are bound
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     for term in required.get("nodeSelectorTerms") or []:
         for field in term.get("matchFields") or []:
             if field.get("key") == "metadata.name" and field.get("values"):
@@ -101,7 +105,14 @@ def _errors(statuses: Iterable[Mapping[str, Any]]) -> list[ContainerError]:
         waiting = (status.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason")
         if reason in PULL_ERRORS or reason in START_ERRORS:
-            found.append(ContainerError(str(status.get("name", "")), str(status.get("image", "")), str(reason), str(waiting.get("message") or "")))
+            found.append(
+                ContainerError(
+                    str(status.get("name", "")),
+                    str(status.get("image", "")),
+                    str(reason),
+                    str(waiting.get("message") or ""),
+                )
+            )
     return found
 
 
@@ -112,7 +123,9 @@ def prepull_pod(pod: Mapping[str, Any]) -> PrepullPod:
     pod_labels = meta.get("labels") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     inits = status.get("initContainerStatuses") or []
-    image_id = next((s.get("imageID") for s in inits if s.get("name") == daemonsets.PULL_CONTAINER and s.get("imageID")), None)
+    image_id = next(
+        (s.get("imageID") for s in inits if s.get("name") == daemonsets.PULL_CONTAINER and s.get("imageID")), None
+    )
     return PrepullPod(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
@@ -169,7 +182,11 @@ def _state(target: int, ready: int, failing: int, observed: bool, image: str) ->
         return CacheState.READY, Reason.ALL_NODES_READY, f"{image} is on all {target} target nodes"
     if failing and failing >= target - ready:
         if ready:
-            return CacheState.PARTIALLY_READY, Reason.PARTIALLY_READY, f"{image} is on {ready}/{target} nodes; the pull fails on {failing}"
+            return (
+                CacheState.PARTIALLY_READY,
+                Reason.PARTIALLY_READY,
+                f"{image} is on {ready}/{target} nodes; the pull fails on {failing}",
+            )
         return CacheState.FAILED, Reason.IMAGE_PULL_FAILED, f"pulling {image} fails on every target node ({target})"
     return CacheState.DOWNLOADING, Reason.PULLING, f"pulling {image}: {ready}/{target} nodes ready"
 

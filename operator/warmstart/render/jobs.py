@@ -131,10 +131,14 @@ def preload_job(
         "ttlSecondsAfterFinished": ctx.preload_ttl_seconds_after_finished,
         "template": {"metadata": {"labels": dict(job_labels), "annotations": _pod_annotations(spec, ctx)}, "spec": pod},
     }
-    rules: list[dict[str, Any]] = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    rules: list[dict[str, Any]] = [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
     if permanent_exit_codes:
         codes = sorted(set(permanent_exit_codes))
-        rules.append({"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": codes}})
+        rules.append(
+            {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": codes}}
+        )
     job_spec["podFailurePolicy"] = {"rules": rules}
     return {
         "apiVersion": "batch/v1",
@@ -172,7 +176,10 @@ def cleanup_job(owner: Owner, key: str, node: str, spec: ModelDataCacheConfigSpe
             "backoffLimit": CLEANUP_BACKOFF_LIMIT,
             "activeDeadlineSeconds": CLEANUP_DEADLINE_SECONDS,
             "ttlSecondsAfterFinished": CLEANUP_TTL_SECONDS,
-            "template": {"metadata": {"labels": dict(job_labels), "annotations": _pod_annotations(spec, ctx)}, "spec": pod},
+            "template": {
+                "metadata": {"labels": dict(job_labels), "annotations": _pod_annotations(spec, ctx)},
+                "spec": pod,
+            },
         },
     }
 
@@ -236,6 +243,7 @@ def read_job(body: Mapping[str, Any]) -> IndexedJob:
 
 def read_result(pods: Iterable[Mapping[str, Any]], reason_by_exit_code: Mapping[int, str]) -> PreloadResult | None:
     """The newest terminated preload container's termination message; else a reason from its exit code."""
+
     def started(pod: Mapping[str, Any]) -> str:
         return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
 

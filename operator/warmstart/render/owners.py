@@ -16,4 +16,11 @@ from warmstart.api import API_VERSION
 
 def owner_reference(kind: str, name: str, uid: str, *, controller: bool) -> dict[str, Any]:
     """An ownerReferences entry for the warmstart object `kind`/`name` with `uid`."""
-    return {"apiVersion": API_VERSION, "kind": kind, "name": name, "uid": uid, "controller": controller, "blockOwnerDeletion": controller}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": controller,
+        "blockOwnerDeletion": controller,
+    }

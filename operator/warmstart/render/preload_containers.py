@@ -94,7 +94,9 @@ def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
     return found
 
 
-def render(name: str, args: Sequence[str], cache: Mounted, source: ModelSourceConfig | None, ctx: RenderContext) -> Rendered:
+def render(
+    name: str, args: Sequence[str], cache: Mounted, source: ModelSourceConfig | None, ctx: RenderContext
+) -> Rendered:
     """The container `name` running `warmstart <args>` with the cache, /tmp and (given a source) its volumes."""
     mounted = [cache, _tmp_volume(), *(source_volumes(source) if source is not None else [])]
     container: Manifest = {
@@ -103,7 +105,8 @@ def render(name: str, args: Sequence[str], cache: Mounted, source: ModelSourceCo
         "imagePullPolicy": ctx.image_pull_policy,
         "command": [preloading.COMMAND],
         "args": list(args),
-        "env": [{"name": "HOME", "value": "/tmp"}] + [{"name": k, "value": v} for k, v in sorted(ctx.preload_env.items())],
+        "env": [{"name": "HOME", "value": "/tmp"}]
+        + [{"name": k, "value": v} for k, v in sorted(ctx.preload_env.items())],
         "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
         "volumeMounts": [m.mount for m in mounted],
         "terminationMessagePath": preloading.TERMINATION_LOG,

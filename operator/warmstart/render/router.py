@@ -43,11 +43,21 @@ def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
 def configmap(endpoint: Endpoint) -> Manifest:
     """Only the knobs the endpoint sets; every other knob keeps the router's documented default."""
     chosen = config(endpoint).model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(endpoint), "data": {CONFIGMAP_KEY: yaml.safe_dump(chosen, sort_keys=True)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(endpoint),
+        "data": {CONFIGMAP_KEY: yaml.safe_dump(chosen, sort_keys=True)},
+    }
 
 
 def service_account(endpoint: Endpoint) -> Manifest:
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(endpoint), "automountServiceAccountToken": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(endpoint),
+        "automountServiceAccountToken": True,
+    }
 
 
 def role(endpoint: Endpoint) -> Manifest:
@@ -58,7 +68,12 @@ def role(endpoint: Endpoint) -> Manifest:
         "metadata": _meta(endpoint),
         "rules": [
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [name(endpoint.ref.name)], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [name(endpoint.ref.name)],
+                "verbs": ["get", "list", "watch"],
+            },
         ],
     }
 
@@ -109,7 +124,11 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": {**labels.managed(), **selector}},
-                "spec": {"serviceAccountName": router, "containers": [container], "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}},
+                "spec": {
+                    "serviceAccountName": router,
+                    "containers": [container],
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                },
             },
         },
     }
@@ -122,14 +141,28 @@ def service(endpoint: Endpoint) -> Manifest:
         "metadata": _meta(endpoint),
         "spec": {
             "selector": {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.ref.name},
-            "ports": [{"name": "http", "port": endpoint.worker.model_invocation_port.container_port, "targetPort": ROUTER_PORT, "protocol": "TCP"}],
+            "ports": [
+                {
+                    "name": "http",
+                    "port": endpoint.worker.model_invocation_port.container_port,
+                    "targetPort": ROUTER_PORT,
+                    "protocol": "TCP",
+                }
+            ],
         },
     }
 
 
 def manifests(endpoint: Endpoint, context: RenderContext) -> list[Manifest]:
     """Everything the router needs, in apply order."""
-    return [configmap(endpoint), service_account(endpoint), role(endpoint), role_binding(endpoint), deployment(endpoint, context), service(endpoint)]
+    return [
+        configmap(endpoint),
+        service_account(endpoint),
+        role(endpoint),
+        role_binding(endpoint),
+        deployment(endpoint, context),
+        service(endpoint),
+    ]
 
 
 #: (apiVersion, kind) of every router object, for removal
@@ -141,4 +174,3 @@ KINDS = [
     ("v1", "ServiceAccount"),
     ("v1", "ConfigMap"),
 ]
-

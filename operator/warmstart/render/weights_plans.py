@@ -120,7 +120,11 @@ def unrecorded(observed_jobs: Sequence[PreloadJob], status: ModelDataCacheConfig
     """Finished Jobs whose outcome status does not hold yet: the controller reads their pods' termination messages."""
     previous = {n.node: n for n in status.nodes or []}
     latest = _latest_by_node(observed_jobs)
-    return [job for job in latest.values() if job.phase != JobPhase.RUNNING and not _is_recorded(previous.get(job.node), job)]
+    return [
+        job
+        for job in latest.values()
+        if job.phase != JobPhase.RUNNING and not _is_recorded(previous.get(job.node), job)
+    ]
 
 
 def backoff_seconds(attempt: int) -> float:
@@ -168,10 +172,21 @@ class _NodePlanner:
         self.plan.delete += [j.name for j in jobs if current is None or j.attempt < current.attempt]
         if node.labels.get(self.label_key) == nodelabels.READY:
             return self._ready(node.name, previous, current)
-        capacity = placement.check_capacity(self.size, placement.nvme_capacity_bytes(node.labels.get(nodelabels.INSTANCE_TYPE), node.annotations)) if self.size else None
+        capacity = (
+            placement.check_capacity(
+                self.size, placement.nvme_capacity_bytes(node.labels.get(nodelabels.INSTANCE_TYPE), node.annotations)
+            )
+            if self.size
+            else None
+        )
         if capacity is not None and not capacity.fits:
-            return NodeCacheStatus(node=node.name, state=NodeCacheState.FAILED, reason=INSUFFICIENT_CAPACITY, message=capacity.message,
-                                   attempts=previous.attempts if previous else None)
+            return NodeCacheStatus(
+                node=node.name,
+                state=NodeCacheState.FAILED,
+                reason=INSUFFICIENT_CAPACITY,
+                message=capacity.message,
+                attempts=previous.attempts if previous else None,
+            )
         if current is None:
             return self._without_job(node.name, previous)
         if current.phase == JobPhase.RUNNING:
@@ -188,8 +203,15 @@ class _NodePlanner:
     def _ready(self, node: str, previous: NodeCacheStatus | None, job: PreloadJob | None) -> NodeCacheStatus:
         result = self.observed.results.get(job.name) if job else None
         if result is not None and job is not None and job.phase == JobPhase.SUCCEEDED:
-            entry = NodeCacheStatus(node=node, state=NodeCacheState.READY, reason=result.reason, message=_clip(result.message) or None,
-                                    bytes=result.bytes, seconds=result.seconds, attempts=job.attempt)
+            entry = NodeCacheStatus(
+                node=node,
+                state=NodeCacheState.READY,
+                reason=result.reason,
+                message=_clip(result.message) or None,
+                bytes=result.bytes,
+                seconds=result.seconds,
+                attempts=job.attempt,
+            )
             if not _is_recorded(previous, job):
                 self.plan.recorded.append((entry, job))
             return entry
@@ -226,9 +248,18 @@ class _NodePlanner:
             result = PreloadResult(previous.reason or "JobFailed", message, previous.bytes, previous.seconds)
         if result is None:
             reason = job.failure_reason or "JobFailed"
-            result = PreloadResult(reason=reason, message=f"preload Job {job.name} failed ({reason}) without a termination message")
-        entry = NodeCacheStatus(node=node, state=NodeCacheState.FAILED, reason=result.reason, message=_clip(result.message) or None,
-                                bytes=result.bytes, seconds=result.seconds, attempts=job.attempt)
+            result = PreloadResult(
+                reason=reason, message=f"preload Job {job.name} failed ({reason}) without a termination message"
+            )
+        entry = NodeCacheStatus(
+            node=node,
+            state=NodeCacheState.FAILED,
+            reason=result.reason,
+            message=_clip(result.message) or None,
+            bytes=result.bytes,
+            seconds=result.seconds,
+            attempts=job.attempt,
+        )
         if not _is_recorded(previous, job):
             self.plan.recorded.append((entry, job))
         if job.generation < self.observed.generation:
@@ -297,9 +328,15 @@ def summarize(
     elif busy:
         state, reason, message = CacheState.DOWNLOADING, "Downloading", f"{len(ready)}/{total} nodes ready"
     else:
-        state, reason, message = CacheState.PENDING, "Pending", f"{len(ready)}/{total} nodes ready; preload Jobs starting"
+        state, reason, message = (
+            CacheState.PENDING,
+            "Pending",
+            f"{len(ready)}/{total} nodes ready; preload Jobs starting",
+        )
     message = _clip(message) or message
-    ready_condition = conditions.condition(ConditionType.READY, state == CacheState.READY, reason, message, observed.generation)
+    ready_condition = conditions.condition(
+        ConditionType.READY, state == CacheState.READY, reason, message, observed.generation
+    )
     done = sum((size or e.bytes or 0) for e in ready) if ready else 0
     return ModelDataCacheConfigStatus(
         state=state,
@@ -316,7 +353,9 @@ def summarize(
     )
 
 
-def deleting(status: ModelDataCacheConfigStatus, generation: int, message: str, now: dt.datetime) -> ModelDataCacheConfigStatus:
+def deleting(
+    status: ModelDataCacheConfigStatus, generation: int, message: str, now: dt.datetime
+) -> ModelDataCacheConfigStatus:
     """Status while the finalizer cleans the nodes."""
     ready_condition = conditions.condition(ConditionType.READY, False, "Deleting", message, generation)
     return status.model_copy(
@@ -329,4 +368,4 @@ def deleting(status: ModelDataCacheConfigStatus, generation: int, message: str, 
 
 
 def _timestamp(now: dt.datetime) -> str:
-    return now.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -53,8 +53,11 @@ def build_sources(args: argparse.Namespace) -> list[discovery.Source]:
     if args.service or args.configmap:
         if not args.namespace:
             raise SystemExit("warmstart router: --service/--configmap need --namespace")
-        sources.append(discovery.KubernetesWatcher(_api_client(args.kubeconfig), args.namespace, args.service,
-                                                   args.configmap, port_name=args.port_name))
+        sources.append(
+            discovery.KubernetesWatcher(
+                _api_client(args.kubeconfig), args.namespace, args.service, args.configmap, port_name=args.port_name
+            )
+        )
     return sources
 
 
@@ -88,8 +91,13 @@ async def run(args: argparse.Namespace) -> int:
     app = proxying.make_app(router)
     app.cleanup_ctx.append(sources_ctx(router, build_sources(args)))
     runner, port = await proxying.serve(app, args.host, args.port)
-    log.info("router listening on %s:%d, strategy %s, %d replicas", args.host, port,
-             router.config.strategy.value, len(router.fleet))
+    log.info(
+        "router listening on %s:%d, strategy %s, %d replicas",
+        args.host,
+        port,
+        router.config.strategy.value,
+        len(router.fleet),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

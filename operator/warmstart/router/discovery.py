@@ -174,8 +174,7 @@ class KubernetesWatcher:
 
     def _post_config(self, loop: asyncio.AbstractEventLoop, router: Router, items: list[Any]) -> None:
         if not items:
-            log.warning("configmap %s/%s not found; keeping the current configuration", self.namespace,
-                        self.configmap)
+            log.warning("configmap %s/%s not found; keeping the current configuration", self.namespace, self.configmap)
             return
         try:
             config = RouterConfig.from_configmap_data(items[0].data)
@@ -184,15 +183,18 @@ class KubernetesWatcher:
             return
         loop.call_soon_threadsafe(router.apply_config, config)
 
-    def _spawn(self, what: str, list_fn: Callable[..., Any], selector: dict[str, str],
-               publish: Callable[[list[Any]], Any]) -> None:
-        thread = threading.Thread(target=self._follow, args=(what, list_fn, selector, publish),
-                                  name=f"router-watch-{what}", daemon=True)
+    def _spawn(
+        self, what: str, list_fn: Callable[..., Any], selector: dict[str, str], publish: Callable[[list[Any]], Any]
+    ) -> None:
+        thread = threading.Thread(
+            target=self._follow, args=(what, list_fn, selector, publish), name=f"router-watch-{what}", daemon=True
+        )
         self._threads.append(thread)
         thread.start()
 
-    def _follow(self, what: str, list_fn: Callable[..., Any], selector: dict[str, str],
-                publish: Callable[[list[Any]], Any]) -> None:
+    def _follow(
+        self, what: str, list_fn: Callable[..., Any], selector: dict[str, str], publish: Callable[[list[Any]], Any]
+    ) -> None:
         """Thread body: list, publish, watch and publish on every change; re-list after each watch."""
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
@@ -203,9 +205,13 @@ class KubernetesWatcher:
                 objects = {item.metadata.name: item for item in listed.items}
                 publish(list(objects.values()))
                 stream = watch.Watch()
-                for event in stream.stream(list_fn, resource_version=listed.metadata.resource_version,
-                                           timeout_seconds=self.watch_seconds,
-                                           _request_timeout=self.watch_seconds + 10, **selector):
+                for event in stream.stream(
+                    list_fn,
+                    resource_version=listed.metadata.resource_version,
+                    timeout_seconds=self.watch_seconds,
+                    _request_timeout=self.watch_seconds + 10,
+                    **selector,
+                ):
                     if self._stop.is_set():
                         stream.stop()
                         return

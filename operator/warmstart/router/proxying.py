@@ -9,11 +9,11 @@ Prompts are never logged; only sizes, hashes and outcomes are.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 from collections.abc import AsyncIterator
+
 import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,17 +29,35 @@ SESSION_KEY: web.AppKey[aiohttp.ClientSession] = web.AppKey("session", aiohttp.C
 GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", "/invocations")
 
 #: Request headers not passed upstream (hop-by-hop, or recomputed by the client session).
-_DROP_REQUEST = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-                 "proxy-authorization", "proxy-connection", "accept-encoding", "expect"}
+_DROP_REQUEST = {
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+    "accept-encoding",
+    "expect",
+}
 #: Response headers not passed back (hop-by-hop, or recomputed by the server).
-_DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "content-encoding",
-                  "server", "date"}
+_DROP_RESPONSE = {
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-encoding",
+    "server",
+    "date",
+}
 
 
 class _PrefillClaim:
     """A request's share of its replica's estimated prefill backlog, released exactly once."""
 
-    __slots__ = ("replica", "chars")
+    __slots__ = ("chars", "replica")
 
     def __init__(self, replica: Replica, chars: int) -> None:
         self.replica, self.chars = replica, chars
@@ -133,15 +151,19 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
     return await _forward(request, router, routed, raw, started)
 
 
-async def _forward(request: web.Request, router: Router, routed: Routed, raw: bytes,
-                   started: float) -> web.StreamResponse:
+async def _forward(
+    request: web.Request, router: Router, routed: Routed, raw: bytes, started: float
+) -> web.StreamResponse:
     """Send to the first candidate; on connection refused, retry once on the next."""
     config = router.config
     strategy = router.policy.strategy.value
     session = request.app[SESSION_KEY]
-    timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_seconds,
-                                    sock_connect=config.connect_timeout_seconds,
-                                    sock_read=config.read_timeout_seconds)
+    timeout = aiohttp.ClientTimeout(
+        total=None,
+        connect=config.connect_timeout_seconds,
+        sock_connect=config.connect_timeout_seconds,
+        sock_read=config.read_timeout_seconds,
+    )
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
     attempts = [url for url in routed.decision.candidates[: 1 + config.retries]]
     for attempt, url in enumerate(attempts):
@@ -166,7 +188,7 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
                 if last:
                     return error_response(502, "model replica refused the connection", "upstream_error")
                 continue
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 outcome = "error"
                 log.warning("replica %s failed before responding: %s", url, type(exc).__name__)
                 return error_response(502, "model replica failed before responding", "upstream_error")
@@ -188,8 +210,9 @@ async def _forward(request: web.Request, router: Router, routed: Routed, raw: by
     return error_response(503, "no ready model replicas behind this router", "service_unavailable")
 
 
-async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, added: float,
-                 router: Router, claim: _PrefillClaim) -> tuple[web.StreamResponse, str]:
+async def _relay(
+    request: web.Request, upstream: aiohttp.ClientResponse, added: float, router: Router, claim: _PrefillClaim
+) -> tuple[web.StreamResponse, str]:
     """Pass the upstream response back: SSE chunk by chunk, anything else buffered."""
     headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _DROP_RESPONSE}
     relay_started = time.perf_counter()
@@ -197,7 +220,7 @@ async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, added: 
         try:
             data = await upstream.read()
             claim.release()
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return error_response(502, "model replica failed while responding", "upstream_error"), "error"
         router.metrics.added_seconds.observe(added)
         return web.Response(status=upstream.status, body=data, headers=headers), _outcome(upstream.status)
@@ -213,12 +236,11 @@ async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, added: 
     while not broken:
         try:
             chunk = await upstream.content.readany()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             outcome, broken = "error", True
             log.warning("replica stream ended abnormally: %s", type(exc).__name__)
             # close any half-sent event first, so the error is an event of its own
-            chunk = (b"" if tail.endswith(b"\n\n") else b"\n\n") + _error_event(
-                "model replica stream ended abnormally")
+            chunk = (b"" if tail.endswith(b"\n\n") else b"\n\n") + _error_event("model replica stream ended abnormally")
         if not chunk:
             break
         claim.release()  # the first byte: this request's prefill is over
@@ -246,9 +268,10 @@ async def handle_models(request: web.Request) -> web.StreamResponse:
             async with request.app[SESSION_KEY].get(
                 url + "/v1/models", timeout=aiohttp.ClientTimeout(total=router.config.connect_timeout_seconds + 5)
             ) as upstream:
-                return web.Response(status=upstream.status, body=await upstream.read(),
-                                    content_type=upstream.content_type)
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+                return web.Response(
+                    status=upstream.status, body=await upstream.read(), content_type=upstream.content_type
+                )
+        except (TimeoutError, aiohttp.ClientError):
             continue
     return error_response(503, "no ready model replicas behind this router", "service_unavailable")
 
@@ -261,8 +284,9 @@ async def handle_health(request: web.Request) -> web.Response:
 async def handle_ready(request: web.Request) -> web.Response:
     """Readiness: at least one replica is known."""
     replicas = len(request.app[ROUTER_KEY].fleet)
-    return web.json_response({"status": "ok" if replicas else "no replicas", "replicas": replicas},
-                             status=200 if replicas else 503)
+    return web.json_response(
+        {"status": "ok" if replicas else "no replicas", "replicas": replicas}, status=200 if replicas else 503
+    )
 
 
 async def handle_status(request: web.Request) -> web.Response:

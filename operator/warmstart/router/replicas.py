@@ -67,8 +67,12 @@ class Fleet:
 
     def snapshot(self) -> Snapshot:
         """What the policy sees: names and in-flight counts, sorted by name."""
-        return Snapshot(tuple(ReplicaLoad(url, self._replicas[url].inflight,
-                                            self._replicas[url].prefill_chars) for url in sorted(self._replicas)))
+        return Snapshot(
+            tuple(
+                ReplicaLoad(url, self._replicas[url].inflight, self._replicas[url].prefill_chars)
+                for url in sorted(self._replicas)
+            )
+        )
 
     def replicas(self) -> list[Replica]:
         return [self._replicas[url] for url in sorted(self._replicas)]

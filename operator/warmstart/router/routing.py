@@ -58,8 +58,18 @@ class Router:
         if config == self.config:
             return False
         old, self.config = self.config, config
-        policy_knobs = {"strategy", "block_chars", "max_blocks", "index_capacity_blocks", "home_blocks",
-                        "home_choices", "prefill_aware", "load_epsilon", "load_min_ceiling", "max_concurrent_requests"}
+        policy_knobs = {
+            "strategy",
+            "block_chars",
+            "max_blocks",
+            "index_capacity_blocks",
+            "home_blocks",
+            "home_choices",
+            "prefill_aware",
+            "load_epsilon",
+            "load_min_ceiling",
+            "max_concurrent_requests",
+        }
         if any(getattr(old, knob) != getattr(config, knob) for knob in policy_knobs):
             self.policy = strategies.build(config, self._rng)
             if isinstance(self.policy, strategies.PrefixAwarePolicy):
@@ -67,8 +77,11 @@ class Router:
                 log.info("prefix index reset by configuration change")
         self._note_kvaware(config)
         self.metrics.config_reloads.inc()
-        log.info("router configuration applied: strategy=%s (served as %s)",
-                 config.strategy.value, config.effective_strategy.value)
+        log.info(
+            "router configuration applied: strategy=%s (served as %s)",
+            config.strategy.value,
+            config.effective_strategy.value,
+        )
         return True
 
     def set_backends(self, urls: list[str]) -> None:
@@ -117,5 +130,7 @@ class Router:
     @staticmethod
     def _note_kvaware(config: RouterConfig) -> None:
         if config.strategy is RoutingStrategy.KVAWARE:
-            log.warning("routing strategy 'kvaware' is not implemented; serving it with 'prefixaware' "
-                        "(router-side prefix index instead of engine KV events)")
+            log.warning(
+                "routing strategy 'kvaware' is not implemented; serving it with 'prefixaware' "
+                "(router-side prefix index instead of engine KV events)"
+            )

@@ -35,22 +35,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running", type=int, default=defaults.max_running)
     p.add_argument("--block-tokens", type=int, default=defaults.block_tokens)
     p.add_argument("--cache-tokens", type=int, default=defaults.cache_tokens)
-    p.add_argument("--time-scale", type=float, default=defaults.time_scale,
-                   help="real seconds per model second (0.25 = 4x faster than real time; 0 = no sleeping)")
-    p.add_argument("--scale-factor", type=int, default=1,
-                   help="make each replica N times larger (cache, prefill rate, slots): the ideal bound")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=defaults.time_scale,
+        help="real seconds per model second (0.25 = 4x faster than real time; 0 = no sleeping)",
+    )
+    p.add_argument(
+        "--scale-factor",
+        type=int,
+        default=1,
+        help="make each replica N times larger (cache, prefill rate, slots): the ideal bound",
+    )
     p.add_argument("--stream-chunk-tokens", type=int, default=1, help="tokens per SSE chunk after the first")
-    p.add_argument("--model-dir", type=pathlib.Path, default=None,
-                   help="read every weight file here before reporting ready (checked against the preload manifest)")
+    p.add_argument(
+        "--model-dir",
+        type=pathlib.Path,
+        default=None,
+        help="read every weight file here before reporting ready (checked against the preload manifest)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
 
 def params_from(args: argparse.Namespace) -> EngineParams:
     params = EngineParams(
-        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_tokens_per_s=args.decode_tokens_per_s,
-        ttft_overhead_s=args.ttft_overhead_s, max_running=args.max_running, block_tokens=args.block_tokens,
-        cache_tokens=args.cache_tokens, time_scale=args.time_scale,
+        prefill_tokens_per_s=args.prefill_tokens_per_s,
+        decode_tokens_per_s=args.decode_tokens_per_s,
+        ttft_overhead_s=args.ttft_overhead_s,
+        max_running=args.max_running,
+        block_tokens=args.block_tokens,
+        cache_tokens=args.cache_tokens,
+        time_scale=args.time_scale,
     )
     return params.scaled(args.scale_factor) if args.scale_factor > 1 else params
 
@@ -73,12 +89,19 @@ async def run(args: argparse.Namespace) -> int:
             for runner in runners:
                 await runner.cleanup()
             return 1
-        log.info("loaded %d files, %d bytes in %.2f s (%s)", report.files, report.bytes, report.seconds,
-                 "checked against the preload manifest" if report.manifest else "no manifest")
+        log.info(
+            "loaded %d files, %d bytes in %.2f s (%s)",
+            report.files,
+            report.bytes,
+            report.seconds,
+            "checked against the preload manifest" if report.manifest else "no manifest",
+        )
         for replica in replicas:
             replica.ready = True
-    print(f"sim: {args.replicas} replicas ready on ports {args.base_port}-{args.base_port + args.replicas - 1}",
-          flush=True)
+    print(
+        f"sim: {args.replicas} replicas ready on ports {args.base_port}-{args.base_port + args.replicas - 1}",
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -79,8 +79,9 @@ class _EngineCollector(Collector):
 class SimReplica:
     """One simulated vLLM replica: engine + aiohttp application."""
 
-    def __init__(self, name: str, params: EngineParams | None = None, stream_chunk_tokens: int = 1,
-                 model: str = "sim-llm") -> None:
+    def __init__(
+        self, name: str, params: EngineParams | None = None, stream_chunk_tokens: int = 1, model: str = "sim-llm"
+    ) -> None:
         self.name = name
         self.model = model
         self.engine = Engine(params or EngineParams())
@@ -136,8 +137,7 @@ class SimReplica:
             self._open.pop(id(request), None)
             self.open_requests.dec()
 
-    async def _complete(self, body: dict[str, Any], chat: bool, prompt: str, max_tokens: int,
-                        rid: str) -> web.Response:
+    async def _complete(self, body: dict[str, Any], chat: bool, prompt: str, max_tokens: int, rid: str) -> web.Response:
         async with self.engine.sequence(prompt) as admitted:
             await self.engine.sleep((max_tokens - 1) / self.engine.params.decode_tokens_per_s)
             self.engine.counters.generation_tokens += max_tokens
@@ -148,16 +148,21 @@ class SimReplica:
         else:
             choice.update(text=text, logprobs=None)
         payload = {
-            "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": body.get("model", self.model), "choices": [choice],
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [choice],
             "usage": self._usage(admitted.prompt_tokens, admitted.cached_tokens, max_tokens),
         }
         return web.json_response(payload, headers={"x-sim-replica": self.name})
 
-    async def _stream(self, request: web.Request, body: dict[str, Any], chat: bool, prompt: str,
-                      max_tokens: int, rid: str) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                               "x-sim-replica": self.name})
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], chat: bool, prompt: str, max_tokens: int, rid: str
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "x-sim-replica": self.name}
+        )
         await response.prepare(request)
         created, model = int(time.time()), body.get("model", self.model)
         tokens = _output_tokens(prompt, max_tokens)
@@ -186,9 +191,14 @@ class SimReplica:
                 await response.write(chunk(text, "length" if sent >= max_tokens else None))
             self.engine.counters.generation_tokens += max_tokens
         if include_usage:
-            usage = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                     "created": created, "model": model, "choices": [],
-                     "usage": self._usage(admitted.prompt_tokens, admitted.cached_tokens, max_tokens)}
+            usage = {
+                "id": rid,
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": self._usage(admitted.prompt_tokens, admitted.cached_tokens, max_tokens),
+            }
             await response.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
@@ -196,12 +206,17 @@ class SimReplica:
 
     @staticmethod
     def _usage(prompt_tokens: int, cached: int, completion: int) -> dict[str, Any]:
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                "total_tokens": prompt_tokens + completion, "prompt_tokens_details": {"cached_tokens": cached}}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
 
     async def handle_models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",
-                                                             "owned_by": "warmstart-sim"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "warmstart-sim"}]}
+        )
 
     async def handle_health(self, request: web.Request) -> web.Response:
         if not self.ready:

@@ -84,9 +84,16 @@ def shared_prefix(
     times = _poisson_times(rng, total, rate)
     return [
         Request(
-            at=at, group=f"g{group}", path="/v1/completions",
-            body={"model": "sim-llm", "prompt": systems[group] + words(rng, question_tokens),
-                  "max_tokens": output_tokens, "stream": True, "ignore_eos": True},
+            at=at,
+            group=f"g{group}",
+            path="/v1/completions",
+            body={
+                "model": "sim-llm",
+                "prompt": systems[group] + words(rng, question_tokens),
+                "max_tokens": output_tokens,
+                "stream": True,
+                "ignore_eos": True,
+            },
         )
         for at, group in zip(times, picks, strict=True)
     ]
@@ -107,16 +114,29 @@ def multi_turn(
     rng = random.Random(seed)
     system = words(rng, system_tokens)
     return [
-        Conversation(user=f"u{i}", start_at=rng.uniform(0, spread_s), system=system,
-                     questions=[words(rng, question_tokens) for _ in range(rounds)],
-                     output_tokens=output_tokens, think_s=think_s)
+        Conversation(
+            user=f"u{i}",
+            start_at=rng.uniform(0, spread_s),
+            system=system,
+            questions=[words(rng, question_tokens) for _ in range(rounds)],
+            output_tokens=output_tokens,
+            think_s=think_s,
+        )
         for i in range(users)
     ]
 
 
 def chat_body(conversation: Conversation, round_index: int) -> dict[str, Any]:
     """The request for ``round_index``: system prompt, the history so far, the next question."""
-    messages = [{"role": "system", "content": conversation.system}, *conversation.history,
-                {"role": "user", "content": conversation.questions[round_index]}]
-    return {"model": "sim-llm", "messages": messages, "max_tokens": conversation.output_tokens, "stream": True,
-            "user": conversation.user}
+    messages = [
+        {"role": "system", "content": conversation.system},
+        *conversation.history,
+        {"role": "user", "content": conversation.questions[round_index]},
+    ]
+    return {
+        "model": "sim-llm",
+        "messages": messages,
+        "max_tokens": conversation.output_tokens,
+        "stream": True,
+        "user": conversation.user,
+    }

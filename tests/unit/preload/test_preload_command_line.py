@@ -14,7 +14,10 @@ SOURCES = {
     "s3": {"modelSourceType": "s3", "s3Storage": {"bucketName": "models", "region": "us-west-2"}, "modelLocation": "m"},
     "fsx": {"modelSourceType": "fsx", "fsxStorage": {"fileSystemId": "fs-0123456789abcdef0"}, "modelLocation": "m"},
     "pvc": {"modelSourceType": "kubernetesVolume", "kubernetesVolume": {"claimName": "models"}, "modelLocation": "m"},
-    "hf": {"modelSourceType": "huggingface", "huggingFaceModel": {"modelId": "org/m", "tokenSecretRef": {"name": "s", "key": "k"}}},
+    "hf": {
+        "modelSourceType": "huggingface",
+        "huggingFaceModel": {"modelId": "org/m", "tokenSecretRef": {"name": "s", "key": "k"}},
+    },
     "hf-public": {"modelSourceType": "huggingface", "huggingFaceModel": {"modelId": "org/m"}},
 }
 

@@ -24,14 +24,23 @@ def test_termination_message_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "termination-log"
     assert results.write_termination_log(str(path), result)
     body = json.loads(path.read_text())
-    assert body == {"outcome": "Failed", "reason": "InsufficientCapacity", "message": "needs 300 GB", "bytes": 3,
-                    "seconds": 1.235, "files": 2, "retryable": False}
+    assert body == {
+        "outcome": "Failed",
+        "reason": "InsufficientCapacity",
+        "message": "needs 300 GB",
+        "bytes": 3,
+        "seconds": 1.235,
+        "files": 2,
+        "retryable": False,
+    }
     assert preloading.parse(path.read_text()) == Result(Reason.INSUFFICIENT_CAPACITY, "needs 300 GB", 3, 1.235, 2)
     assert preloading.parse("not json") is None
 
 
 def test_no_termination_log_outside_a_pod(tmp_path: Path) -> None:
-    assert not results.write_termination_log(str(tmp_path / "no-such-dir" / "termination-log"), Result(Reason.DOWNLOADED, ""))
+    assert not results.write_termination_log(
+        str(tmp_path / "no-such-dir" / "termination-log"), Result(Reason.DOWNLOADED, "")
+    )
 
 
 def test_retryable_is_only_network_trouble() -> None:

@@ -29,8 +29,21 @@ def test_bad_keys(key: str) -> None:
     assert info.value.reason == Reason.INVALID_SOURCE
 
 
-@pytest.mark.parametrize("path", ["", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", ".warmstart-manifest.json",
-                                  "x.warmstart-part", "a\0b"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "",
+        "/etc/passwd",
+        "../x",
+        "a/../../x",
+        "a//b",
+        "./a",
+        "a/.",
+        ".warmstart-manifest.json",
+        "x.warmstart-part",
+        "a\0b",
+    ],
+)
 def test_paths_that_could_escape_or_collide_are_refused(path: str) -> None:
     with pytest.raises(PreloadError) as info:
         store.safe_relpath(path)

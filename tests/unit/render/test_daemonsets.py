@@ -18,7 +18,6 @@ CONTEXT = RenderContext(operator_image="warmstart:test")
 IMAGE = "vllm/vllm-openai:v0.9.1"
 
 
-
 def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
     golden.check_manifests(GOLDEN, name, manifests)
 

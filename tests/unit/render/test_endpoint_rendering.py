@@ -28,7 +28,6 @@ def seed_spec(**changes: Any) -> InferenceEndpointConfigSpec:
     return InferenceEndpointConfigSpec.model_validate(doc["spec"])
 
 
-
 def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
     golden.check_manifests(GOLDEN, name, manifests)
 
@@ -48,11 +47,15 @@ def test_seed_renders_golden_children() -> None:
 
 
 def test_router_objects_golden() -> None:
-    endpoint = endpoints.from_iec(REF, seed_spec(intelligentRoutingSpec={"enabled": True, "routingStrategy": "prefixaware"}))
+    endpoint = endpoints.from_iec(
+        REF, seed_spec(intelligentRoutingSpec={"enabled": True, "routingStrategy": "prefixaware"})
+    )
     check_golden("router", router.manifests(endpoint, CONTEXT))
 
 
-@pytest.mark.parametrize(("spelling", "served"), [("prefix_aware", "prefixaware"), ("least_outstanding_requests", "leastoutstanding")])
+@pytest.mark.parametrize(
+    ("spelling", "served"), [("prefix_aware", "prefixaware"), ("least_outstanding_requests", "leastoutstanding")]
+)
 def test_router_configmap_names_the_strategy_in_its_one_spelling(spelling: str, served: str) -> None:
     endpoint = endpoints.from_iec(REF, seed_spec(intelligentRoutingSpec={"enabled": True, "routingStrategy": spelling}))
     assert yaml.safe_load(router.configmap(endpoint)["data"]["router.yaml"]) == {"strategy": served}
@@ -68,9 +71,17 @@ def test_kvaware_in_any_spelling_is_named_unsupported() -> None:
 
 def test_same_source_same_key_other_source_new_key() -> None:
     a = endpoints.from_iec(REF, seed_spec())
-    b = endpoints.from_iec(REF.model_copy(update={"name": "other", "uid": "3333"}), seed_spec(modelName="other", replicas=4))
+    b = endpoints.from_iec(
+        REF.model_copy(update={"name": "other", "uid": "3333"}), seed_spec(modelName="other", replicas=4)
+    )
     assert a.weights_key() == b.weights_key() and a.image_key() == b.image_key()
-    moved = seed_spec(modelSourceConfig={"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": "models/v2"})
+    moved = seed_spec(
+        modelSourceConfig={
+            "modelSourceType": "s3",
+            "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"},
+            "modelLocation": "models/v2",
+        }
+    )
     assert endpoints.from_iec(REF, moved).weights_key() != a.weights_key()
 
 
@@ -80,7 +91,14 @@ def test_affinity_prefers_warm_weights_over_warm_image_and_requires_only_the_ins
     affinity = deployments.affinity(endpoint, Generation("wkey", "ikey"))["nodeAffinity"]
     required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]
     assert required["values"] == ["ml.p5.48xlarge", "ml.g5.24xlarge"]
-    weights = [(t["preference"]["matchExpressions"][0]["key"], t["preference"]["matchExpressions"][0]["values"][0], t["weight"]) for t in affinity["preferredDuringSchedulingIgnoredDuringExecution"]]
+    weights = [
+        (
+            t["preference"]["matchExpressions"][0]["key"],
+            t["preference"]["matchExpressions"][0]["values"][0],
+            t["weight"],
+        )
+        for t in affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    ]
     assert weights[0] == ("cache.inference.sagemaker.aws.amazon.com/weights-wkey", "ready", 100)
     assert weights[1] == ("cache.inference.sagemaker.aws.amazon.com/image-ikey", "ready", 30)
     assert weights[2][1:] == ("ml.p5.48xlarge", 10) and weights[3][1:] == ("ml.g5.24xlarge", 9)
@@ -105,12 +123,24 @@ def test_rollout_never_drops_capacity() -> None:
 
 def test_jumpstart_follows_the_same_pipeline() -> None:
     spec = JumpStartModelSpec.model_validate(
-        {"model": {"modelId": "meta-textgeneration-llama-3-1-8b", "acceptEula": True}, "server": {"instanceType": "ml.g5.12xlarge"},
-         "modelCacheConfig": {"weightsCache": {"enabled": True}}}
+        {
+            "model": {"modelId": "meta-textgeneration-llama-3-1-8b", "acceptEula": True},
+            "server": {"instanceType": "ml.g5.12xlarge"},
+            "modelCacheConfig": {"weightsCache": {"enabled": True}},
+        }
     )
-    resolution = JumpStartResolution(bucket="jumpstart-cache-prod-us-west-2", prefix="meta/llama/", region="us-west-2", image="tgi:2", env={"SM_NUM_GPUS": "4"})
+    resolution = JumpStartResolution(
+        bucket="jumpstart-cache-prod-us-west-2",
+        prefix="meta/llama/",
+        region="us-west-2",
+        image="tgi:2",
+        env={"SM_NUM_GPUS": "4"},
+    )
     endpoint = endpoints.from_jumpstart(REF.model_copy(update={"kind": "JumpStartModel"}), spec, resolution)
-    assert endpoint.source.s3_storage is not None and endpoint.source.s3_storage.bucket_name == "jumpstart-cache-prod-us-west-2"
+    assert (
+        endpoint.source.s3_storage is not None
+        and endpoint.source.s3_storage.bucket_name == "jumpstart-cache-prod-us-west-2"
+    )
     assert endpoint.worker.image == "tgi:2" and endpoint.instance_types == ["ml.g5.12xlarge"]
     env = {e.name: e.value for e in endpoint.worker.environment_variables or []}
     assert env == {"SM_NUM_GPUS": "4"}
@@ -121,5 +151,13 @@ def test_jumpstart_follows_the_same_pipeline() -> None:
 def test_unsupported_fields_are_named(field: str) -> None:
     from warmstart.render.unsupported import unsupported_fields
 
-    spec = seed_spec(**{field: {"enableL1Cache": True} if field == "kvCacheSpec" else {"x": 1} if field != "tlsConfig" else {"tlsCertificateOutputS3Uri": "s3://b/c"}})
+    spec = seed_spec(
+        **{
+            field: {"enableL1Cache": True}
+            if field == "kvCacheSpec"
+            else {"x": 1}
+            if field != "tlsConfig"
+            else {"tlsCertificateOutputS3Uri": "s3://b/c"}
+        }
+    )
     assert f"spec.{field}" in unsupported_fields(spec)

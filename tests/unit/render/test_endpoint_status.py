@@ -17,8 +17,12 @@ OPEN = Gate(True, "WeightsCacheReady", "weights cached on all target nodes (2/2 
 WAITING = Gate(False, "WaitingForWeightsCache", "preloading weights: 1/2 target nodes ready")
 TIMED_OUT = Gate(True, "MaxDeployTimeExceeded", "waited 600s for the weights cache; deploying anyway", degraded=True)
 READY_CACHE = CacheSummary(state=CacheState.READY, ready_nodes=2, target_nodes=2)
-ROLLED_OUT = DeploymentFacts(exists=True, desired=2, replicas=2, updated=2, available=2, current_generation=True, rolled_out=True)
-ROLLING = DeploymentFacts(exists=True, desired=2, replicas=3, updated=1, available=2, current_generation=True, rolled_out=False)
+ROLLED_OUT = DeploymentFacts(
+    exists=True, desired=2, replicas=2, updated=2, available=2, current_generation=True, rolled_out=True
+)
+ROLLING = DeploymentFacts(
+    exists=True, desired=2, replicas=3, updated=1, available=2, current_generation=True, rolled_out=False
+)
 
 
 def conditions(
@@ -50,7 +54,11 @@ def test_cache_condition_is_true_when_caching_is_off() -> None:
 @pytest.mark.parametrize("weights", [None, CacheSummary(state=None)], ids=["no-summary", "no-state"])
 def test_cache_condition_is_pending_until_the_cache_reports(weights: CacheSummary | None) -> None:
     found = conditions(weights=weights)[ConditionType.WEIGHTS_CACHE_READY]
-    assert (found.status, found.reason, found.message) == (ConditionStatus.FALSE, "Pending", "the cache has not reported yet")
+    assert (found.status, found.reason, found.message) == (
+        ConditionStatus.FALSE,
+        "Pending",
+        "the cache has not reported yet",
+    )
 
 
 def test_cache_condition_is_true_when_the_cache_is_ready_and_shows_node_counts() -> None:
@@ -71,7 +79,11 @@ def test_cache_condition_is_true_when_the_cache_is_ready_and_shows_node_counts()
 def test_cache_condition_is_false_with_the_cache_state_as_reason_until_ready(state: CacheState, reason: str) -> None:
     weights = CacheSummary(state=state, ready_nodes=1, target_nodes=2, message="node n2: NotFound")
     found = conditions(weights=weights)[ConditionType.WEIGHTS_CACHE_READY]
-    assert (found.status, found.reason, found.message) == (ConditionStatus.FALSE, reason, "1/2 nodes ready: node n2: NotFound")
+    assert (found.status, found.reason, found.message) == (
+        ConditionStatus.FALSE,
+        reason,
+        "1/2 nodes ready: node n2: NotFound",
+    )
 
 
 # Degraded
@@ -79,7 +91,11 @@ def test_cache_condition_is_false_with_the_cache_state_as_reason_until_ready(sta
 
 def test_degraded_carries_the_gate_reason_when_the_gate_opened_without_a_full_cache() -> None:
     found = conditions(gate=TIMED_OUT)[ConditionType.DEGRADED]
-    assert (found.status, found.reason, found.message) == (ConditionStatus.TRUE, "MaxDeployTimeExceeded", TIMED_OUT.message)
+    assert (found.status, found.reason, found.message) == (
+        ConditionStatus.TRUE,
+        "MaxDeployTimeExceeded",
+        TIMED_OUT.message,
+    )
 
 
 def test_not_degraded_is_as_expected_with_no_message() -> None:
@@ -100,15 +116,24 @@ def test_a_failed_rollout_stops_progress_and_is_not_ready() -> None:
 
 def test_without_a_deployment_progress_and_readiness_tell_the_gate_reason() -> None:
     found = conditions(gate=WAITING, deployment=DeploymentFacts())
-    for type_, status in ((ConditionType.PROGRESSING, ConditionStatus.TRUE), (ConditionType.READY, ConditionStatus.FALSE)):
-        assert (found[type_].status, found[type_].reason, found[type_].message) == (status, WAITING.reason, WAITING.message)
+    for type_, status in (
+        (ConditionType.PROGRESSING, ConditionStatus.TRUE),
+        (ConditionType.READY, ConditionStatus.FALSE),
+    ):
+        assert (found[type_].status, found[type_].reason, found[type_].message) == (
+            status,
+            WAITING.reason,
+            WAITING.message,
+        )
 
 
 def test_a_closed_gate_over_a_running_deployment_says_the_previous_generation_still_serves() -> None:
     found = conditions(gate=WAITING)
     progressing = found[ConditionType.PROGRESSING]
     assert (progressing.status, progressing.reason) == (ConditionStatus.TRUE, WAITING.reason)
-    assert progressing.message == f"{WAITING.message}; serving the previous generation (2/2 replicas available, 2 updated)"
+    assert (
+        progressing.message == f"{WAITING.message}; serving the previous generation (2/2 replicas available, 2 updated)"
+    )
 
 
 def test_endpoint_is_not_ready_while_the_gate_holds_back_a_new_generation() -> None:
@@ -129,7 +154,9 @@ def test_endpoint_serves_when_rolled_out_through_an_open_gate_with_every_replica
 
 
 def test_a_rolled_out_deployment_missing_available_replicas_is_not_ready() -> None:
-    short = DeploymentFacts(exists=True, desired=3, replicas=3, updated=3, available=2, current_generation=True, rolled_out=True)
+    short = DeploymentFacts(
+        exists=True, desired=3, replicas=3, updated=3, available=2, current_generation=True, rolled_out=True
+    )
     found = conditions(deployment=short)
     assert summary_of(found[ConditionType.READY]) == (ConditionStatus.FALSE, "NotReady")
     assert found[ConditionType.READY].message == "2/3 replicas available, 3 updated"
@@ -164,7 +191,9 @@ def test_state_is_failed_when_the_spec_did_not_resolve_even_if_ready_is_true() -
 
 def test_state_is_failed_when_the_rollout_failed() -> None:
     failed = DeploymentFacts(exists=True, failed_message="timed out")
-    assert state_of(condition(ConditionType.READY, True, "Serving"), deployment=failed) == EndpointState.DEPLOYMENT_FAILED
+    assert (
+        state_of(condition(ConditionType.READY, True, "Serving"), deployment=failed) == EndpointState.DEPLOYMENT_FAILED
+    )
 
 
 def test_state_is_complete_when_ready_and_a_resolved_spec_does_not_change_that() -> None:

@@ -67,11 +67,16 @@ def test_gate_waits_for_a_matching_node_while_no_node_is_targeted() -> None:
 @pytest.mark.parametrize("state", [CacheState.PENDING, CacheState.DOWNLOADING, CacheState.PARTIALLY_READY])
 def test_gate_waits_while_preloading_and_shows_progress_and_the_cache_message(state: CacheState) -> None:
     gate = decide(True, summary(state, 1, 4, "2 nodes downloading"), 10, LIMIT)
-    assert gate == Gate(False, "WaitingForWeightsCache", "preloading weights: 1/4 target nodes ready; 2 nodes downloading")
+    assert gate == Gate(
+        False, "WaitingForWeightsCache", "preloading weights: 1/4 target nodes ready; 2 nodes downloading"
+    )
 
 
 def test_gate_progress_message_has_no_dangling_separator_without_a_cache_message() -> None:
-    assert decide(True, summary(CacheState.DOWNLOADING, 1, 4), 10, LIMIT).message == "preloading weights: 1/4 target nodes ready"
+    assert (
+        decide(True, summary(CacheState.DOWNLOADING, 1, 4), 10, LIMIT).message
+        == "preloading weights: 1/4 target nodes ready"
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,7 +84,9 @@ def test_gate_progress_message_has_no_dangling_separator_without_a_cache_message
     [None, summary(CacheState.PENDING, 0, 0), summary(CacheState.DOWNLOADING, 1, 4)],
     ids=["not-reported", "no-target-nodes", "preloading"],
 )
-def test_gate_opens_degraded_once_max_deploy_time_is_reached_whatever_it_waited_for(weights: CacheSummary | None) -> None:
+def test_gate_opens_degraded_once_max_deploy_time_is_reached_whatever_it_waited_for(
+    weights: CacheSummary | None,
+) -> None:
     waiting = decide(True, weights, 0, LIMIT)
     gate = decide(True, weights, LIMIT, LIMIT)
     assert (gate.open, gate.reason, gate.degraded) == (True, "MaxDeployTimeExceeded", True)

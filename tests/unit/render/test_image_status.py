@@ -23,12 +23,37 @@ def ds(target: int, ready: int, observed: bool = True) -> dict[str, Any]:
     return {"status": status}
 
 
-def pod(node: str, ready: bool = False, reason: str | None = None, mic: str = "image-a", namespace: str = "ns", key: str = KEY, **extra: Any) -> PrepullPod:
+def pod(
+    node: str,
+    ready: bool = False,
+    reason: str | None = None,
+    mic: str = "image-a",
+    namespace: str = "ns",
+    key: str = KEY,
+    **extra: Any,
+) -> PrepullPod:
     errors = (image_status.ContainerError("pull", SPEC.image, reason, "failed to pull"),) if reason else ()
-    return PrepullPod(name=f"p-{node}", namespace=namespace, mic=mic, key=key, node=node, ready=ready, deleting=False, errors=errors, **extra)
+    return PrepullPod(
+        name=f"p-{node}",
+        namespace=namespace,
+        mic=mic,
+        key=key,
+        node=node,
+        ready=ready,
+        deleting=False,
+        errors=errors,
+        **extra,
+    )
 
 
-def status(target: int, ready: int, pods: list[PrepullPod], previous: ModelImageCacheStatus | None = None, now: str = NOW, observed: bool = True) -> ModelImageCacheStatus:
+def status(
+    target: int,
+    ready: int,
+    pods: list[PrepullPod],
+    previous: ModelImageCacheStatus | None = None,
+    now: str = NOW,
+    observed: bool = True,
+) -> ModelImageCacheStatus:
     return image_status.image_status(SPEC, KEY, 2, ds(target, ready, observed), pods, previous, now)
 
 
@@ -47,7 +72,12 @@ def test_downloading_then_ready_with_counts_key_image_and_generation() -> None:
     assert done.state == CacheState.READY and done.ready_nodes == done.target_nodes == 4
     assert (done.key, done.image, done.observed_generation) == (KEY, SPEC.image, 2)
     ready = find(done.conditions, "Ready")
-    assert ready is not None and ready.status == "True" and ready.reason == "AllNodesReady" and ready.last_transition_time == LATER
+    assert (
+        ready is not None
+        and ready.status == "True"
+        and ready.reason == "AllNodesReady"
+        and ready.last_transition_time == LATER
+    )
     assert ready.observed_generation == 2
 
 
@@ -86,7 +116,15 @@ def test_resolved_digest_from_image_id_and_mutable_tag_warning() -> None:
     other = "sha256:" + "b" * 64
     one = status(2, 2, [pod("n0", True, image_id=f"docker.io/vllm/vllm-openai@{digest}"), pod("n1", True)])
     assert one.resolved_digest == digest
-    mixed = status(3, 3, [pod("n0", True, image_id=f"x@{digest}"), pod("n1", True, image_id=f"x@{digest}"), pod("n2", True, image_id=f"x@{other}")])
+    mixed = status(
+        3,
+        3,
+        [
+            pod("n0", True, image_id=f"x@{digest}"),
+            pod("n1", True, image_id=f"x@{digest}"),
+            pod("n2", True, image_id=f"x@{other}"),
+        ],
+    )
     assert mixed.resolved_digest == digest and "different digests" in (mixed.message or "")
     kept = status(2, 2, [pod("n0", True), pod("n1", True)], previous=one)
     assert kept.resolved_digest == digest
@@ -102,16 +140,32 @@ def kwok_failed_pod(reason: str = "ErrImagePull") -> dict[str, Any]:
             "labels": {labels.MIC_LABEL: "image-a", daemonsets.IMAGE_KEY_LABEL: KEY},
         },
         "spec": {
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n7"]}]}]}}},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n7"]}]}
+                        ]
+                    }
+                }
+            },
         },
         "status": {
             "phase": "Pending",
             "conditions": [{"type": "Ready", "status": "False"}],
             "initContainerStatuses": [
                 {"name": "copy-noop", "image": "warmstart:test", "state": {"terminated": {"exitCode": 0}}},
-                {"name": "pull", "image": SPEC.image, "state": {"waiting": {"reason": reason, "message": f'failed to pull and unpack image "{SPEC.image}"'}}},
+                {
+                    "name": "pull",
+                    "image": SPEC.image,
+                    "state": {
+                        "waiting": {"reason": reason, "message": f'failed to pull and unpack image "{SPEC.image}"'}
+                    },
+                },
             ],
-            "containerStatuses": [{"name": "idle", "image": "warmstart:test", "state": {"waiting": {"reason": "PodInitializing"}}}],
+            "containerStatuses": [
+                {"name": "idle", "image": "warmstart:test", "state": {"waiting": {"reason": "PodInitializing"}}}
+            ],
         },
     }
 
@@ -124,7 +178,9 @@ def test_pod_body_is_read_into_a_prepull_pod() -> None:
     ready["spec"]["nodeName"] = "n8"
     ready["status"] = {
         "conditions": [{"type": "Ready", "status": "True"}],
-        "initContainerStatuses": [{"name": "pull", "imageID": "repo@sha256:abc", "state": {"terminated": {"exitCode": 0}}}],
+        "initContainerStatuses": [
+            {"name": "pull", "imageID": "repo@sha256:abc", "state": {"terminated": {"exitCode": 0}}}
+        ],
     }
     parsed = image_status.prepull_pod(ready)
     assert parsed.warm and parsed.node == "n8" and parsed.image_id == "repo@sha256:abc" and not parsed.errors
@@ -143,6 +199,9 @@ def test_labels_leave_nodes_that_are_no_longer_targeted() -> None:
 
 
 def test_a_mic_going_away_keeps_labels_that_another_mic_of_the_same_key_backs() -> None:
-    other = [pod("n0", True, mic="image-a", namespace="other-ns"), pod("n1", True, mic="image-a", namespace="other-ns", key="ffffffffffff")]
+    other = [
+        pod("n0", True, mic="image-a", namespace="other-ns"),
+        pod("n1", True, mic="image-a", namespace="other-ns", key="ffffffffffff"),
+    ]
     changes = image_labels.label_changes(KEY, {"n0", "n1", "n2"}, [], other, set())
     assert changes == {"n1": None, "n2": None}

@@ -27,7 +27,11 @@ CODES = sorted(preloading.PERMANENT_EXIT_CODES.values())
 NODE = "hyperpod-i-0123456789abcdef0"
 
 SOURCES: dict[str, dict[str, Any]] = {
-    "s3": {"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": "models/llama"},
+    "s3": {
+        "modelSourceType": "s3",
+        "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"},
+        "modelLocation": "models/llama",
+    },
     "huggingface": {
         "modelSourceType": "huggingface",
         "huggingFaceModel": {
@@ -38,12 +42,19 @@ SOURCES: dict[str, dict[str, Any]] = {
     },
     "fsx": {
         "modelSourceType": "fsx",
-        "fsxStorage": {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs-0123.fsx.us-west-2.amazonaws.com", "mountName": "abcdef"},
+        "fsxStorage": {
+            "fileSystemId": "fs-0123456789abcdef0",
+            "dnsName": "fs-0123.fsx.us-west-2.amazonaws.com",
+            "mountName": "abcdef",
+        },
         "modelLocation": "models/llama",
     },
-    "pvc": {"modelSourceType": "kubernetesVolume", "kubernetesVolume": {"claimName": "models"}, "modelLocation": "llama"},
+    "pvc": {
+        "modelSourceType": "kubernetesVolume",
+        "kubernetesVolume": {"claimName": "models"},
+        "modelLocation": "llama",
+    },
 }
-
 
 
 def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
@@ -68,13 +79,17 @@ def owner_and_key(spec: ModelDataCacheConfigSpec) -> tuple[jobs.Owner, str]:
 
 def render_preload(spec: ModelDataCacheConfigSpec, attempt: int = 1, expected: int | None = None) -> dict[str, Any]:
     owner, key = owner_and_key(spec)
-    request = jobs.PreloadRequest(owner=owner, key=key, node=NODE, attempt=attempt, generation=3, expected_bytes=expected)
+    request = jobs.PreloadRequest(
+        owner=owner, key=key, node=NODE, attempt=attempt, generation=3, expected_bytes=expected
+    )
     return jobs.preload_job(request, spec, CONTEXT, CODES)
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_preload_job_matches_golden(source: str) -> None:
-    check_golden(f"preload-{source}", [render_preload(spec_for(source), expected=16_000_000_000 if source == "s3" else None)])
+    check_golden(
+        f"preload-{source}", [render_preload(spec_for(source), expected=16_000_000_000 if source == "s3" else None)]
+    )
 
 
 def test_cleanup_job_matches_golden() -> None:
@@ -137,21 +152,47 @@ def job_body(conditions: list[dict[str, str]], **status: Any) -> dict[str, Any]:
 
 def test_read_job_running_succeeded_failed() -> None:
     running = jobs.read_job(job_body([], active=1, ready=1))
-    assert (running.role, running.owner_uid, running.job.node, running.job.attempt, running.job.generation) == ("preload", "mdcc-uid", "n1", 2, 4)
+    assert (running.role, running.owner_uid, running.job.node, running.job.attempt, running.job.generation) == (
+        "preload",
+        "mdcc-uid",
+        "n1",
+        2,
+        4,
+    )
     assert running.job.phase == JobPhase.RUNNING and running.job.active == 1
-    done = jobs.read_job(job_body([{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}]))
-    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.timezone.utc)
-    failed = jobs.read_job(job_body([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": "2026-01-01T00:02:00Z"}]))
+    done = jobs.read_job(
+        job_body([{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}])
+    )
+    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(
+        2026, 1, 1, 0, 1, tzinfo=dt.UTC
+    )
+    failed = jobs.read_job(
+        job_body(
+            [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "lastTransitionTime": "2026-01-01T00:02:00Z",
+                }
+            ]
+        )
+    )
     assert failed.job.phase == JobPhase.FAILED and failed.job.failure_reason == "BackoffLimitExceeded"
 
 
 def pod(created: str, message: str, code: int = 0) -> dict[str, Any]:
     terminated = {"exitCode": code, "message": message}
-    return {"metadata": {"creationTimestamp": created}, "status": {"containerStatuses": [{"name": "preload", "state": {"terminated": terminated}}]}}
+    return {
+        "metadata": {"creationTimestamp": created},
+        "status": {"containerStatuses": [{"name": "preload", "state": {"terminated": terminated}}]},
+    }
 
 
 def test_read_result_takes_newest_pod_message_then_exit_code() -> None:
-    message = json.dumps({"outcome": "Failed", "reason": "NotFound", "message": "no such key", "bytes": 0, "seconds": 1.5})
+    message = json.dumps(
+        {"outcome": "Failed", "reason": "NotFound", "message": "no such key", "bytes": 0, "seconds": 1.5}
+    )
     pods = [pod("2026-01-01T00:00:00Z", "garbage", 66), pod("2026-01-01T00:01:00Z", message, 66)]
     found = jobs.read_result(pods, {66: "NotFound"})
     assert found is not None and (found.reason, found.message, found.seconds) == ("NotFound", "no such key", 1.5)

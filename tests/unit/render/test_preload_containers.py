@@ -19,7 +19,11 @@ HOST_PATH = "/mnt/nvme0"
 SIZE = 20_000_000_000
 
 SOURCES: dict[str, dict[str, Any]] = {
-    "s3": {"modelSourceType": "s3", "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"}, "modelLocation": "m"},
+    "s3": {
+        "modelSourceType": "s3",
+        "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"},
+        "modelLocation": "m",
+    },
     "huggingface": {
         "modelSourceType": "huggingface",
         "huggingFaceModel": {"modelId": "org/model", "tokenSecretRef": {"name": "hf-token", "key": "HF_TOKEN"}},
@@ -29,7 +33,9 @@ SOURCES: dict[str, dict[str, Any]] = {
 }
 
 
-def endpoint_spec(source: dict[str, Any], *, cache: bool = True, volume: str = "model-weights") -> InferenceEndpointConfigSpec:
+def endpoint_spec(
+    source: dict[str, Any], *, cache: bool = True, volume: str = "model-weights"
+) -> InferenceEndpointConfigSpec:
     return InferenceEndpointConfigSpec.model_validate(
         {
             "modelName": "m",
@@ -95,7 +101,10 @@ def test_preload_is_root_without_rights_on_a_read_only_root_with_tmp_as_home() -
     assert {"name": preload_containers.TMP_VOLUME, "mountPath": "/tmp"} in container["volumeMounts"]
     assert container["env"][0] == {"name": "HOME", "value": "/tmp"}
     assert container["command"] == ["warmstart"]
-    assert (container["terminationMessagePath"], container["terminationMessagePolicy"]) == ("/dev/termination-log", "File")
+    assert (container["terminationMessagePath"], container["terminationMessagePolicy"]) == (
+        "/dev/termination-log",
+        "File",
+    )
 
 
 def test_cache_is_mounted_at_its_node_path_and_is_an_empty_dir_when_caching_is_off() -> None:
@@ -113,7 +122,9 @@ def test_hub_token_is_readable_by_its_owner_only() -> None:
 
 def test_fsx_names_left_unset_are_not_passed_to_the_csi_driver() -> None:
     volumes = {v["name"]: v for v in model_pod(SOURCES["fsx"])["volumes"]}
-    assert volumes[preload_containers.SOURCE_VOLUME]["csi"]["volumeAttributes"] == {"fileSystemId": "fs-0123456789abcdef0"}
+    assert volumes[preload_containers.SOURCE_VOLUME]["csi"]["volumeAttributes"] == {
+        "fileSystemId": "fs-0123456789abcdef0"
+    }
 
 
 def test_source_volumes_follow_the_source_type_not_leftover_blocks() -> None:
@@ -124,7 +135,9 @@ def test_source_volumes_follow_the_source_type_not_leftover_blocks() -> None:
     assert "--mount-root" not in pod["initContainers"][0]["args"]
 
 
-@pytest.mark.parametrize(("source", "volume"), [("pvc", "model-source"), ("fsx", "source"), ("huggingface", "hf-token"), ("s3", "tmp")])
+@pytest.mark.parametrize(
+    ("source", "volume"), [("pvc", "model-source"), ("fsx", "source"), ("huggingface", "hf-token"), ("s3", "tmp")]
+)
 def test_a_model_volume_with_a_plain_name_does_not_clash_with_the_preload_volumes(source: str, volume: str) -> None:
     names = [v["name"] for v in model_pod(SOURCES[source], volume=volume)["volumes"]]
     assert names[0] == volume and len(names) == len(set(names))

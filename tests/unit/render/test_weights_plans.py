@@ -15,7 +15,7 @@ from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
 KEY = "0123456789ab"
 READY = {nodelabels.weights_ready_label(KEY): nodelabels.READY}
-NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 RETRYABLE = frozenset({"NetworkError"})
 
 
@@ -42,8 +42,13 @@ def spec(**changes: Any) -> ModelDataCacheConfigSpec:
 
 def job(node_name: str, phase: JobPhase, attempt: int = 1, generation: int = 1, **changes: Any) -> PreloadJob:
     values: dict[str, Any] = {
-        "name": f"preload-{node_name}-{attempt}", "node": node_name, "attempt": attempt, "generation": generation,
-        "uid": f"uid-{node_name}-{attempt}", "phase": phase, **changes,
+        "name": f"preload-{node_name}-{attempt}",
+        "node": node_name,
+        "attempt": attempt,
+        "generation": generation,
+        "uid": f"uid-{node_name}-{attempt}",
+        "phase": phase,
+        **changes,
     }
     return PreloadJob(**values)
 
@@ -58,8 +63,14 @@ def run(
     **spec_changes: Any,
 ) -> planning.Plan:
     observed = planning.Observed(
-        generation=generation, key=KEY, spec=spec(**spec_changes), status=status or ModelDataCacheConfigStatus(),
-        nodes=nodes, jobs=jobs, results=results or {}, retryable_reasons=RETRYABLE,
+        generation=generation,
+        key=KEY,
+        spec=spec(**spec_changes),
+        status=status or ModelDataCacheConfigStatus(),
+        nodes=nodes,
+        jobs=jobs,
+        results=results or {},
+        retryable_reasons=RETRYABLE,
     )
     return planning.plan(observed, now)
 
@@ -134,7 +145,12 @@ def test_spec_change_retries_a_permanent_failure() -> None:
 
 def test_retryable_failure_waits_for_backoff_then_retries() -> None:
     failed = job("a", JobPhase.FAILED, finished_at=NOW)
-    plan = run([node("a")], [failed], {failed.name: PreloadResult("NetworkError", "timeout")}, now=NOW + dt.timedelta(seconds=10))
+    plan = run(
+        [node("a")],
+        [failed],
+        {failed.name: PreloadResult("NetworkError", "timeout")},
+        now=NOW + dt.timedelta(seconds=10),
+    )
     assert plan.create == [] and plan.requeue_after == 20.0
     assert plan.status.state == CacheState.DOWNLOADING
     due = run([node("a")], [failed], status=plan.status, now=NOW + dt.timedelta(seconds=31))
@@ -144,7 +160,9 @@ def test_retryable_failure_waits_for_backoff_then_retries() -> None:
 
 def test_retries_stop_after_max_attempts() -> None:
     failed = job("a", JobPhase.FAILED, attempt=planning.MAX_ATTEMPTS, finished_at=NOW)
-    plan = run([node("a")], [failed], {failed.name: PreloadResult("NetworkError", "timeout")}, now=NOW + dt.timedelta(hours=1))
+    plan = run(
+        [node("a")], [failed], {failed.name: PreloadResult("NetworkError", "timeout")}, now=NOW + dt.timedelta(hours=1)
+    )
     assert plan.create == [] and plan.status.state == CacheState.FAILED
 
 
@@ -192,5 +210,7 @@ def test_unrecorded_lists_finished_jobs_until_status_holds_them() -> None:
 
 
 def test_deleting_status() -> None:
-    status = planning.deleting(ModelDataCacheConfigStatus(state=CacheState.READY), 2, "removing the cache from 3 nodes", NOW)
+    status = planning.deleting(
+        ModelDataCacheConfigStatus(state=CacheState.READY), 2, "removing the cache from 3 nodes", NOW
+    )
     assert status.state == CacheState.DELETING and status.conditions and status.conditions[0].reason == "Deleting"

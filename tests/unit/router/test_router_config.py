@@ -16,7 +16,10 @@ def test_every_accepted_spelling_maps_to_its_strategy(spelling: str, expected: R
     assert RouterConfig(strategy=spelling).strategy is expected
 
 
-@pytest.mark.parametrize(("spelling", "expected"), [("PrefixAware", RoutingStrategy.PREFIXAWARE), ("Round-Robin", RoutingStrategy.ROUNDROBIN)])
+@pytest.mark.parametrize(
+    ("spelling", "expected"),
+    [("PrefixAware", RoutingStrategy.PREFIXAWARE), ("Round-Robin", RoutingStrategy.ROUNDROBIN)],
+)
 def test_spellings_are_read_case_insensitively_with_dashes(spelling: str, expected: RoutingStrategy) -> None:
     assert RouterConfig(strategy=spelling).strategy is expected
 

@@ -16,8 +16,17 @@ def eps(endpoints: list[NS], ports: list[tuple[str, int]]) -> NS:
 
 
 def test_only_ready_not_terminating_endpoints_count_and_nil_ready_means_ready() -> None:
-    slices = [eps([endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False), endpoint("10.0.0.3", ready=None),
-                   endpoint("10.0.0.4", terminating=True)], [("http", 8000)])]
+    slices = [
+        eps(
+            [
+                endpoint("10.0.0.1"),
+                endpoint("10.0.0.2", ready=False),
+                endpoint("10.0.0.3", ready=None),
+                endpoint("10.0.0.4", terminating=True),
+            ],
+            [("http", 8000)],
+        )
+    ]
     assert ready_urls(slices) == ["http://10.0.0.1:8000", "http://10.0.0.3:8000"]
 
 

@@ -31,10 +31,14 @@ def prefixaware(**knobs: object) -> strategies.PrefixAwarePolicy:
 
 
 def test_build_maps_every_strategy_and_kvaware_to_prefixaware() -> None:
-    for name, kind in [("random", strategies.RandomPolicy), ("roundrobin", strategies.RoundRobinPolicy),
-                       ("least_outstanding_requests", strategies.LeastOutstandingPolicy),
-                       ("session", strategies.SessionPolicy), ("prefix_aware", strategies.PrefixAwarePolicy),
-                       ("kvaware", strategies.PrefixAwarePolicy)]:
+    for name, kind in [
+        ("random", strategies.RandomPolicy),
+        ("roundrobin", strategies.RoundRobinPolicy),
+        ("least_outstanding_requests", strategies.LeastOutstandingPolicy),
+        ("session", strategies.SessionPolicy),
+        ("prefix_aware", strategies.PrefixAwarePolicy),
+        ("kvaware", strategies.PrefixAwarePolicy),
+    ]:
         assert isinstance(strategies.build(RouterConfig(strategy=name)), kind)
     assert strategies.build(RouterConfig(strategy="kvaware")).strategy is RoutingStrategy.PREFIXAWARE
 

@@ -66,7 +66,10 @@ def test_sim_exits_1_when_its_model_directory_is_incomplete(tmp_path: pathlib.Pa
 
     done = subprocess.run(
         [sys.executable, "-m", "warmstart.cli", "sim", "--base-port", "0", "--model-dir", str(tmp_path / "absent")],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 1, done.stderr
     assert "cannot load the model" in done.stderr

@@ -74,8 +74,14 @@ OnBytes = Callable[[int], None]
 class Source(Protocol):
     def listing(self) -> Listing: ...
 
-    def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
-              on_done: Callable[[RemoteFile], None], scratch: str) -> None:
+    def fetch(
+        self,
+        files: list[RemoteFile],
+        part_path: Callable[[RemoteFile], str],
+        on_bytes: OnBytes,
+        on_done: Callable[[RemoteFile], None],
+        scratch: str,
+    ) -> None:
         """Download every file to its part path; call on_done(file) as each one completes (from any thread).
 
         `scratch` is a directory inside staging that the source may use for its own files."""

@@ -14,22 +14,22 @@ import os
 os.environ["HF_HUB_DISABLE_XET"] = "1"  # read by huggingface_hub at import time
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-import concurrent.futures  # noqa: E402
-import logging  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from typing import Any
 
-import httpx2  # noqa: E402
-from huggingface_hub import HfApi, hf_hub_download  # noqa: E402
-from huggingface_hub import errors as hf_errors  # noqa: E402
-from huggingface_hub.hf_api import RepoFile  # noqa: E402
-from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]  # noqa: E402
+import httpx2
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import errors as hf_errors
+from huggingface_hub.hf_api import RepoFile
+from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]
 
-from warmstart.api.preloading import Reason  # noqa: E402
-from warmstart.api.sources import HuggingFaceModel, ModelSourceConfig  # noqa: E402
-from warmstart.preload import store, verifying  # noqa: E402
-from warmstart.preload.results import PreloadError  # noqa: E402
-from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile  # noqa: E402
+from warmstart.api.preloading import Reason
+from warmstart.api.sources import HuggingFaceModel, ModelSourceConfig
+from warmstart.preload import store, verifying
+from warmstart.preload.results import PreloadError
+from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,14 @@ def error(exc: BaseException, what: str, has_token: bool) -> PreloadError:
     if isinstance(exc, PreloadError):
         return exc
     if isinstance(exc, hf_errors.GatedRepoError):
-        hint = "the token's user has not been granted access" if has_token else "set huggingFaceModel.tokenSecretRef to a token"
-        return PreloadError(Reason.ACCESS_DENIED, f"{what}: gated repository: accept its conditions on the Hub, and {hint}")
+        hint = (
+            "the token's user has not been granted access"
+            if has_token
+            else "set huggingFaceModel.tokenSecretRef to a token"
+        )
+        return PreloadError(
+            Reason.ACCESS_DENIED, f"{what}: gated repository: accept its conditions on the Hub, and {hint}"
+        )
     if isinstance(exc, hf_errors.RevisionNotFoundError):
         return PreloadError(Reason.NOT_FOUND, f"{what}: revision not found (wrong commitSHA?)")
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
@@ -109,8 +115,13 @@ class HubSource:
         return self.model.model_id
 
     def describe(self) -> dict[str, Any]:
-        return {"type": "huggingface", "modelId": self.repo, "commit": self.commit,
-                "allowPatterns": self.model.allow_patterns, "ignorePatterns": self.model.ignore_patterns}
+        return {
+            "type": "huggingface",
+            "modelId": self.repo,
+            "commit": self.commit,
+            "allowPatterns": self.model.allow_patterns,
+            "ignorePatterns": self.model.ignore_patterns,
+        }
 
     def listing(self) -> Listing:
         what = f"huggingface repo {self.repo}"
@@ -119,14 +130,24 @@ class HubSource:
                 self.commit = self.api.model_info(self.repo, revision="main").sha
                 log.info("no commitSHA given: pinned %s to main's commit %s for this download", self.repo, self.commit)
             what = f"huggingface repo {self.repo}@{self.commit}"
-            entries = [e for e in self.api.list_repo_tree(self.repo, recursive=True, revision=self.commit) if isinstance(e, RepoFile)]
+            entries = [
+                e
+                for e in self.api.list_repo_tree(self.repo, recursive=True, revision=self.commit)
+                if isinstance(e, RepoFile)
+            ]
         except Exception as exc:
             raise error(exc, what, bool(self.token)) from exc
-        chosen = filter_repo_objects(entries, allow_patterns=self.model.allow_patterns,
-                                     ignore_patterns=self.model.ignore_patterns, key=lambda e: e.path)
+        chosen = filter_repo_objects(
+            entries,
+            allow_patterns=self.model.allow_patterns,
+            ignore_patterns=self.model.ignore_patterns,
+            key=lambda e: e.path,
+        )
         files = tuple(
             RemoteFile(
-                path=store.safe_relpath(e.path), size=int(e.size), ref=e.path,
+                path=store.safe_relpath(e.path),
+                size=int(e.size),
+                ref=e.path,
                 sha256=e.lfs.sha256 if e.lfs is not None else None,
                 git_sha1=None if e.lfs is not None else e.blob_id,
             )
@@ -136,8 +157,14 @@ class HubSource:
             raise PreloadError(Reason.NOT_FOUND, f"{what}: no files (or none matching allowPatterns/ignorePatterns)")
         return Listing(files=files, commit=self.commit)
 
-    def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
-              on_done: Callable[[RemoteFile], None], scratch: str) -> None:
+    def fetch(
+        self,
+        files: list[RemoteFile],
+        part_path: Callable[[RemoteFile], str],
+        on_bytes: OnBytes,
+        on_done: Callable[[RemoteFile], None],
+        scratch: str,
+    ) -> None:
         assert self.commit is not None, "listing() comes first"
         counter = _counter_class(on_bytes)
 
@@ -145,9 +172,14 @@ class HubSource:
             what = f"huggingface {self.repo}@{self.commit}/{file.ref}"
             try:
                 path = hf_hub_download(
-                    self.repo, file.ref, revision=self.commit, local_dir=os.path.join(scratch, "files"),
-                    cache_dir=os.path.join(scratch, "cache"), token=self.token or False,
-                    endpoint=self.endpoint, tqdm_class=counter,
+                    self.repo,
+                    file.ref,
+                    revision=self.commit,
+                    local_dir=os.path.join(scratch, "files"),
+                    cache_dir=os.path.join(scratch, "cache"),
+                    token=self.token or False,
+                    endpoint=self.endpoint,
+                    tqdm_class=counter,
                 )
             except Exception as exc:
                 raise error(exc, what, bool(self.token)) from exc
@@ -161,8 +193,10 @@ class HubSource:
             pool.shutdown(cancel_futures=True)  # one failure fails the preload: files not started are skipped
             failures = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
         if failures:
-            raise sorted((error(e, self.repo, bool(self.token)) for e in failures if e),
-                         key=lambda e: e.reason == Reason.NETWORK_ERROR)[0]
+            raise sorted(
+                (error(e, self.repo, bool(self.token)) for e in failures if e),
+                key=lambda e: e.reason == Reason.NETWORK_ERROR,
+            )[0]
 
     def verifier(self, file: RemoteFile) -> Callable[[str], None]:
         what = f"huggingface {self.repo}@{self.commit}/{file.ref}"

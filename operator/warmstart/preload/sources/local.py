@@ -30,11 +30,19 @@ class LocalSource:
     """A directory (or one file) under a mount point."""
 
     def __init__(self, kind: str, mount_root: str, location: str, options: Options, details: dict[str, Any]) -> None:
-        self.kind, self.mount_root, self.location, self.options, self.details = kind, mount_root, location, options, details
+        self.kind, self.mount_root, self.location, self.options, self.details = (
+            kind,
+            mount_root,
+            location,
+            options,
+            details,
+        )
         self.base = os.path.join(mount_root, location) if location else mount_root
 
     @classmethod
-    def from_config(cls, kind: str, config: ModelSourceConfig, options: Options, details: dict[str, Any]) -> LocalSource:
+    def from_config(
+        cls, kind: str, config: ModelSourceConfig, options: Options, details: dict[str, Any]
+    ) -> LocalSource:
         return cls(kind, options.mount_root, model_location(config), options, details)
 
     def describe(self) -> dict[str, Any]:
@@ -44,7 +52,9 @@ class LocalSource:
         real = os.path.realpath(path)
         if not _inside(real, mount):
             shown = os.path.relpath(path, self.mount_root)
-            raise PreloadError(Reason.PATH_ESCAPE, f"{self.kind}: {shown} resolves outside the mounted volume; refusing it")
+            raise PreloadError(
+                Reason.PATH_ESCAPE, f"{self.kind}: {shown} resolves outside the mounted volume; refusing it"
+            )
         return real
 
     def listing(self) -> Listing:
@@ -80,8 +90,14 @@ class LocalSource:
             raise PreloadError(Reason.NOT_FOUND, f"{self.kind}: {self.location or '/'} holds no files")
         return Listing(files=tuple(files))
 
-    def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
-              on_done: Callable[[RemoteFile], None], scratch: str) -> None:
+    def fetch(
+        self,
+        files: list[RemoteFile],
+        part_path: Callable[[RemoteFile], str],
+        on_bytes: OnBytes,
+        on_done: Callable[[RemoteFile], None],
+        scratch: str,
+    ) -> None:
         part = max(self.options.part_size, 1 << 20)
         remaining: dict[str, int] = {}
         lock = threading.Lock()

@@ -35,8 +35,17 @@ IO_CHUNK = 256 << 10
 IO_QUEUE = 1000
 
 NOT_FOUND_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
-DENIED_CODES = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
-                "InvalidToken", "ExpiredToken", "AccountProblem"}
+DENIED_CODES = {
+    "AccessDenied",
+    "403",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AllAccessDisabled",
+    "InvalidToken",
+    "ExpiredToken",
+    "AccountProblem",
+}
 
 
 def endpoint_url(explicit: str | None, env: dict[str, str] | Any) -> str | None:
@@ -76,14 +85,19 @@ def error(exc: BaseException, what: str) -> PreloadError:
             kind = "bucket" if code == "NoSuchBucket" else "object"
             return PreloadError(Reason.NOT_FOUND, f"{what}: {kind} not found ({code or status})")
         if code in DENIED_CODES or status in (401, 403):
-            return PreloadError(Reason.ACCESS_DENIED, f"{what}: access denied ({code or status}); check the pod's IAM role and the bucket policy")
+            return PreloadError(
+                Reason.ACCESS_DENIED,
+                f"{what}: access denied ({code or status}); check the pod's IAM role and the bucket policy",
+            )
         if code == "PreconditionFailed" or status == 412:
             return PreloadError(Reason.NETWORK_ERROR, f"{what}: the object changed during the download; retry")
         if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable"):
             return PreloadError(Reason.NETWORK_ERROR, f"{what}: server error {code or status}")
         return PreloadError(Reason.INVALID_SOURCE, f"{what}: {code or status}: {exc}")
     if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
-        return PreloadError(Reason.ACCESS_DENIED, f"{what}: no AWS credentials found (IRSA/pod identity not configured?)")
+        return PreloadError(
+            Reason.ACCESS_DENIED, f"{what}: no AWS credentials found (IRSA/pod identity not configured?)"
+        )
     if isinstance(exc, botocore.exceptions.FlexibleChecksumError):
         return PreloadError(Reason.CHECKSUM_MISMATCH, f"{what}: the store's checksum does not match the bytes received")
     if isinstance(exc, botocore.exceptions.BotoCoreError | ConnectionError | TimeoutError):
@@ -94,10 +108,27 @@ def error(exc: BaseException, what: str) -> PreloadError:
 
 
 class _Subscriber(BaseSubscriber):  # type: ignore[misc]
-    def __init__(self, file: RemoteFile, on_bytes: OnBytes, on_done: Callable[[RemoteFile], None],
-                 failures: list[PreloadError], lock: threading.Lock, settled: threading.Semaphore, what: str) -> None:
-        self.file, self.on_bytes, self.on_done_cb, self.failures, self.lock, self.what = file, on_bytes, on_done, failures, lock, what
-        self.settled = settled  # released once per file after its callback ran (s3transfer sets "done" before callbacks)
+    def __init__(
+        self,
+        file: RemoteFile,
+        on_bytes: OnBytes,
+        on_done: Callable[[RemoteFile], None],
+        failures: list[PreloadError],
+        lock: threading.Lock,
+        settled: threading.Semaphore,
+        what: str,
+    ) -> None:
+        self.file, self.on_bytes, self.on_done_cb, self.failures, self.lock, self.what = (
+            file,
+            on_bytes,
+            on_done,
+            failures,
+            lock,
+            what,
+        )
+        self.settled = (
+            settled  # released once per file after its callback ran (s3transfer sets "done" before callbacks)
+        )
 
     def on_queued(self, future: Any, **kwargs: Any) -> None:
         future.meta.provide_transfer_size(self.file.size)
@@ -122,7 +153,13 @@ class S3Source:
     """A prefix (or one object) in a bucket."""
 
     def __init__(self, bucket: str, location: str, region: str | None, endpoint: str | None, options: Options) -> None:
-        self.bucket, self.location, self.region, self.endpoint, self.options = bucket, location, region, endpoint, options
+        self.bucket, self.location, self.region, self.endpoint, self.options = (
+            bucket,
+            location,
+            region,
+            endpoint,
+            options,
+        )
         self.client = client(region, endpoint, options.concurrency)
 
     @classmethod
@@ -130,7 +167,9 @@ class S3Source:
         if config.s3_storage is None:
             raise PreloadError(Reason.INVALID_SOURCE, "modelSourceType s3 requires s3Storage")
         s3 = config.s3_storage
-        return cls(s3.bucket_name, model_location(config), s3.region, endpoint_url(s3.endpoint_url, options.env), options)
+        return cls(
+            s3.bucket_name, model_location(config), s3.region, endpoint_url(s3.endpoint_url, options.env), options
+        )
 
     def uri(self, key: str = "") -> str:
         return f"s3://{self.bucket}/{key or self.location}"
@@ -150,7 +189,9 @@ class S3Source:
                 raise error(exc, self.uri()) from exc
             else:  # modelLocation names one object: the cache holds that one file
                 name = store.safe_relpath(posixpath.basename(self.location))
-                return Listing(files=(RemoteFile(name, int(head["ContentLength"]), self.location, etag=head["ETag"].strip('"')),))
+                return Listing(
+                    files=(RemoteFile(name, int(head["ContentLength"]), self.location, etag=head["ETag"].strip('"')),)
+                )
         prefix = self.location + "/" if self.location and not self.location.endswith("/") else self.location
         files: list[RemoteFile] = []
         try:
@@ -159,17 +200,30 @@ class S3Source:
                     key = obj["Key"]
                     if key.endswith("/"):
                         continue  # a "directory" marker
-                    files.append(RemoteFile(store.safe_relpath(key[len(prefix):]), int(obj["Size"]), key, etag=obj["ETag"].strip('"')))
+                    files.append(
+                        RemoteFile(
+                            store.safe_relpath(key[len(prefix) :]), int(obj["Size"]), key, etag=obj["ETag"].strip('"')
+                        )
+                    )
         except PreloadError:
             raise
         except Exception as exc:
             raise error(exc, self.uri(prefix)) from exc
         if not files:
-            raise PreloadError(Reason.NOT_FOUND, f"{self.uri(prefix)}: no objects under this prefix (empty prefix or wrong modelLocation)")
+            raise PreloadError(
+                Reason.NOT_FOUND,
+                f"{self.uri(prefix)}: no objects under this prefix (empty prefix or wrong modelLocation)",
+            )
         return Listing(files=tuple(files))
 
-    def fetch(self, files: list[RemoteFile], part_path: Callable[[RemoteFile], str], on_bytes: OnBytes,
-              on_done: Callable[[RemoteFile], None], scratch: str) -> None:
+    def fetch(
+        self,
+        files: list[RemoteFile],
+        part_path: Callable[[RemoteFile], str],
+        on_bytes: OnBytes,
+        on_done: Callable[[RemoteFile], None],
+        scratch: str,
+    ) -> None:
         if self.options.processes > 1 and len(files) > 1:
             factory = functools.partial(S3Source, self.bucket, self.location, self.region, self.endpoint)
             s3processes.fetch(factory, self.options, files, part_path, on_bytes, on_done, self.options.processes)

@@ -44,7 +44,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(worker: int, factory: SourceFactory, options: Options, jobs: list[tuple[RemoteFile, str]], out: Any) -> None:
+def _worker(
+    worker: int, factory: SourceFactory, options: Options, jobs: list[tuple[RemoteFile, str]], out: Any
+) -> None:
     _die_with_parent()
     paths = {file.ref: path for file, path in jobs}
     lock = threading.Lock()
@@ -60,7 +62,9 @@ def _worker(worker: int, factory: SourceFactory, options: Options, jobs: list[tu
 
     try:
         source = factory(options)
-        source.fetch([f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), "")
+        source.fetch(
+            [f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), ""
+        )
     except PreloadError as exc:
         out.put(("error", worker, exc.reason.value, exc.message))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which owns the result
@@ -70,18 +74,36 @@ def _worker(worker: int, factory: SourceFactory, options: Options, jobs: list[tu
         out.put(("exit", worker))
 
 
-def fetch(factory: SourceFactory, options: Options, files: list[RemoteFile], part_path: Callable[[RemoteFile], str],
-          on_bytes: OnBytes, on_done: Callable[[RemoteFile], None], processes: int) -> None:
+def fetch(
+    factory: SourceFactory,
+    options: Options,
+    files: list[RemoteFile],
+    part_path: Callable[[RemoteFile], str],
+    on_bytes: OnBytes,
+    on_done: Callable[[RemoteFile], None],
+    processes: int,
+) -> None:
     """Download `files` with `processes` workers; raise the first permanent failure (else the first failure).
 
     Each worker builds its own source with `factory(options)`, its share of the concurrency in `options`."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     groups = deal(files, processes)
-    per_worker = Options(concurrency=max(1, -(-options.concurrency // len(groups))), part_size=options.part_size,
-                         mount_root=options.mount_root, env=dict(options.env))
-    workers = [ctx.Process(target=_worker, args=(i, factory, per_worker, [(f, part_path(f)) for f in g], out),
-                           name=f"preload-s3-{i}", daemon=True) for i, g in enumerate(groups)]
+    per_worker = Options(
+        concurrency=max(1, -(-options.concurrency // len(groups))),
+        part_size=options.part_size,
+        mount_root=options.mount_root,
+        env=dict(options.env),
+    )
+    workers = [
+        ctx.Process(
+            target=_worker,
+            args=(i, factory, per_worker, [(f, part_path(f)) for f in g], out),
+            name=f"preload-s3-{i}",
+            daemon=True,
+        )
+        for i, g in enumerate(groups)
+    ]
     for w in workers:
         w.start()
     by_ref = {f.ref: f for f in files}
@@ -96,7 +118,11 @@ def fetch(factory: SourceFactory, options: Options, files: list[RemoteFile], par
                 for i in [i for i in running if workers[i].exitcode is not None]:
                     running.discard(i)  # gone without saying "exit": killed by us, or crashed
                     if i not in killed:
-                        failures.append(PreloadError(Reason.INTERNAL_ERROR, f"download worker {i} died (exit {workers[i].exitcode})"))
+                        failures.append(
+                            PreloadError(
+                                Reason.INTERNAL_ERROR, f"download worker {i} died (exit {workers[i].exitcode})"
+                            )
+                        )
                 continue
             kind, worker = message[0], message[1]
             if kind == "bytes":

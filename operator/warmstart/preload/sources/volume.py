@@ -12,4 +12,6 @@ from warmstart.preload.sources.local import LocalSource
 def source(config: ModelSourceConfig, options: Options) -> LocalSource:
     if config.kubernetes_volume is None:
         raise PreloadError(Reason.INVALID_SOURCE, "modelSourceType kubernetesVolume requires kubernetesVolume")
-    return LocalSource.from_config("kubernetesVolume", config, options, {"claimName": config.kubernetes_volume.claim_name})
+    return LocalSource.from_config(
+        "kubernetesVolume", config, options, {"claimName": config.kubernetes_volume.claim_name}
+    )
