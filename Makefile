@@ -45,8 +45,11 @@ cluster-status: $(BIN)/warmstart
 cluster-image: $(BIN)/warmstart
 	$(BIN)/warmstart cluster image build
 
+## lint: import-linter layers, ruff (lint and format), mypy strict
 lint: $(BIN)/warmstart
 	$(BIN)/lint-imports
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 bench: $(BIN)/warmstart
