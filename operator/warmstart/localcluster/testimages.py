@@ -31,6 +31,7 @@ BUSYBOX_APPLETS = (
     "sh", "ls", "cat", "echo", "sleep", "id", "env", "hostname", "wget", "nc", "httpd", "true", "false",
     "printf", "mkdir", "cp", "rm", "test", "grep", "head", "tail", "wc", "du", "df", "mount", "ps", "kill",
     "date", "touch", "stat", "sha256sum", "dd", "find", "xargs", "seq", "tr", "sed", "awk", "ip",
+    "ssl_client",  # wget runs it for https
 )
 
 
