@@ -297,7 +297,11 @@ def _kube_proxy_cleanup(state: clusterstate.State, plan: nodeplans.RealNodesPlan
 
 
 def _delete_pods(api: client.ApiClient, node_names: list[str], timeout: float = 60.0) -> list[str]:
-    """Delete every pod bound to ``node_names`` (2 s grace) and wait until the kubelets have let them go."""
+    """Delete every pod bound to ``node_names`` (2 s grace) and wait until the kubelets have let them go.
+
+    The controllers are stopped by now, so finalizers they would remove (a Job's pods carry
+    ``batch.kubernetes.io/job-tracking``) are dropped here, or the pods would never go away.
+    """
     core = client.CoreV1Api(api)
 
     def remaining() -> list[client.V1Pod]:
@@ -306,10 +310,14 @@ def _delete_pods(api: client.ApiClient, node_names: list[str], timeout: float = 
             found += core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
         return found
 
+    left: list[client.V1Pod] = []
     try:
         for pod in remaining():
+            name, namespace = pod.metadata.name, pod.metadata.namespace
             try:
-                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=2)
+                if pod.metadata.finalizers:
+                    core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
+                core.delete_namespaced_pod(name, namespace, grace_period_seconds=2)
             except ApiException as error:
                 if error.status != 404:
                     raise
@@ -381,6 +389,10 @@ def _claim_host(plan: nodeplans.RealNodesPlan) -> None:
 def _release_host(plan: nodeplans.RealNodesPlan) -> None:
     if OWNER_FILE.is_file() and OWNER_FILE.read_text().strip() == str(plan.cluster_dir):
         OWNER_FILE.unlink()
+    try:
+        nodeplans.RUN_ROOT.rmdir()  # once no cluster uses it
+    except OSError:
+        pass
 
 
 def _wait(
