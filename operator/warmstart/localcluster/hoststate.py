@@ -45,8 +45,10 @@ OWNED_CHAIN_PREFIXES = ("KUBE-", "CNI-")
 CONTAINER_LOGS = pathlib.Path("/var/log/containers")
 #: containerd 1.6 puts shim sockets in /run/containerd/s whatever its own state dir is.
 SHIM_SOCKETS = pathlib.Path("/run/containerd/s")
+#: ``ctr tasks exec`` (handy to look into a node's containers) keeps its fifos here.
+CTR_FIFOS = pathlib.Path("/run/containerd/fifo")
 #: Directories that the nodes may create; removed again (when empty) unless they existed before.
-CREATED_DIRS = (CONTAINER_LOGS, SHIM_SOCKETS, SHIM_SOCKETS.parent)
+CREATED_DIRS = (CONTAINER_LOGS, SHIM_SOCKETS, CTR_FIFOS, SHIM_SOCKETS.parent)
 
 
 @dataclasses.dataclass
