@@ -47,7 +47,7 @@ class Endpoint:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
-            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3}),
+            config=Config(s3={"addressing_style": "path"}, signature_version="s3v4", retries={"max_attempts": 3}),
         )
 
 

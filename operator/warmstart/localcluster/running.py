@@ -30,6 +30,7 @@ from warmstart.localcluster import (
     clusterstate,
     flags,
     kubeconfigs,
+    nodeadvertising,
     nodeplans,
     nodes,
     processes,
@@ -97,6 +98,10 @@ def up(
                     f"`warmstart cluster down --dir {directory}` first"
                 )
             logger.info("a cluster is already running in %s (server %s)", directory, cluster.server)
+            if cluster.real is not None:  # a restarted kubelet may have reset the extended resources
+                with cluster.api_client() as api:
+                    for name in cluster.real.names:
+                        nodeadvertising.advertise(api, name, cluster.real.instance_type, timeout)
         else:
             if State.load(directory) is not None:
                 down(directory)  # leftovers of a crashed or half-started cluster
