@@ -1,7 +1,5 @@
 """Building the two tiny images every real node needs, as OCI layouts in the user cache: pause and busybox.
 
-Layouts live in ``${XDG_CACHE_HOME:-~/.cache}/warmstart/images/layouts/<name>-<key>/``.
-
 - ``pause``: the sandbox image of every pod (containerd's ``sandbox_image``), a static binary
   compiled from ``images/pause.c`` with ``gcc -static``: no public registry is reachable here.
 - ``busybox``: Debian's busybox-static with a few applet links, /etc/passwd and /tmp: a small image
@@ -9,7 +7,7 @@ Layouts live in ``${XDG_CACHE_HOME:-~/.cache}/warmstart/images/layouts/<name>-<k
 
 Each layer is a tar written here (uid 0, mtime 0), added with ``umoci raw add-layer``, so no
 unpacking (and no root) is needed. A layout is rebuilt only when its inputs change: the directory
-name carries a hash of them.
+name carries a hash of them (``${XDG_CACHE_HOME:-~/.cache}/warmstart/images/layouts/<name>-<key>/``).
 """
 
 from __future__ import annotations
