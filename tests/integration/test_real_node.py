@@ -203,7 +203,7 @@ def test_pod_runs_from_the_local_registry_writes_a_hostpath_and_calls_the_api_as
         started.node,
         real.image("busybox:1"),
         "exec /usr/bin/python3 -c \"$CODE\"",
-        volumes=[{"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}} for name, path, _, _ in volumes],
+        volumes=[{"name": n, "hostPath": {"path": path, "type": "DirectoryOrCreate"}} for n, path, _, _ in volumes],
     )
     container = body["spec"]["template"]["spec"]["containers"][0]
     container["env"] = [{"name": "CODE", "value": WHO_AM_I}]
@@ -252,11 +252,13 @@ def test_pods_reach_each_other_directly_and_through_a_service_and_reach_the_s3_s
         "set -e; "
         f"direct=$(wget -q -O- http://{pod_ip}:8080/index.html); "
         # kube-proxy programs the Service a moment after the endpoint turns ready
-        f"for i in $(seq 1 30); do service=$(timeout 3 wget -q -O- http://{cluster_ip}/index.html) && break; sleep 1; done; "
+        f"for i in $(seq 1 30); do service=$(timeout 3 wget -q -O- http://{cluster_ip}/index.html) && break; "
+        "sleep 1; done; "
         f"s3=$(wget -S -O /dev/null {real.s3.pod_url}/health 2>&1 | grep HTTP/ | head -1); "
         'printf "%s|%s|%s" "$direct" "$service" "$s3" > /dev/termination-log'
     )
-    client.BatchV1Api(started.api).create_namespaced_job(ns, job("client", started.node, real.image("busybox:1"), script))
+    body = job("client", started.node, real.image("busybox:1"), script)
+    client.BatchV1Api(started.api).create_namespaced_job(ns, body)
     direct, through_service, s3 = termination_message(finished_pod(started.api, ns, "client")).split("|")
     assert direct == "hello-from-web"
     assert through_service == "hello-from-web"

@@ -56,7 +56,10 @@ def remove(path: str, timeout: float = 10.0) -> list[pathlib.Path]:
 
 def find(name: str) -> list[pathlib.Path]:
     """Every cgroup directory called ``name`` in any hierarchy (e.g. ``kubepods``)."""
-    return [pathlib.Path(root) / name for hierarchy in hierarchies() for root, dirs, _ in os.walk(hierarchy) if name in dirs]
+    found: list[pathlib.Path] = []
+    for hierarchy in hierarchies():
+        found += [pathlib.Path(root) / name for root, dirs, _ in os.walk(hierarchy) if name in dirs]
+    return found
 
 
 def _remove_tree(top: pathlib.Path, deadline: float) -> list[pathlib.Path]:

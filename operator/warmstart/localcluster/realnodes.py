@@ -16,12 +16,12 @@ chains): ``/run/warmstart/real-nodes.owner`` names the cluster directory that do
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -39,6 +39,7 @@ from warmstart.localcluster import (
     kubeconfigs,
     nodeadvertising,
     nodeconfigs,
+    nodecontainers,
     nodeplans,
     objectstore,
     probing,
@@ -189,7 +190,8 @@ def start(
     for node in plan.nodes:
         component = kubelet_component(node.index)
         name = node.name
-        _wait(f"node {name} to be Ready", deadline, state, directory, component, lambda: nodeadvertising.ready(api, name))
+        is_ready = functools.partial(nodeadvertising.ready, api, name)
+        _wait(f"node {name} to be Ready", deadline, state, directory, component, is_ready)
         nodeadvertising.advertise(api, node.name, node.instance_type, timeout=max(1.0, deadline - time.monotonic()))
         logger.info("real node %s is Ready (kubelet pid %d)", node.name, state.pids[component])
     healthz = f"http://127.0.0.1:{plan.kube_proxy_healthz_port}/healthz"
@@ -213,9 +215,9 @@ def stop(state: clusterstate.State, directory: pathlib.Path, api: client.ApiClie
         problems += _kube_proxy_cleanup(state, plan)
     for node in plan.nodes:
         if state.alive(containerd_component(node.index)):
-            _kill_containers(node)
+            nodecontainers.kill_containers(node)
         state.stop(containerd_component(node.index))
-        _kill_shims(node)
+        nodecontainers.kill_shims(node)
     state.stop(objectstore.COMPONENT)
     state.stop(registry.COMPONENT)
     snapshot_path = directory / "host-state.json"
@@ -255,8 +257,10 @@ def _start_containerd(
     binary = shutil.which("containerd")
     assert binary is not None  # preflight checked
     component = containerd_component(node.index)
-    state.launch(plan.cluster_dir, component, [binary, "--config", str(node.containerd_config)], nodeconfigs.environment())
-    _wait(f"containerd of {node.name}", deadline, state, plan.cluster_dir, component, lambda: _containerd_answers(node))
+    argv = [binary, "--config", str(node.containerd_config)]
+    state.launch(plan.cluster_dir, component, argv, nodeconfigs.environment())
+    answers = functools.partial(nodecontainers.answers, node)
+    _wait(f"containerd of {node.name}", deadline, state, plan.cluster_dir, component, answers)
 
 
 def _start_kubelet(
@@ -328,49 +332,8 @@ def _delete_pods(api: client.ApiClient, node_names: list[str], timeout: float = 
         return [f"could not delete the real nodes' pods through the API: {error}"]
     if left:
         names = ", ".join(f"{p.metadata.namespace}/{p.metadata.name}" for p in left)
-        logger.warning("pods still on the real nodes after %.0f s (stopping them through containerd): %s", timeout, names)
+        logger.warning("pods still on the real nodes after %.0f s (killed through containerd): %s", timeout, names)
     return []
-
-
-def _ctr(node: nodeplans.NodePlan, *args: str) -> list[str]:
-    command = ["ctr", "--address", str(node.containerd_socket), "--namespace", "k8s.io", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-    return done.stdout.split() if done.returncode == 0 else []
-
-
-def _containerd_answers(node: nodeplans.NodePlan) -> bool:
-    if not node.containerd_socket.exists():
-        return False
-    command = ["ctr", "--address", str(node.containerd_socket), "version"]
-    return subprocess.run(command, capture_output=True, timeout=10, check=False).returncode == 0
-
-
-def _kill_containers(node: nodeplans.NodePlan) -> None:
-    """Kill and delete whatever containers (sandboxes included) the kubelet did not stop."""
-    tasks = _ctr(node, "tasks", "list", "--quiet")
-    for task in tasks:
-        _ctr(node, "tasks", "kill", "--signal", "SIGKILL", task)
-    for task in tasks:
-        _ctr(node, "tasks", "delete", "--force", task)
-    for container in _ctr(node, "containers", "list", "--quiet"):
-        _ctr(node, "containers", "delete", container)
-
-
-def _kill_shims(node: nodeplans.NodePlan) -> None:
-    """SIGKILL the runc shims that this node's containerd started (they outlive containerd)."""
-    socket = str(node.containerd_socket)
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and socket.encode() in argv:
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _claim_host(plan: nodeplans.RealNodesPlan) -> None:

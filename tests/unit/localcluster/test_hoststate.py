@@ -14,7 +14,10 @@ def snapshot(chains: dict[str, list[str]], sysctls: dict[str, str]) -> hoststate
 def test_new_chains_are_the_owned_ones_that_appeared() -> None:
     before = snapshot({"iptables/filter": ["KUBE-OLD", "DOCKER"]}, {})
     after = snapshot(
-        {"iptables/filter": ["KUBE-OLD", "DOCKER", "KUBE-FIREWALL", "OTHER"], "ip6tables/mangle": ["KUBE-IPTABLES-HINT"]},
+        {
+            "iptables/filter": ["KUBE-OLD", "DOCKER", "KUBE-FIREWALL", "OTHER"],
+            "ip6tables/mangle": ["KUBE-IPTABLES-HINT"],
+        },
         {},
     )
     assert hoststate.new_chains(before, after) == {

@@ -45,7 +45,8 @@ def test_two_nodes_share_no_socket_root_state_bridge_subnet_or_cgroup(plan: node
         assert first[key] != second[key]
     assert first["grpc"]["address"] != second["grpc"]["address"]
     a, b = plan.nodes
-    assert (a.bridge, a.pod_subnet, a.cgroup_root, a.kubelet_root) != (b.bridge, b.pod_subnet, b.cgroup_root, b.kubelet_root)
+    for field in ("bridge", "pod_subnet", "cgroup_root", "kubelet_root", "state_dir"):
+        assert getattr(a, field) != getattr(b, field), field
     assert len(str(a.containerd_socket)) < 100  # unix socket path limit, whatever the cluster directory
 
 
