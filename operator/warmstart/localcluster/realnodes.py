@@ -179,7 +179,7 @@ def start(
     plan.hostpath_root.mkdir(parents=True, exist_ok=True)
     registry.start(state, plan)
     for image in (testimages.pause(), testimages.busybox()):
-        registry.push(image.source, plan.registry, image.name)
+        registry.push(image, plan.registry)
     objectstore.start(state, plan, binaries.versitygw)
     nodeadvertising.bind_nodes(api)
     for node in plan.nodes:

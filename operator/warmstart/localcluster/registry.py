@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import subprocess
 import time
+from typing import Protocol
 
 import yaml
 
@@ -46,16 +47,27 @@ def ready(registry: str) -> bool:
     return probing.ok(f"http://{registry}/v2/", None)
 
 
-def push(source: str, registry: str, name: str) -> str:
-    """Copy the image at ``source`` (a skopeo transport reference, e.g. ``oci:<dir>:<tag>``) to
-    ``<registry>/<name>``; return that reference."""
+class Pushable(Protocol):
+    """An image built on this machine: :class:`testimages.Layout`, or anything with the same two names."""
+
+    @property
+    def name(self) -> str:
+        """``repository:tag``."""
+
+    @property
+    def source(self) -> str:
+        """Where skopeo reads it, e.g. ``oci:<dir>:<tag>``."""
+
+
+def push(image: Pushable, registry: str) -> str:
+    """Copy ``image`` to ``registry`` (``host:port``); return the reference pods pull (``<registry>/<name>``)."""
     if shutil.which("skopeo") is None:
         raise RegistryError("`skopeo` is not on PATH: run scripts/install-host-packages.sh")
-    target = f"{registry}/{name}"
-    command = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false", source, f"docker://{target}"]
+    target = f"{registry}/{image.name}"
+    command = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false", image.source, f"docker://{target}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RegistryError(f"pushing {source} to {target} failed: {done.stderr.strip()[-2000:]}")
+        raise RegistryError(f"pushing {image.source} to {target} failed: {done.stderr.strip()[-2000:]}")
     return target
 
 
