@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER_DIR ?= .cluster
+REAL_NODES ?= 0
 
 .PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench clean
 
@@ -32,7 +33,7 @@ cluster-build: $(BIN)/warmstart
 	$(BIN)/warmstart cluster build
 
 cluster-up: $(BIN)/warmstart
-	$(BIN)/warmstart cluster up --dir $(CLUSTER_DIR)
+	$(BIN)/warmstart cluster up --dir $(CLUSTER_DIR) --real-nodes $(REAL_NODES)
 	@echo "export KUBECONFIG=$(abspath $(CLUSTER_DIR))/kubeconfig WARMSTART_KUBECONFIG=$(abspath $(CLUSTER_DIR))/kubeconfig"
 
 cluster-down: $(BIN)/warmstart

@@ -13,6 +13,7 @@
 #   skopeo, umoci                   copy and assemble OCI images (pause, shell-less test images)
 #   busybox-static                  the static no-op binary the image carries
 #   iptables, conntrack             host networking the kubelet and kube-proxy program
+#   gcc, libc6-dev                  compile the static pause (sandbox) image (localcluster/images/pause.c)
 set -euo pipefail
 
 packages=(
@@ -27,6 +28,9 @@ packages=(
     "busybox-static=1:1.35.0-4+deb12u1+b1"
     "iptables=1.8.9-2"
     "conntrack=1:1.4.7-1+b2"
+    "gcc=4:12.2.0-3"
+    # libc6-dev must match the installed libc6 exactly (security updates move both), so it follows libc6
+    "libc6-dev=$(dpkg-query -W -f='${Version}' libc6)"
 )
 
 missing=()

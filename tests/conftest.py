@@ -14,6 +14,13 @@ operator/warmstart/localcluster/stages/pod.yaml).
 
 The cluster is shared by every test: a test that needs other nodes creates its own with
 ``warmstart.localcluster.nodes.create_nodes(..., prefix=<unique>)`` and deletes them afterwards.
+
+Tests marked ``realnode`` get a SECOND cluster (``real_cluster``): the same control plane and kwok
+nodes plus one REAL kubelet node (containerd + runc: images are pulled, containers run), a local
+registry and an S3 server (versitygw). It is separate so that pods of the kwok-only tests, some of
+which have no node selector, never land on a real node. A host runs one such cluster at a time; it
+starts on first use (~30 s) and stops at the end of the session, restoring the host. Nothing about
+it is skipped: if the real node cannot start, the tests that need it fail with the reason.
 """
 
 from __future__ import annotations
@@ -33,12 +40,16 @@ from warmstart.localcluster import building, running, versions
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build missing binaries before any test runs, outside pytest-timeout's per-test budget."""
-    wanted = any(item.get_closest_marker("cluster") for item in session.items)
-    if wanted and not os.environ.get("WARMSTART_KUBECONFIG") and building.missing():
+    wanted: tuple[versions.Build, ...] = ()
+    if any(item.get_closest_marker("cluster") for item in session.items) and not os.environ.get("WARMSTART_KUBECONFIG"):
+        wanted += versions.CONTROL_PLANE
+    if any(item.get_closest_marker("realnode") for item in session.items) and not os.environ.get(REAL_KUBECONFIG):
+        wanted += tuple(build for build in versions.BUILDS if build not in wanted)
+    if building.missing(wanted):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line("building the local cluster from Go modules, first time only (~30 min)")
-        building.ensure_binaries()
+        building.ensure(wanted)
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +69,78 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[running.Cluste
         running.down(directory)
 
 
+REAL_KUBECONFIG = "WARMSTART_REAL_KUBECONFIG"
+
+
+class RealClusters:
+    """The session's cluster with a real node: started on first :meth:`get`, at most one at a time.
+
+    ``WARMSTART_REAL_KUBECONFIG`` names the kubeconfig of a running cluster with real nodes
+    (``warmstart cluster up --dir D --real-nodes 1``) to reuse instead; it is never stopped.
+    """
+
+    def __init__(self, base: pathlib.Path) -> None:
+        self._base = base
+        self._started = 0
+        self._directory: pathlib.Path | None = None
+        reused = os.environ.get(REAL_KUBECONFIG)
+        self.reused = pathlib.Path(reused).resolve().parent if reused else None
+
+    def get(self) -> running.Cluster:
+        if self.reused is not None:
+            found = running.running_cluster(self.reused)
+            if found is None or found.real is None:
+                pytest.fail(f"{REAL_KUBECONFIG}: no running cluster with real nodes in {self.reused}")
+            return found
+        if self._directory is not None:
+            found = running.running_cluster(self._directory)
+            if found is not None:
+                return found
+            pytest.fail(f"the session's real-node cluster in {self._directory} stopped; see its logs/")
+        self._started += 1
+        self._directory = self._base / f"real-{self._started}"
+        self._directory.mkdir(parents=True)
+        try:
+            return running.up(self._directory, real_nodes=1, timeout=300.0)
+        except Exception as error:
+            self._directory = None
+            pytest.fail(f"the real node did not start: {error}")
+
+    def stop(self) -> None:
+        """Stop the running one (if this session started it); raises if it left host state behind."""
+        directory, self._directory = self._directory, None
+        if directory is not None:
+            running.down(directory)
+
+
+@pytest.fixture(scope="session")
+def real_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClusters]:
+    """The manager of the session's real-node cluster (see :class:`RealClusters`); stops it at the end."""
+    clusters = RealClusters(tmp_path_factory.mktemp("real"))
+    try:
+        yield clusters
+    finally:
+        clusters.stop()
+
+
+@pytest.fixture
+def real_cluster(real_clusters: RealClusters) -> running.Cluster:
+    """A running cluster whose ``.real`` (``warmstart.localcluster.realnodes.RealNodes``) has one real node:
+    ``.names``, ``.registry``, ``.image("busybox:1")``, ``.s3`` (``.host_url``, ``.pod_url``, keys),
+    ``.hostpath_root``, ``.node_ip``."""
+    return real_clusters.get()
+
+
+@pytest.fixture
+def real_api_client(real_cluster: running.Cluster) -> Iterator[client.ApiClient]:
+    """An admin ``ApiClient`` of the real-node cluster."""
+    api = config.new_client_from_config(config_file=str(real_cluster.kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
 @pytest.fixture(scope="session")
 def api_client(cluster: running.Cluster) -> Iterator[client.ApiClient]:
     """A ``kubernetes.client.ApiClient`` authenticated as the cluster admin (system:masters)."""
@@ -71,8 +154,18 @@ def api_client(cluster: running.Cluster) -> Iterator[client.ApiClient]:
 @pytest.fixture
 def namespace(api_client: client.ApiClient) -> Iterator[str]:
     """A fresh namespace whose default ServiceAccount exists; deleted (not awaited) after the test."""
+    yield from _fresh_namespace(api_client)
+
+
+@pytest.fixture
+def real_namespace(real_api_client: client.ApiClient) -> Iterator[str]:
+    """The same as ``namespace``, in the real-node cluster."""
+    yield from _fresh_namespace(real_api_client)
+
+
+def _fresh_namespace(api: client.ApiClient) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(api_client)
+    core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": name, "labels": {"warmstart.io/test": "true"}}})
     deadline = time.monotonic() + 30
     while not core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
@@ -81,7 +174,7 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
     try:
         yield name
     finally:
-        _release_finalizers(api_client, name)
+        _release_finalizers(api, name)
         core.delete_namespace(name, propagation_policy="Background")
 
 

@@ -28,6 +28,9 @@ from warmstart.localcluster import versions
 
 logger = logging.getLogger(__name__)
 
+#: How often a running build says it is still running.
+PROGRESS_SECONDS = 60.0
+
 
 class BuildError(RuntimeError):
     """A Go toolchain step failed; the message ends with the tail of its log."""
@@ -43,6 +46,15 @@ class Binaries:
     kube_scheduler: pathlib.Path
     kwok: pathlib.Path
     helm: pathlib.Path
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeBinaries:
+    """Absolute paths of what a real node and its S3 server run (containerd and runc come from the OS)."""
+
+    kubelet: pathlib.Path
+    kube_proxy: pathlib.Path
+    versitygw: pathlib.Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,20 +75,35 @@ def binary_path(binary: str, version: str) -> pathlib.Path:
     return cache_root() / "bin" / f"{binary}-{version}" / binary
 
 
-def missing(builds: tuple[versions.Build, ...] = versions.BUILDS) -> list[versions.Build]:
-    """The builds that have at least one binary not yet in the cache."""
+def missing(builds: tuple[versions.Build, ...] = versions.CONTROL_PLANE) -> list[versions.Build]:
+    """The builds (of ``builds``) that have at least one binary not yet in the cache."""
     return [
         build for build in builds if not all(binary_path(name, build.version).is_file() for name, _ in build.binaries)
     ]
 
 
-def ensure_binaries() -> Binaries:
-    """Return the cached binaries, building (slowly, once) whatever is missing."""
-    todo = missing()
+def ensure(builds: tuple[versions.Build, ...]) -> None:
+    """Build (slowly, once) whatever of ``builds`` is missing from the cache."""
+    todo = missing(builds)
     if todo:
         with _build_lock():
             for build in missing(tuple(todo)):  # another process may have built some meanwhile
                 build_one(build)
+
+
+def ensure_node_binaries() -> NodeBinaries:
+    """Return the cached binaries of the real nodes and the S3 server, building whatever is missing."""
+    ensure(versions.REAL_NODES)
+    return NodeBinaries(
+        kubelet=binary_path("kubelet", versions.KUBERNETES),
+        kube_proxy=binary_path("kube-proxy", versions.KUBERNETES),
+        versitygw=binary_path("versitygw", versions.VERSITYGW),
+    )
+
+
+def ensure_binaries() -> Binaries:
+    """Return the cached control-plane binaries, building (slowly, once) whatever is missing."""
+    ensure(versions.CONTROL_PLANE)
 
     def path(name: str, version: str) -> pathlib.Path:
         return binary_path(name, version)
@@ -126,11 +153,11 @@ def build_one(build: versions.Build) -> None:
         ldflags = " ".join(("-s", "-w", *build.ldflags))
         if build.recipe is versions.Recipe.WRAPPER:
             command = [go, "build", "-ldflags", ldflags, "-o", str(staging / name), package]
-            measured = _run([*command], cwd=workdir, env=env, log_path=log_path)
+            measured = _run([*command], cwd=workdir, env=env, log_path=log_path, what=name)
         else:
             install_env = {**env, "GOBIN": str(staging)}
             command = [go, "install", "-ldflags", ldflags, f"{package}@{build.version}"]
-            measured = _run(command, cwd=workdir, env=install_env, log_path=log_path)
+            measured = _run(command, cwd=workdir, env=install_env, log_path=log_path, what=name)
             produced = staging / package.rsplit("/", 1)[-1]
             if produced != staging / name:
                 produced.rename(staging / name)
@@ -170,8 +197,9 @@ def _prepare_wrapper(
 ) -> None:
     """Write go.mod (require + pinned local replaces) and tools.go, then ``go mod tidy``."""
     marker = workdir / ".tidy-ok"
-    if marker.is_file():
-        return  # tidy already succeeded for this version
+    wanted = "\n".join(sorted(build.packages)) + "\n"
+    if marker.is_file() and marker.read_text() in ("", wanted):  # empty: written before packages were recorded
+        return  # tidy already succeeded for this version and these packages
     info = json.loads(_output([go, "mod", "download", "-json", f"{build.module}@{build.version}"], workdir, env))
     upstream = json.loads(_output([go, "mod", "edit", "-json", info["GoMod"]], workdir, env))
     replaces = [
@@ -187,8 +215,8 @@ def _prepare_wrapper(
     imports = "".join(f'\t_ "{package}"\n' for package in build.packages)
     tools = "//go:build tools\n\n// Package tools pins the commands this wrapper builds.\npackage tools\n\nimport (\n"
     (workdir / "tools.go").write_text(tools + imports + ")\n")
-    _run([go, "mod", "tidy"], cwd=workdir, env=env, log_path=log_path)
-    marker.touch()
+    _run([go, "mod", "tidy"], cwd=workdir, env=env, log_path=log_path, what=f"{build.name} go mod tidy")
+    marker.write_text(wanted)
 
 
 def _go_env() -> dict[str, str]:
@@ -205,21 +233,38 @@ def _output(command: list[str], cwd: pathlib.Path, env: Mapping[str, str]) -> st
     return done.stdout
 
 
-def _run(command: list[str], cwd: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path) -> Measurement:
-    """Run a long toolchain command, appending its output to ``log_path``, and measure it."""
+def _run(
+    command: list[str], cwd: pathlib.Path, env: Mapping[str, str], log_path: pathlib.Path, what: str
+) -> Measurement:
+    """Run a long toolchain command, appending its output to ``log_path``, and measure it.
+
+    Says every ``PROGRESS_SECONDS`` that ``what`` is still building, so a first build is never silent.
+    """
     started = time.monotonic()
+    next_report = started + PROGRESS_SECONDS
     with log_path.open("a") as log:
         log.write(f"\n$ {' '.join(command)}\n")
         log.flush()
         process = subprocess.Popen(command, cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT)
         # wait4 reports the largest RSS of the child and of every descendant it waited for.
-        _, status, usage = os.wait4(process.pid, 0)
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() >= next_report:
+                logger.info("  still building %s: %s elapsed", what, _minutes(time.monotonic() - started))
+                next_report += PROGRESS_SECONDS
+            time.sleep(0.5)
         process.returncode = os.waitstatus_to_exitcode(status)
     elapsed = time.monotonic() - started
     if process.returncode != 0:
         tail = log_path.read_text()[-4000:]
         raise BuildError(f"{' '.join(command)} failed ({process.returncode}); see {log_path}:\n{tail}")
     return Measurement(wall_seconds=elapsed, peak_rss_bytes=usage.ru_maxrss * 1024)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
 @contextlib.contextmanager

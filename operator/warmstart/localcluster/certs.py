@@ -10,6 +10,7 @@ import dataclasses
 import pathlib
 import shutil
 import subprocess
+from collections.abc import Sequence
 
 #: Names the apiserver's serving certificate answers to, besides 127.0.0.1.
 SERVING_DNS_NAMES = (
@@ -33,7 +34,18 @@ class ClientIdentity:
 ADMIN = ClientIdentity("admin", "warmstart-admin", ("system:masters",))
 CONTROLLER_MANAGER = ClientIdentity("controller-manager", "system:kube-controller-manager")
 SCHEDULER = ClientIdentity("scheduler", "system:kube-scheduler")
-CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER)
+#: The apiserver's identity towards kubelets (logs, exec, port-forward), as kubeadm issues it.
+APISERVER_KUBELET_CLIENT = ClientIdentity(
+    "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
+)
+#: kube-proxy's user; the default ClusterRoleBinding ``system:node-proxier`` already binds it.
+KUBE_PROXY = ClientIdentity("kube-proxy", "system:kube-proxy")
+CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, APISERVER_KUBELET_CLIENT)
+
+
+def node_identity(node_name: str) -> ClientIdentity:
+    """A kubelet's identity: ``system:node:<name>`` in group ``system:nodes``."""
+    return ClientIdentity(f"kubelet-{node_name}", f"system:node:{node_name}", ("system:nodes",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +71,11 @@ class Pki:
         return self.root / "apiserver.key"
 
     @property
+    def serving_names(self) -> pathlib.Path:
+        """The subjectAltName list the serving cert was issued with; a different wish reissues it."""
+        return self.root / "apiserver.sans"
+
+    @property
     def sa_key(self) -> pathlib.Path:
         return self.root / "sa.key"
 
@@ -73,8 +90,12 @@ class Pki:
         return self.root / f"{identity.file_stem}.key"
 
 
-def ensure_pki(root: pathlib.Path, service_ip: str) -> Pki:
-    """Create whatever PKI file is missing under ``root`` and return the paths."""
+def ensure_pki(root: pathlib.Path, service_ip: str, extra_ips: Sequence[str] = ()) -> Pki:
+    """Create whatever PKI file is missing under ``root`` and return the paths.
+
+    ``extra_ips`` are more addresses the apiserver's serving cert must name (the node IP, when pods
+    reach the apiserver through it); the cert is reissued when the list changes.
+    """
     if shutil.which("openssl") is None:
         raise RuntimeError("`openssl` is not on PATH; it is needed to issue the local cluster's certificates")
     pki = Pki(root)
@@ -98,17 +119,29 @@ def ensure_pki(root: pathlib.Path, service_ip: str) -> Pki:
             "-addext",
             "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
         )
-    if not pki.serving_cert.is_file():
-        names = [f"DNS:{name}" for name in SERVING_DNS_NAMES] + ["IP:127.0.0.1", f"IP:{service_ip}"]
-        _issue(pki, pki.serving_cert, pki.serving_key, "/CN=kube-apiserver", "serverAuth", ",".join(names))
+    dns = [f"DNS:{name}" for name in SERVING_DNS_NAMES]
+    wanted = ",".join(dns + [f"IP:{ip}" for ip in ("127.0.0.1", service_ip, *extra_ips)])
+    issued = None
+    if pki.serving_names.is_file():
+        issued = pki.serving_names.read_text().strip()
+    elif pki.serving_cert.is_file():  # issued before the list was recorded: the default names
+        issued = ",".join(dns + [f"IP:{ip}" for ip in ("127.0.0.1", service_ip)])
+    if not pki.serving_cert.is_file() or issued != wanted:
+        _issue(pki, pki.serving_cert, pki.serving_key, "/CN=kube-apiserver", "serverAuth", wanted)
+        pki.serving_names.write_text(wanted + "\n")
     for identity in CLIENTS:
-        if not pki.client_cert(identity).is_file():
-            subject = "".join(f"/O={group}" for group in identity.groups) + f"/CN={identity.user}"
-            _issue(pki, pki.client_cert(identity), pki.client_key(identity), subject, "clientAuth", "")
+        ensure_client(pki, identity)
     if not pki.sa_key.is_file():
         _new_key(pki.sa_key)
         _openssl("ec", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub))
     return pki
+
+
+def ensure_client(pki: Pki, identity: ClientIdentity) -> None:
+    """Issue a client certificate for ``identity`` unless there is one."""
+    if not pki.client_cert(identity).is_file():
+        subject = "".join(f"/O={group}" for group in identity.groups) + f"/CN={identity.user}"
+        _issue(pki, pki.client_cert(identity), pki.client_key(identity), subject, "clientAuth", "")
 
 
 def _issue(pki: Pki, cert: pathlib.Path, key: pathlib.Path, subject: str, usage: str, sans: str) -> None:

@@ -10,7 +10,18 @@ import sys
 
 from kubernetes import client
 
-from warmstart.localcluster import building, imagecli, nodes, running
+from warmstart.localcluster import (
+    building,
+    imagecli,
+    nodeplans,
+    nodes,
+    objectstore,
+    realnodes,
+    registry,
+    running,
+    testimages,
+    versions,
+)
 
 DEFAULT_DIR = pathlib.Path(".cluster")
 
@@ -26,7 +37,15 @@ def main(argv: list[str]) -> int:
         if args.command == "build":
             return _build(args.report)
         if args.command == "up":
-            cluster = running.up(directory, node_spec=args.nodes, timeout=args.timeout)
+            cluster = running.up(
+                directory,
+                node_spec=args.nodes,
+                timeout=args.timeout,
+                real_nodes=args.real_nodes,
+                real_node_type=args.real_node_type,
+            )
+            if cluster.real is not None:
+                _print_real(cluster.real)
             print(f"export KUBECONFIG={cluster.kubeconfig}")
             return 0
         if args.command == "down":
@@ -36,7 +55,15 @@ def main(argv: list[str]) -> int:
                 shutil.rmtree(directory, ignore_errors=True)
             return 0
         return _status(directory)
-    except (building.BuildError, running.ClusterError, TimeoutError) as error:
+    except (
+        building.BuildError,
+        running.ClusterError,
+        realnodes.RealNodeError,
+        registry.RegistryError,
+        objectstore.ObjectStoreError,
+        testimages.ImageBuildError,
+        TimeoutError,
+    ) as error:
         print(f"warmstart cluster {args.command}: {error}", file=sys.stderr)
         return 1
 
@@ -47,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     build = commands.add_parser("build", help="build the missing binaries from Go modules (first time: ~30 min)")
     build.add_argument("--report", action="store_true", help="print the recorded build time and memory of each")
     for name, help_ in (
-        ("up", "start the cluster (idempotent) and create fake GPU nodes"),
+        ("up", "start the cluster (idempotent), create fake GPU nodes and, with --real-nodes, real ones"),
         ("down", "stop every process of the cluster"),
         ("status", "show component health and nodes"),
     ):
@@ -56,6 +83,19 @@ def _parser() -> argparse.ArgumentParser:
         if name == "up":
             sub.add_argument(
                 "--nodes", default=nodes.DEFAULT_SPEC, help=f"TYPE=COUNT,... (default {nodes.DEFAULT_SPEC})"
+            )
+            sub.add_argument(
+                "--real-nodes",
+                type=int,
+                default=0,
+                metavar="N",
+                help="also start N real kubelet nodes (containerd + runc, pods really run; needs root and "
+                "scripts/install-host-packages.sh), with a local registry and an S3 server (default 0: kwok only)",
+            )
+            sub.add_argument(
+                "--real-node-type",
+                default=nodeplans.DEFAULT_INSTANCE_TYPE,
+                help=f"instance type the real nodes claim (default {nodeplans.DEFAULT_INSTANCE_TYPE})",
             )
             sub.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
         if name == "down":
@@ -66,16 +106,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _build(report: bool) -> int:
-    todo = building.missing()
+    todo = building.missing(versions.BUILDS)
     if not todo:
         print(f"all binaries are built already, under {building.cache_root() / 'bin'}")
-    building.ensure_binaries()
+    building.ensure(versions.BUILDS)
     if report:
         for record in building.build_records():
             rss = int(str(record["peak_rss_bytes"])) / 2**30
             name, version, seconds = record["binary"], record["version"], record["wall_seconds"]
             print(f"{name:<25} {version:<9} {seconds:>7} s  peak RSS {rss:.2f} GiB")
     return 0
+
+
+def _print_real(real: realnodes.RealNodes) -> None:
+    print(f"real nodes: {', '.join(real.names)} ({real.instance_type}, node IP {real.node_ip})")
+    print(f"registry:   {real.registry} (plain HTTP; e.g. image {real.image('busybox:1')})")
+    print(
+        f"s3:         {real.s3.host_url} from the host, {real.s3.pod_url} from pods "
+        f"(credentials in {real.plan.s3_dir / 'credentials.json'})"
+    )
+    print(f"hostPath:   {real.hostpath_root}")
 
 
 def _status(directory: pathlib.Path) -> int:
@@ -87,6 +137,9 @@ def _status(directory: pathlib.Path) -> int:
     if cluster is None:
         print(f"no running cluster in {directory}")
         return 1
+    if cluster.real is not None:
+        print()
+        _print_real(cluster.real)
     with cluster.api_client() as api:
         items = client.CoreV1Api(api).list_node().items
     print(f"\n{len(items)} nodes:")

@@ -59,6 +59,8 @@ class Layout:
     pki: certs.Pki
     ports: Mapping[str, int]
     stages: Sequence[pathlib.Path]
+    node_ip: str = ""
+    """Set when real nodes run: pods reach the apiserver on this address (through the `kubernetes` Service)."""
 
     def url(self, port: str, scheme: str = "http") -> str:
         return f"{scheme}://127.0.0.1:{self.ports[port]}"
@@ -82,12 +84,16 @@ def etcd(layout: Layout) -> list[str]:
 
 def apiserver(layout: Layout) -> list[str]:
     pki = layout.pki
+    if layout.node_ip:
+        # Real nodes: the `kubernetes` Service must lead to an address pods can reach, so the apiserver
+        # serves on every address (still client certs and RBAC) and advertises the node IP.
+        addresses = ["--bind-address=0.0.0.0", f"--advertise-address={layout.node_ip}"]
+    else:
+        # 1.37 refuses a loopback advertise address for the `kubernetes` Endpoints; nothing in-cluster needs them.
+        addresses = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
     return [
         f"--etcd-servers={layout.url('etcd-client')}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        # 1.37 refuses a loopback advertise address for the `kubernetes` Endpoints; nothing in-cluster needs them.
-        "--endpoint-reconciler-type=none",
+        *addresses,
         f"--secure-port={layout.ports['apiserver']}",
         f"--cert-dir={layout.directory / 'run' / 'apiserver'}",
         f"--tls-cert-file={pki.serving_cert}",
@@ -100,6 +106,10 @@ def apiserver(layout: Layout) -> list[str]:
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
         "--profiling=false",
+        # Logs, exec and port-forward on real nodes: the apiserver dials the kubelet at its InternalIP.
+        f"--kubelet-client-certificate={pki.client_cert(certs.APISERVER_KUBELET_CLIENT)}",
+        f"--kubelet-client-key={pki.client_key(certs.APISERVER_KUBELET_CLIENT)}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         # The delegated authn of the controller-manager and scheduler expects a request-header CA;
         # no front-proxy cert is ever issued, so the allowed name admits nobody.
         f"--requestheader-client-ca-file={pki.ca_cert}",

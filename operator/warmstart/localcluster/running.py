@@ -1,9 +1,11 @@
-"""Running the local control plane: ``up``, ``down`` and ``status`` of one cluster directory.
+"""Running the local cluster: ``up``, ``down`` and ``status`` of one cluster directory.
 
 A cluster directory holds everything of one cluster: ``kubeconfig`` (admin, group
 system:masters), ``pki/``, ``etcd/`` (wiped on every ``up``, so each start is an empty cluster),
 ``logs/<component>.log``, ``stages/`` (the kwok stages in use) and ``state.json`` (PIDs,
 binaries, ports), which is how ``down`` finds every process and ``up`` notices a running cluster.
+With real nodes (:mod:`realnodes`) it also holds ``nodes/<name>/`` (containerd root, kubelet
+root, configs), ``registry/``, ``s3/``, ``hostpath/`` and ``host-state.json``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import contextlib
 import dataclasses
 import fcntl
 import importlib.resources
-import json
 import logging
 import os
 import pathlib
@@ -23,12 +24,27 @@ from collections.abc import Callable, Iterator
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from warmstart.localcluster import building, certs, flags, kubeconfigs, nodes, probing, processes
+from warmstart.localcluster import (
+    building,
+    certs,
+    clusterstate,
+    flags,
+    kubeconfigs,
+    nodeadvertising,
+    nodeplans,
+    nodes,
+    probing,
+    processes,
+    realnodes,
+)
+from warmstart.localcluster.clusterstate import State
 
 logger = logging.getLogger(__name__)
 
 #: Start order; ``down`` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+#: Stopped before the real nodes, so that nothing recreates or reschedules the pods being drained.
+CONTROLLERS = ("kwok", "kube-scheduler", "kube-controller-manager")
 
 
 class ClusterError(RuntimeError):
@@ -42,6 +58,8 @@ class Cluster:
     dir: pathlib.Path
     kubeconfig: pathlib.Path
     server: str
+    real: realnodes.RealNodes | None = None
+    """The real (kubelet) nodes, their registry and S3 server; None when every node is a kwok one."""
 
     def api_client(self) -> client.ApiClient:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
@@ -56,58 +74,70 @@ class ComponentStatus:
     log: pathlib.Path
 
 
-@dataclasses.dataclass
-class State:
-    """What ``state.json`` records about the processes of one ``up``."""
+def up(
+    directory: pathlib.Path,
+    node_spec: str = nodes.DEFAULT_SPEC,
+    timeout: float = 180.0,
+    real_nodes: int = 0,
+    real_node_type: str = nodeplans.DEFAULT_INSTANCE_TYPE,
+) -> Cluster:
+    """Start a cluster in ``directory`` (or reuse the one running there) and ensure its fake nodes.
 
-    server: str = ""
-    ports: dict[str, int] = dataclasses.field(default_factory=dict)
-    pids: dict[str, int] = dataclasses.field(default_factory=dict)
-    binaries: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def load(cls, directory: pathlib.Path) -> State | None:
-        path = directory / "state.json"
-        if not path.is_file():
-            return None
-        return cls(**json.loads(path.read_text()))
-
-    def save(self, directory: pathlib.Path) -> None:
-        path = directory / "state.json"
-        path.with_suffix(".tmp").write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-        path.with_suffix(".tmp").replace(path)
-
-
-def up(directory: pathlib.Path, node_spec: str = nodes.DEFAULT_SPEC, timeout: float = 180.0) -> Cluster:
-    """Start a cluster in ``directory`` (or reuse the one running there) and ensure its fake nodes."""
+    ``real_nodes`` > 0 adds that many real kubelet nodes of ``real_node_type`` (see :mod:`realnodes`);
+    a running cluster with another number of real nodes is an error, not restarted behind your back.
+    """
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     with _dir_lock(directory):
         cluster = running_cluster(directory)
         if cluster is not None:
+            running_real = len(cluster.real.names) if cluster.real else 0
+            if running_real != real_nodes:
+                raise ClusterError(
+                    f"the cluster in {directory} runs {running_real} real nodes, not {real_nodes}: "
+                    f"`warmstart cluster down --dir {directory}` first"
+                )
             logger.info("a cluster is already running in %s (server %s)", directory, cluster.server)
+            if cluster.real is not None:  # a restarted kubelet may have reset the extended resources
+                with cluster.api_client() as api:
+                    for name in cluster.real.names:
+                        nodeadvertising.advertise(api, name, cluster.real.instance_type, timeout)
         else:
             if State.load(directory) is not None:
                 down(directory)  # leftovers of a crashed or half-started cluster
-            cluster = _start(directory, building.ensure_binaries(), time.monotonic() + timeout)
+            node_ip = realnodes.preflight() if real_nodes else ""
+            binaries = building.ensure_binaries()
+            node_binaries = building.ensure_node_binaries() if real_nodes else None
+            request = State(real_nodes=real_nodes, real_node_type=real_node_type if real_nodes else "", node_ip=node_ip)
+            cluster = _start(directory, binaries, node_binaries, request, time.monotonic() + timeout)
         with cluster.api_client() as api:
             try:
                 nodes.wait_ready(api, nodes.create_nodes(api, node_spec), timeout)  # creates missing ones only
             except BaseException:
-                down(directory)
+                _down_after_failure(directory)
                 raise
     return cluster
 
 
-def _start(directory: pathlib.Path, binaries: building.Binaries, deadline: float) -> Cluster:
-    """Start every component in order, each once the previous one is healthy; stop all on failure."""
+def _start(
+    directory: pathlib.Path,
+    binaries: building.Binaries,
+    node_binaries: building.NodeBinaries | None,
+    state: State,
+    deadline: float,
+) -> Cluster:
+    """Start every component in order, each once the previous one is healthy, then the real nodes that
+    ``state`` asks for; stop all on failure."""
     started = time.monotonic()
-    pki = certs.ensure_pki(directory / "pki", service_ip=flags.SERVICE_IP)
+    extra_ips = (state.node_ip,) if state.node_ip else ()
+    pki = certs.ensure_pki(directory / "pki", service_ip=flags.SERVICE_IP, extra_ips=extra_ips)
     shutil.rmtree(directory / "etcd", ignore_errors=True)
-    state = State(ports={name: processes.free_port() for name in flags.PORTS})
+    wanted_ports = (*flags.PORTS, *realnodes.port_names(state.real_nodes))
+    state.ports = {name: processes.free_port() for name in wanted_ports}
     state.server = f"https://127.0.0.1:{state.ports['apiserver']}"
     admin = kubeconfigs.write(directory / "kubeconfig", state.server, pki, certs.ADMIN)
-    layout = flags.Layout(directory=directory, pki=pki, ports=state.ports, stages=_copy_stages(directory / "stages"))
+    stages = _copy_stages(directory / "stages")
+    layout = flags.Layout(directory=directory, pki=pki, ports=state.ports, stages=stages, node_ip=state.node_ip)
     kubeconfig = {
         who: kubeconfigs.write(directory / "kubeconfigs" / f"{who.file_stem}.yaml", state.server, pki, who)
         for who in (certs.CONTROLLER_MANAGER, certs.SCHEDULER)
@@ -126,33 +156,59 @@ def _start(directory: pathlib.Path, binaries: building.Binaries, deadline: float
     cluster = Cluster(dir=directory, kubeconfig=admin, server=state.server)
     try:
         for name in COMPONENTS:
-            log = directory / "logs" / f"{name}.log"
-            state.pids[name] = processes.spawn(argvs[name], log, env=_env(name, directory))
-            state.binaries[name] = argvs[name][0]
-            state.save(directory)
+            log = clusterstate.log_path(directory, name)
+            state.launch(directory, name, argvs[name], env=_env(name, directory))
             _wait(f"{name} to report healthy", deadline, lambda: _healthy_or_dead(name, state, checks[name], log))
             logger.info("%s is up (pid %d)", name, state.pids[name])
         with cluster.api_client() as api:
             _wait("the default ServiceAccount in namespace default", deadline, lambda: _default_sa_exists(api))
+            logger.info("control plane up in %.1f s: export KUBECONFIG=%s", time.monotonic() - started, admin)
+            if node_binaries is not None:
+                real = realnodes.start(state, directory, node_binaries, pki, api, deadline)
+                cluster = dataclasses.replace(cluster, real=real)
+                logger.info("%d real node(s) up in %.1f s in all", len(real.names), time.monotonic() - started)
     except BaseException:
-        down(directory)
+        _down_after_failure(directory)
         raise
-    logger.info("control plane up in %.1f s: export KUBECONFIG=%s", time.monotonic() - started, admin)
     return cluster
 
 
+def _down_after_failure(directory: pathlib.Path) -> None:
+    """``down`` after a failed start, reporting (not raising) what it could not undo, so the start's own
+    error is the one the caller sees."""
+    try:
+        down(directory)
+    except ClusterError as error:
+        logger.error("%s", error)
+
+
 def down(directory: pathlib.Path) -> list[str]:
-    """Stop every process of the cluster in ``directory``; return the names of those that were running."""
+    """Stop every process of the cluster in ``directory``; return the names of those that were running.
+
+    With real nodes: the controllers, the scheduler and kwok stop first, then the real nodes drain and
+    stop while the apiserver still answers, and the host is restored (:func:`realnodes.stop`); anything
+    that could not be undone raises :class:`ClusterError` once everything else has stopped.
+    """
     directory = directory.resolve()
     state = State.load(directory)
     if state is None:
         return []
-    stopped = [
-        name
-        for name in reversed(COMPONENTS)
-        if name in state.pids and processes.stop(state.pids[name], state.binaries[name])
-    ]
+    stopped: list[str] = []
+    problems: list[str] = []
+    if state.real_nodes:
+        stopped += [name for name in CONTROLLERS if state.stop(name)]
+        running_real = [name for name in realnodes.components(state.real_nodes) if state.alive(name)]
+        api = _admin_client(directory) if state.alive("kube-apiserver") else None
+        try:
+            problems = realnodes.stop(state, directory, api)
+        finally:
+            if api is not None:
+                api.close()
+        stopped += running_real
+    stopped += [name for name in reversed(COMPONENTS) if name not in stopped and state.stop(name)]
     (directory / "state.json").unlink(missing_ok=True)
+    if problems:
+        raise ClusterError("the real nodes left host state behind:\n  " + "\n  ".join(problems))
     return stopped
 
 
@@ -160,14 +216,16 @@ def running_cluster(directory: pathlib.Path) -> Cluster | None:
     """The cluster in ``directory`` if every component runs and the apiserver is ready, else None."""
     directory = directory.resolve()
     state = State.load(directory)
-    if state is None or set(state.pids) != set(COMPONENTS):
+    if state is None:
         return None
-    if not all(processes.alive(state.pids[name], state.binaries[name]) for name in COMPONENTS):
+    wanted = (*COMPONENTS, *realnodes.components(state.real_nodes))
+    if not all(state.alive(name) for name in wanted):
         return None
     pki = certs.Pki(directory / "pki")
     if not probing.health_checks(state.ports, pki)["kube-apiserver"]():
         return None
-    return Cluster(dir=directory, kubeconfig=directory / "kubeconfig", server=state.server)
+    real = realnodes.describe(state, directory)
+    return Cluster(dir=directory, kubeconfig=directory / "kubeconfig", server=state.server, real=real)
 
 
 def status(directory: pathlib.Path) -> list[ComponentStatus]:
@@ -176,11 +234,11 @@ def status(directory: pathlib.Path) -> list[ComponentStatus]:
     state = State.load(directory) or State()
     checks = probing.health_checks(state.ports, certs.Pki(directory / "pki")) if state.ports else {}
     result: list[ComponentStatus] = []
-    for name in COMPONENTS:
+    for name in (*COMPONENTS, *realnodes.components(state.real_nodes)):
         pid = state.pids.get(name)
-        running = pid is not None and processes.alive(pid, state.binaries[name])
-        healthy = running and name in checks and checks[name]()
-        result.append(ComponentStatus(name, pid, running, healthy, directory / "logs" / f"{name}.log"))
+        running = state.alive(name)
+        healthy = running and (checks[name]() if name in checks else True)
+        result.append(ComponentStatus(name, pid, running, healthy, clusterstate.log_path(directory, name)))
     return result
 
 
@@ -210,6 +268,10 @@ def _healthy_or_dead(name: str, state: State, check: Callable[[], bool], log: pa
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
         raise ClusterError(f"{name} exited during startup; last lines of {log}:\n{tail}")
     return check()
+
+
+def _admin_client(directory: pathlib.Path) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(directory / "kubeconfig"))
 
 
 @contextlib.contextmanager

@@ -16,6 +16,11 @@ KUBERNETES_STAGING = "v0.37.2"
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 HELM = "v3.22.0"
+#: The S3-compatible server (posix backend over a directory) that real-node tests and the demo download from.
+#: v1.8.0 is the only version the module proxy serves.
+VERSITYGW = "v1.8.0"
+#: The tag of the static pause (sandbox) image the real nodes' containerd uses (built from ``images/pause.c``).
+PAUSE_TAG = "3.10"
 
 
 class Recipe(str, enum.Enum):
@@ -113,5 +118,33 @@ HELM_BUILD = Build(
     minutes_cold=3,
 )
 
-#: In build order: the small ones first, so a broken toolchain shows up in seconds.
-BUILDS: tuple[Build, ...] = (ETCD_BUILD, KWOK_BUILD, HELM_BUILD, KUBE)
+#: The node side of the same Kubernetes release, in a wrapper of its own: a cluster without real nodes
+#: never waits for it. Same requirements as ``KUBE``, so the Go build cache serves the shared packages.
+KUBE_NODE = Build(
+    name="kubernetes-node",
+    module="k8s.io/kubernetes",
+    version=KUBERNETES,
+    binaries=tuple((name, f"k8s.io/kubernetes/cmd/{name}") for name in ("kubelet", "kube-proxy")),
+    recipe=Recipe.WRAPPER,
+    ldflags=_kube_ldflags(),
+    local_replace_prefix="./staging/",
+    local_replace_version=KUBERNETES_STAGING,
+    minutes_cold=7,
+)
+
+VERSITYGW_BUILD = Build(
+    name="versitygw",
+    module="github.com/versity/versitygw",
+    version=VERSITYGW,
+    binaries=(("versitygw", "github.com/versity/versitygw/cmd/versitygw"),),
+    recipe=Recipe.INSTALL,
+    ldflags=(f"-X main.Version={VERSITYGW}",),
+    minutes_cold=5,
+)
+
+#: What ``warmstart cluster up`` needs, in build order: the small ones first, so a broken toolchain shows up in seconds.
+CONTROL_PLANE: tuple[Build, ...] = (ETCD_BUILD, KWOK_BUILD, HELM_BUILD, KUBE)
+#: What ``up --real-nodes N`` needs on top: kubelet and kube-proxy, and the S3 server the real pods download from.
+REAL_NODES: tuple[Build, ...] = (VERSITYGW_BUILD, KUBE_NODE)
+#: Everything ``warmstart cluster build`` builds.
+BUILDS: tuple[Build, ...] = CONTROL_PLANE + REAL_NODES
