@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import importlib.resources
 import json
 import logging
@@ -130,7 +131,8 @@ def _start(directory: pathlib.Path, binaries: building.Binaries, deadline: float
             state.pids[name] = processes.spawn(argvs[name], log, env=_env(name, directory))
             state.binaries[name] = argvs[name][0]
             state.save(directory)
-            _wait(f"{name} to report healthy", deadline, lambda: _healthy_or_dead(name, state, checks[name], log))
+            healthy = functools.partial(_healthy_or_dead, name, state, checks[name], log)
+            _wait(f"{name} to report healthy", deadline, healthy)
             logger.info("%s is up (pid %d)", name, state.pids[name])
         with cluster.api_client() as api:
             _wait("the default ServiceAccount in namespace default", deadline, lambda: _default_sa_exists(api))

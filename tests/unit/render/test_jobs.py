@@ -163,9 +163,7 @@ def test_read_job_running_succeeded_failed() -> None:
     done = jobs.read_job(
         job_body([{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}])
     )
-    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(
-        2026, 1, 1, 0, 1, tzinfo=dt.UTC
-    )
+    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC)
     failed = jobs.read_job(
         job_body(
             [
