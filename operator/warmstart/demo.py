@@ -8,6 +8,7 @@ scales the endpoint beyond the warm fleet, then compares `random` and `prefixawa
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pathlib
 import subprocess
@@ -39,7 +40,7 @@ def install_crds(store: Store) -> None:
         store.apply(crd(kind))
     for kind in KINDS:
         name = f"{kind.plural}.inference.sagemaker.aws.amazon.com"
-        _wait(lambda: _established(store, name), 60, f"CRD {kind.kind}")
+        _wait(functools.partial(_established, store, name), 60, f"CRD {kind.kind}")
 
 
 def _established(store: Store, name: str) -> bool:
@@ -104,10 +105,12 @@ class Table:
                 pods[node] = pods.get(node, 0) + 1
         placement = status.get("warmPlacement") or {}
         lines = [
-            f"endpoint {NAME}: state={status.get('state', '-')}  replicas={status.get('availableReplicas', 0)}/{iec.get('spec', {}).get('replicas', '-')}"
+            f"endpoint {NAME}: state={status.get('state', '-')}  "
+            f"replicas={status.get('availableReplicas', 0)}/{iec.get('spec', {}).get('replicas', '-')}"
             f"  warm pods={placement.get('warmPods', 0)} cold pods={placement.get('coldPods', 0)}",
             f"weights cache weights-{wkey or '?'}: {(mdcc.get('status') or {}).get('state', '-')} "
-            f"{(mdcc.get('status') or {}).get('readyNodes', 0)}/{(mdcc.get('status') or {}).get('targetNodes', 0)} nodes",
+            f"{(mdcc.get('status') or {}).get('readyNodes', 0)}/"
+            f"{(mdcc.get('status') or {}).get('targetNodes', 0)} nodes",
             f"  {'NODE':<28} {'TYPE':<16} {'PRELOAD':<12} {'WEIGHTS':<8} {'IMAGE':<8} PODS",
         ]
         for node in sorted(self.store.list("v1", "Node"), key=lambda n: n["metadata"]["name"]):
@@ -116,7 +119,8 @@ class Table:
             image = "ready" if ikey and node_labels.get(nodelabels.image_ready_label(ikey)) == "ready" else "-"
             preload = per_node.get(name, {}).get("state", "-")
             lines.append(
-                f"  {name:<28} {node_labels.get(nodelabels.INSTANCE_TYPE, ''):<16} {preload:<12} {weights:<8} {image:<8} {'#' * pods.get(name, 0)}"
+                f"  {name:<28} {node_labels.get(nodelabels.INSTANCE_TYPE, ''):<16} {preload:<12} {weights:<8} "
+                f"{image:<8} {'#' * pods.get(name, 0)}"
             )
         return lines
 
@@ -178,7 +182,8 @@ def main(argv: list[str]) -> int:
         )
         table.show()
         say(
-            "4 pods landed on warm nodes; 2 on the new cold nodes, where the init container downloads (their preload Jobs fill them for next time)"
+            "4 pods landed on warm nodes; 2 on the new cold nodes, where the init container downloads "
+            "(their preload Jobs fill them for next time)"
         )
         if not args.skip_routing:
             say("routing: random vs prefixaware on 8 simulated vLLM replicas (bench/routing.py --quick)")
@@ -190,7 +195,8 @@ def main(argv: list[str]) -> int:
         if args.down:
             running.down(args.dir)
     say(
-        f"done. The cluster is still running: export KUBECONFIG={cluster.kubeconfig}; kubectl get iec,mdcc,mic -A; stop it with `make cluster-down`"
+        f"done. The cluster is still running: export KUBECONFIG={cluster.kubeconfig}; kubectl get iec,mdcc,mic -A; "
+        "stop it with `make cluster-down`"
         if not args.down
         else "done"
     )

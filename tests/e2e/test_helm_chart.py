@@ -133,8 +133,14 @@ def test_install_seed_upgrade_uninstall(
         )
         fullname = f"{release}-warmstart"
         installed = _release_objects(api_client, release, [namespace])
-        for expected in (f"Deployment/{namespace}/{fullname}", f"ServiceAccount/{namespace}/{fullname}", f"RoleBinding/{namespace}/{fullname}",
-                         f"ClusterRole/{fullname}-cluster", f"ClusterRole/{fullname}-namespaced", f"PriorityClass/warmstart-prepull-{suffix}"):  # fmt: skip
+        for expected in (
+            f"Deployment/{namespace}/{fullname}",
+            f"ServiceAccount/{namespace}/{fullname}",
+            f"RoleBinding/{namespace}/{fullname}",
+            f"ClusterRole/{fullname}-cluster",
+            f"ClusterRole/{fullname}-namespaced",
+            f"PriorityClass/warmstart-prepull-{suffix}",
+        ):
             assert expected in installed, installed
         crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
         assert crd.spec.names.kind == "InferenceEndpointConfig"
@@ -164,9 +170,19 @@ def test_install_seed_upgrade_uninstall(
             helming.custom(api_client).delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, "example-model"
             )
-            kube.wait_for(lambda: _state(api_client, namespace, "example-model") is None and
-                             helming.get_or_none(lambda: helming.custom(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")) is None,
-                             what="the endpoint to be deleted", timeout=120)  # fmt: skip
+            kube.wait_for(
+                lambda: (
+                    _state(api_client, namespace, "example-model") is None
+                    and helming.get_or_none(
+                        lambda: helming.custom(api_client).get_namespaced_custom_object(
+                            GROUP, VERSION, namespace, PLURAL, "example-model"
+                        )
+                    )
+                    is None
+                ),
+                what="the endpoint to be deleted",
+                timeout=120,
+            )
 
         # upgrade: a changed value reaches the operator's environment; a bad value is refused and changes nothing
         helming.run_helm(

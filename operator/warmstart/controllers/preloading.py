@@ -62,7 +62,7 @@ def own_jobs(index: Mapping[Any, Any], owner: render_jobs.Owner, role: str) -> l
 
 
 def due(body: Mapping[str, Any], memo: kopf.Memo, jobs_index: Mapping[Any, Any], resync_seconds: float) -> bool:
-    """Whether a timer tick should reconcile: this cache's Jobs changed, a retry is due, or the resync interval passed."""
+    """Whether a tick should reconcile: this cache's Jobs changed, a retry is due, or the resync interval passed."""
     remembered = memory(memo)
     clock = time.monotonic()
     changed = tuple(own_jobs(jobs_index, owner(body), render_jobs.ROLE_PRELOAD)) != remembered.fingerprint

@@ -190,7 +190,7 @@ def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: s
 
 
 def _children(endpoint: Endpoint, gate_open: bool, generation: Generation, context: RenderContext) -> list[Manifest]:
-    """Everything this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
+    """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
     wanted: list[Manifest] = []
     if endpoint.weights_enabled:
         wanted.append(caches.weights_cache(endpoint))

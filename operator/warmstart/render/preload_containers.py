@@ -1,4 +1,4 @@
-"""The preload container and the volumes it needs: one rendering for the per-node Job and the model pods' init container.
+"""The preload container and its volumes: one rendering for the per-node Job and the model pods' init container.
 
 Both run the same program for the same job (fill `<hostPath>/warmstart` on one node, see api/preloading.py), so they
 get the same rights, mounts, environment, resources and termination message; only the container's name and the

@@ -1,4 +1,4 @@
-"""The router in front of an endpoint: its ConfigMap (strategy and knobs), Deployment, Service and least-privilege RBAC."""
+"""The router before an endpoint: its ConfigMap (strategy and knobs), Deployment, Service and least-privilege RBAC."""
 
 from __future__ import annotations
 

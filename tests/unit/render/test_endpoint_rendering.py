@@ -1,4 +1,4 @@
-"""Endpoint rendering: the seed example's Deployment, Service and caches match golden files; keys and affinity behave."""
+"""Endpoint rendering: the seed example's Deployment, Service, caches match golden files; keys and affinity behave."""
 
 from __future__ import annotations
 
