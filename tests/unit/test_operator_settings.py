@@ -13,6 +13,11 @@ def test_environment_is_read_into_settings() -> None:
     assert read.peering == "warmstart" and read.peering_priority == 7
 
 
+def test_router_node_selector_is_read_from_json() -> None:
+    read = settings.from_env({"WARMSTART_ROUTER_NODE_SELECTOR": '{"role": "cpu"}'})
+    assert read.render.router_node_selector == {"role": "cpu"}
+
+
 def test_an_empty_environment_keeps_the_defaults() -> None:
     assert settings.from_env({}) == settings.OperatorSettings()
 
