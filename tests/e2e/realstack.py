@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 
 import helming
-from warmstart.api import GROUP, VERSION
+from warmstart.api import GROUP, VERSION, nodelabels
 from warmstart.localcluster import nodeplans, objectstore, running
 
 T = TypeVar("T")
@@ -103,6 +103,8 @@ class Stack:
     shellless_image: str
     bucket: str
     hostpath_root: pathlib.Path
+    #: weights keys this session preloaded; their node labels are removed at the end if the operator left them
+    weights_keys: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def real(self) -> Any:
@@ -283,8 +285,18 @@ def uninstall(helm: pathlib.Path, stack: Stack) -> None:
             helm, pathlib.Path(stack.cluster.kubeconfig), "uninstall", stack.release, "-n", stack.namespace, check=False
         )
         _release_finalizers(stack)
-        client.CoreV1Api(stack.api).delete_namespace(stack.namespace, propagation_policy="Background")
+        core = client.CoreV1Api(stack.api)
+        core.delete_namespace(stack.namespace, propagation_policy="Background")
+        gone = {nodelabels.weights_ready_label(key): None for key in stack.weights_keys}
+        if gone:
+            core.patch_node(stack.node, {"metadata": {"labels": gone}})
         delete_bucket(stack.real.s3, stack.bucket)
+        # after the namespace, so no preload --delete Job of ours recreates the directory
+        eventually(
+            lambda: not core.list_namespace(field_selector=f"metadata.name={stack.namespace}").items,
+            f"namespace {stack.namespace} to be deleted",
+            120,
+        )
         shutil.rmtree(stack.hostpath_root, ignore_errors=True)
 
 

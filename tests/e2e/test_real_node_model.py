@@ -54,7 +54,10 @@ def _deploy(
     )
     source = ModelSourceConfig.model_validate(manifest["spec"]["modelSourceConfig"])
     stack.create_endpoint(manifest)
-    return Deployed(name, model, host_path, keys.weights_key(source, host_path))
+    key = keys.weights_key(source, host_path)
+    if weights:
+        stack.weights_keys.append(key)
+    return Deployed(name, model, host_path, key)
 
 
 @pytest.fixture(scope="module")
