@@ -21,6 +21,9 @@ class RenderContext(BaseModel):
         default_factory=dict,
         description="Environment for preload containers, e.g. AWS_ENDPOINT_URL_S3 or HF_ENDPOINT for mirrors.",
     )
+    router_node_selector: dict[str, str] = Field(
+        default_factory=dict, description="nodeSelector of the router pods (empty: any node)."
+    )
     prepull_priority_class: str = Field(
         default="warmstart-prepull", description="PriorityClass of image pre-pull pods."
     )

@@ -115,6 +115,13 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": dict(security.RESTRICTED),
     }
+    pod_spec: Manifest = {
+        "serviceAccountName": router,
+        "containers": [container],
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    if context.router_node_selector:
+        pod_spec["nodeSelector"] = dict(context.router_node_selector)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -124,11 +131,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": {**labels.managed(), **selector}},
-                "spec": {
-                    "serviceAccountName": router,
-                    "containers": [container],
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                },
+                "spec": pod_spec,
             },
         },
     }

@@ -53,6 +53,13 @@ def test_router_objects_golden() -> None:
     check_golden("router", router.manifests(endpoint, CONTEXT))
 
 
+def test_router_pods_go_where_the_chart_puts_them() -> None:
+    endpoint = endpoints.from_iec(REF, seed_spec(intelligentRoutingSpec={"enabled": True}))
+    placed = CONTEXT.model_copy(update={"router_node_selector": {"role": "cpu"}})
+    assert router.deployment(endpoint, placed)["spec"]["template"]["spec"]["nodeSelector"] == {"role": "cpu"}
+    assert "nodeSelector" not in router.deployment(endpoint, CONTEXT)["spec"]["template"]["spec"]
+
+
 @pytest.mark.parametrize(
     ("spelling", "served"), [("prefix_aware", "prefixaware"), ("least_outstanding_requests", "leastoutstanding")]
 )
