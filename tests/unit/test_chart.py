@@ -33,6 +33,10 @@ VALUES: dict[str, dict[str, Any]] = {
         "serviceAccount": {"roleArn": "arn:aws:iam::123456789012:role/warmstart-operator"},
         "jumpstart": {"region": "us-east-1", "bucket": "my-jumpstart-mirror", "gatedBucket": "my-gated-mirror"},
         "preload": {"env": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}, "podAnnotations": {"team": "ml"}},
+        "cache": {
+            "allowedHostPaths": ["/opt/dlami/nvme", "/mnt/cache"],
+            "extraTolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+        },
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "networkPolicy": {
             "enabled": True,
@@ -212,6 +216,10 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.render.preload_env == {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}
     assert settings.render.preload_pod_annotations == {"team": "ml"}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
+    assert settings.render.allowed_host_paths == ("/opt/dlami/nvme", "/mnt/cache")
+    assert settings.render.extra_tolerations == (
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+    )
     (account,) = by_kind(docs, "ServiceAccount")
     assert account["metadata"]["annotations"] == {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/warmstart-operator"
@@ -240,7 +248,10 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"replicaCount": 0}, "/replicaCount"),
         ({"repliaCount": 2}, "additional properties 'repliaCount' not allowed"),
         ({"jumpstart": {"region": "Oregon"}}, "/jumpstart/region"),
-        ({"cache": {"defaultHostPath": "/var/lib/warmstart"}}, "additional properties 'cache' not allowed"),
+        ({"cache": {"defaultHostPath": "/var/lib/warmstart"}}, "additional properties 'defaultHostPath' not allowed"),
+        ({"cache": {"allowedHostPaths": ["/"]}}, "/cache/allowedHostPaths/0"),
+        ({"cache": {"allowedHostPaths": ["/opt/../etc"]}}, "/cache/allowedHostPaths/0"),
+        ({"cache": {"allowedHostPaths": []}}, "/cache/allowedHostPaths"),
         ({"serviceAccount": {"roleArn": "my-role"}}, "/serviceAccount/roleArn"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
@@ -274,3 +285,22 @@ def test_argocd_application_values_pass_the_schema(helm: pathlib.Path, tmp_path:
     (deployment,) = by_kind(docs, "Deployment")
     assert _env(deployment)["WARMSTART_OPERATOR_IMAGE"] == "example.com/ml/warmstart:0.1.0"
     assert by_kind(docs, "ServiceMonitor")
+
+
+def test_admission_policy_names_the_allowed_roots_and_scopes_to_watched_namespaces(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    docs = documents(template(helm, VALUES["ha"], tmp_path))
+    (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    allowed = next(v for v in policy["spec"]["variables"] if v["name"] == "allowed")
+    assert json.loads(allowed["expression"]) == ["/opt/dlami/nvme", "/mnt/cache"]
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"inferenceendpointconfigs", "jumpstartmodels", "modeldatacacheconfigs"}
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector["values"] == ["team-a", "team-b"]
+    default_docs = documents(template(helm, {}, tmp_path))
+    (default_binding,) = by_kind(default_docs, "ValidatingAdmissionPolicyBinding")
+    assert "matchResources" not in default_binding["spec"]  # cluster-wide mode: every namespace

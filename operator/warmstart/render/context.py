@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from warmstart.api.blocks import DEFAULT_HOST_PATH
 
 
 class RenderContext(BaseModel):
@@ -34,3 +38,11 @@ class RenderContext(BaseModel):
         default=None, description="Override of the JumpStart gated content bucket."
     )
     jumpstart_region: str = Field(default="us-west-2", description="Region of the JumpStart buckets.")
+    extra_tolerations: tuple[dict[str, Any], ...] = Field(
+        default=(),
+        description="Tolerations of cache pods besides the GPU node-pool ones (Helm cache.extraTolerations).",
+    )
+    allowed_host_paths: tuple[str, ...] = Field(
+        default=(DEFAULT_HOST_PATH,),
+        description="Cache roots a weights cache may use (its hostPath equals one or lies under one).",
+    )

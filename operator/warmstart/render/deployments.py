@@ -7,7 +7,7 @@ from typing import Any
 
 from warmstart.api import nodelabels, preloading
 from warmstart.api.workers import Worker
-from warmstart.render import labels, owners, preload_containers
+from warmstart.render import labels, owners, preload_containers, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -44,7 +44,7 @@ def _warm_term(label: str, weight: int) -> Manifest:
 
 
 def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
-    """Required: the target nodes. Preferred: weights-warm, then image-warm, then the instance-type order."""
+    """Required: the target nodes, never a control-plane node. Preferred: weights-warm, image-warm, instance types."""
     preferred = []
     if endpoint.weights_enabled:
         preferred.append(_warm_term(nodelabels.weights_ready_label(generation.weights_key), WEIGHTS_WARM_WEIGHT))
@@ -66,15 +66,16 @@ def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
         preferred += [
             p.to_api() for p in endpoint.node_affinity.preferred_during_scheduling_ignored_during_execution or []
         ]
-    node_affinity: Manifest = {}
-    required = endpoint.targeting().node_affinity
-    if required and required.required_during_scheduling_ignored_during_execution:
-        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = (
-            required.required_during_scheduling_ignored_during_execution.to_api()
+    targeted = endpoint.targeting().node_affinity
+    required = targeted.required_during_scheduling_ignored_during_execution if targeted else None
+    node_affinity: Manifest = {
+        "requiredDuringSchedulingIgnoredDuringExecution": tolerations.exclude_control_plane(
+            required.to_api() if required is not None else None
         )
+    }
     if preferred:
         node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
-    return {"nodeAffinity": node_affinity} if node_affinity else {}
+    return {"nodeAffinity": node_affinity}
 
 
 def _env(worker: Worker) -> list[Manifest]:

@@ -24,7 +24,7 @@ from typing import Any
 from warmstart.api import GROUP, preloading
 from warmstart.api.caches import MDCC_KIND, ModelDataCacheConfigSpec
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import labels, owners, preload_containers
+from warmstart.render import labels, owners, preload_containers, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
@@ -107,7 +107,7 @@ def _pod_spec(
     if spec.service_account_name:
         pod["serviceAccountName"] = spec.service_account_name
     if spec.tolerate_all_taints:
-        pod["tolerations"] = [{"operator": "Exists"}]
+        pod["tolerations"] = tolerations.cache_tolerations(ctx.extra_tolerations)
     return pod
 
 
