@@ -123,9 +123,9 @@ def test_rbac_has_no_wildcards(helm: pathlib.Path, tmp_path: pathlib.Path, name:
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
 
-def _rules(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+def _rules(docs: list[dict[str, Any]], kind: str = "ClusterRole") -> dict[tuple[str, str], set[str]]:
     granted: dict[tuple[str, str], set[str]] = {}
-    for role in by_kind(docs, "ClusterRole"):
+    for role in by_kind(docs, kind):
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
@@ -164,10 +164,23 @@ def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Pa
     docs = documents(template(helm, VALUES["ha"], tmp_path))
     bindings = by_kind(docs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert {b["roleRef"]["kind"] for b in bindings} == {"Role"}, "Roles in the watched namespaces, not ClusterRoles"
+    assert sorted(r["metadata"]["namespace"] for r in by_kind(docs, "Role")) == ["team-a", "team-b"]
     assert [b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")] == ["warmstart-cluster"]
     peerings = by_kind(docs, "KopfPeering")
     assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
-    assert _rules(docs)[("kopf.dev", "kopfpeerings")] >= {"get", "list", "watch", "patch"}
+    assert _rules(docs, "Role")[("kopf.dev", "kopfpeerings")] >= {"get", "list", "watch", "patch"}
+    # outside the watched namespaces: node labels, reading CRDs and the PriorityClass; no workload, no ConfigMap,
+    # no RBAC object, no namespace listing, no write to anything cluster-scoped but node labels
+    cluster = _rules(docs)
+    assert set(cluster) == {
+        ("", "nodes"),
+        ("scheduling.k8s.io", "priorityclasses"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+    }
+    assert cluster[("scheduling.k8s.io", "priorityclasses")] == {"get", "list", "watch"}
+    assert cluster[("", "nodes")] == {"get", "list", "watch", "patch"}
+    assert ("", "secrets") not in _rules(docs, "Role")
 
 
 def test_chart_crds_are_the_generated_crds(helm: pathlib.Path) -> None:
@@ -213,7 +226,13 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.render.jumpstart_region == "us-east-1"
     assert settings.render.jumpstart_bucket == "my-jumpstart-mirror"
     assert settings.render.jumpstart_gated_bucket == "my-gated-mirror"
-    assert settings.render.preload_env == {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}
+    assert settings.render.preload_env_names == ("AWS_ENDPOINT_URL_S3",)
+    assert settings.render.preload_env_secret == "warmstart-preload-env"
+    # the value reaches tenant namespaces in a Secret only, never the operator's or a pod's spec
+    assert "http://s3.local:9000" not in json.dumps(deployment)
+    secrets = by_kind(docs, "Secret")
+    assert sorted(s["metadata"]["namespace"] for s in secrets) == ["team-a", "team-b"]
+    assert {s["stringData"]["AWS_ENDPOINT_URL_S3"] for s in secrets} == {"http://s3.local:9000"}
     assert settings.render.preload_pod_annotations == {"team": "ml"}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
     assert settings.render.allowed_host_paths == ("/opt/dlami/nvme", "/mnt/cache")
@@ -291,8 +310,10 @@ def test_admission_policy_names_the_allowed_roots_and_scopes_to_watched_namespac
     helm: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
     docs = documents(template(helm, VALUES["ha"], tmp_path))
-    (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
-    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    (policy,) = [p for p in by_kind(docs, "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("cache-roots")]
+    (binding,) = [
+        b for b in by_kind(docs, "ValidatingAdmissionPolicyBinding") if b["metadata"]["name"].endswith("cache-roots")
+    ]
     allowed = next(v for v in policy["spec"]["variables"] if v["name"] == "allowed")
     assert json.loads(allowed["expression"]) == ["/opt/dlami/nvme", "/mnt/cache"]
     (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
@@ -302,5 +323,22 @@ def test_admission_policy_names_the_allowed_roots_and_scopes_to_watched_namespac
     (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
     assert selector["values"] == ["team-a", "team-b"]
     default_docs = documents(template(helm, {}, tmp_path))
-    (default_binding,) = by_kind(default_docs, "ValidatingAdmissionPolicyBinding")
+    (default_binding,) = [
+        b
+        for b in by_kind(default_docs, "ValidatingAdmissionPolicyBinding")
+        if b["metadata"]["name"].endswith("cache-roots")
+    ]
     assert "matchResources" not in default_binding["spec"]  # cluster-wide mode: every namespace
+
+
+def test_node_label_policy_matches_only_the_operators_service_account(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    docs = documents(template(helm, {}, tmp_path))
+    (policy,) = [p for p in by_kind(docs, "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("node-labels")]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:warmstart-system:warmstart'"
+    )
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["nodes"] and rule["operations"] == ["UPDATE"]

@@ -24,7 +24,7 @@ from warmstart.api.caches import (
 )
 from warmstart.controllers import handling, labelling, nodes, weights_reporting
 from warmstart.controllers.storage import Invalid, Store
-from warmstart.render import hostpaths, keys, tolerations
+from warmstart.render import hostpaths, keys, names, tolerations
 from warmstart.render import jobs as render_jobs
 from warmstart.render import weights_plans as planning
 from warmstart.render.context import RenderContext
@@ -57,7 +57,7 @@ def owner(body: Mapping[str, Any]) -> render_jobs.Owner:
 
 def own_jobs(index: Mapping[Any, Any], owner: render_jobs.Owner, role: str) -> list[planning.PreloadJob]:
     """This cache's Jobs of one role (preload or cleanup) in the Job index, by name."""
-    entries: Iterable[render_jobs.IndexedJob] = index.get((owner.namespace, owner.name), ())
+    entries: Iterable[render_jobs.IndexedJob] = index.get((owner.namespace, names.label_value(owner.name)), ())
     return sorted((e.job for e in entries if e.role == role and e.owner_uid == owner.uid), key=lambda j: j.name)
 
 

@@ -61,7 +61,10 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
         if env.get(var):
             render[field] = env[var]
     render["preload_pod_annotations"] = _json_map(env.get("WARMSTART_PRELOAD_POD_ANNOTATIONS"))
-    render["preload_env"] = _json_map(env.get("WARMSTART_PRELOAD_ENV"))
+    if env.get("WARMSTART_PRELOAD_ENV_NAMES"):
+        render["preload_env_names"] = sorted(str(n) for n in _json_list(env["WARMSTART_PRELOAD_ENV_NAMES"]))
+    if env.get("WARMSTART_PRELOAD_ENV_SECRET"):
+        render["preload_env_secret"] = env["WARMSTART_PRELOAD_ENV_SECRET"]
     if env.get("WARMSTART_ALLOWED_HOST_PATHS"):
         render["allowed_host_paths"] = [str(p) for p in _json_list(env["WARMSTART_ALLOWED_HOST_PATHS"])]
     if env.get("WARMSTART_EXTRA_TOLERATIONS"):

@@ -21,9 +21,16 @@ class RenderContext(BaseModel):
     preload_pod_annotations: dict[str, str] = Field(
         default_factory=dict, description="Annotations on every preload Job pod."
     )
-    preload_env: dict[str, str] = Field(
-        default_factory=dict,
-        description="Environment for preload containers, e.g. AWS_ENDPOINT_URL_S3 or HF_ENDPOINT for mirrors.",
+    preload_env_names: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "Environment variables of preload containers (e.g. AWS_ENDPOINT_URL_S3, HF_ENDPOINT for mirrors), each"
+            " read from the key of that name in the Secret `preload_env_secret` of the pod's namespace: values never"
+            " appear in a pod spec."
+        ),
+    )
+    preload_env_secret: str = Field(
+        default="warmstart-preload-env", description="Secret in each namespace holding the preload environment."
     )
     prepull_priority_class: str = Field(
         default="warmstart-prepull", description="PriorityClass of image pre-pull pods."

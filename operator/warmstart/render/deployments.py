@@ -29,7 +29,7 @@ class Generation:
 
 
 def pod_selector(endpoint: Endpoint) -> dict[str, str]:
-    return {labels.ENDPOINT_LABEL: endpoint.ref.name, labels.ENDPOINT_KIND_LABEL: endpoint.ref.kind.lower()}
+    return {labels.ENDPOINT_LABEL: endpoint.label_value, labels.ENDPOINT_KIND_LABEL: endpoint.ref.kind.lower()}
 
 
 def selector_string(endpoint: Endpoint) -> str:
@@ -161,7 +161,7 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": endpoint.ref.name,
+            "name": endpoint.child_name,
             "namespace": endpoint.ref.namespace,
             "labels": {**labels.managed({labels.COMPONENT: "model-server"}), **selector},
             "ownerReferences": [_controller_ref(endpoint)],
@@ -182,7 +182,7 @@ def service(endpoint: Endpoint) -> Manifest:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": endpoint.ref.name,
+            "name": endpoint.child_name,
             "namespace": endpoint.ref.namespace,
             "labels": {**labels.managed({labels.COMPONENT: "model-server"}), **pod_selector(endpoint)},
             "ownerReferences": [_controller_ref(endpoint)],

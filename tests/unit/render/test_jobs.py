@@ -20,7 +20,7 @@ from warmstart.render.weights_plans import JobPhase
 GOLDEN = Path(__file__).parent / "golden" / "jobs"
 CONTEXT = RenderContext(
     operator_image="warmstart:test",
-    preload_env={"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"},
+    preload_env_names=("AWS_ENDPOINT_URL_S3",),
     preload_pod_annotations={"sim.warmstart.io/duration": "2s", "team": "operator"},
 )
 CODES = sorted(preloading.PERMANENT_EXIT_CODES.values())
@@ -166,9 +166,7 @@ def test_read_job_running_succeeded_failed() -> None:
     done = jobs.read_job(
         job_body([{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}])
     )
-    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(
-        2026, 1, 1, 0, 1, tzinfo=dt.UTC
-    )
+    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC)
     failed = jobs.read_job(
         job_body(
             [
