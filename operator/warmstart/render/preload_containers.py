@@ -141,7 +141,7 @@ def render(
         "imagePullPolicy": ctx.image_pull_policy,
         "command": [preloading.COMMAND],
         "args": list(args),
-        "env": [{"name": "HOME", "value": "/tmp"}] + preload_env(ctx),
+        "env": [{"name": "HOME", "value": "/tmp"}, *preload_env(ctx)],
         "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
         "volumeMounts": [m.mount for m in mounted],
         "terminationMessagePath": preloading.TERMINATION_LOG,
