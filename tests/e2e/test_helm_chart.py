@@ -120,7 +120,6 @@ def _check_confinement(
             lambda: client.CoreV1Api(operator_api).create_namespaced_config_map(other, config_map),
             lambda: client.AppsV1Api(operator_api).list_namespaced_deployment(other),
             lambda: client.RbacAuthorizationV1Api(operator_api).list_namespaced_role_binding(other),
-            lambda: client.CoreV1Api(operator_api).list_namespace(),
             lambda: client.CoreV1Api(operator_api).list_namespaced_secret(namespace),
         ):
             assert _forbidden(call).status == 403

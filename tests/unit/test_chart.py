@@ -170,10 +170,12 @@ def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Pa
     peerings = by_kind(docs, "KopfPeering")
     assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
     assert _rules(docs, "Role")[("kopf.dev", "kopfpeerings")] >= {"get", "list", "watch", "patch"}
-    # outside the watched namespaces: node labels, reading CRDs and the PriorityClass; no workload, no ConfigMap,
-    # no RBAC object, no namespace listing, no write to anything cluster-scoped but node labels
+    # outside the watched namespaces: node labels, reading CRDs, namespaces (kopf) and the PriorityClass; no
+    # workload, no ConfigMap, no RBAC object, no write to anything cluster-scoped but node labels
     cluster = _rules(docs)
+    assert cluster[("", "namespaces")] == {"get", "list", "watch"}
     assert set(cluster) == {
+        ("", "namespaces"),
         ("", "nodes"),
         ("scheduling.k8s.io", "priorityclasses"),
         ("apiextensions.k8s.io", "customresourcedefinitions"),
