@@ -197,7 +197,8 @@ def test_install_seed_upgrade_uninstall(
         )
         fullname = f"{release}-warmstart"
         installed = _release_objects(api_client, release, [namespace])
-        for expected in (f"Deployment/{namespace}/{fullname}", f"ServiceAccount/{namespace}/{fullname}", f"RoleBinding/{namespace}/{fullname}",
+        for expected in (f"Deployment/{namespace}/{fullname}", f"ServiceAccount/{namespace}/{fullname}",
+                         f"RoleBinding/{namespace}/{fullname}",
                          f"Role/{namespace}/{fullname}",
                          f"ClusterRole/{fullname}-cluster", f"PriorityClass/warmstart-prepull-{suffix}"):  # fmt: skip
             assert expected in installed, installed

@@ -1,4 +1,4 @@
-"""Cache roots are confined to the admin's list, cache pods tolerate only GPU pool taints, and control planes are out."""
+"""Cache roots are confined to the admin's list; cache pods tolerate only GPU pool taints and avoid control planes."""
 
 from __future__ import annotations
 
