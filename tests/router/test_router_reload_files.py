@@ -44,13 +44,15 @@ async def test_strategy_and_replicas_change_live(
     watcher = discovery.FileWatcher(str(config_file), str(backends_file), interval=0.05)
     await watcher.start(router.router)
     try:
-        first = await status(client, router.url)
+        first = await status(client, router.admin_url)
         assert first["strategy"] == "random"
         assert [b["url"] for b in first["backends"]] == [replicas[0].url]  # type: ignore[index,union-attr]
 
         touch(config_file, "strategy: prefix_aware\nmaxConcurrentRequests: 16\n", 5)
         touch(backends_file, f"{replicas[1].url}, {replicas[2].url}  # two now\n", 5)
-        now = await wait_for(lambda s: s["strategy"] == "prefixaware" and len(s["backends"]) == 2, client, router.url)
+        now = await wait_for(
+            lambda s: s["strategy"] == "prefixaware" and len(s["backends"]) == 2, client, router.admin_url
+        )
         assert now["strategy"] == "prefixaware"
         assert now["config"]["maxConcurrentRequests"] == 16  # type: ignore[index]
         assert sorted(b["url"] for b in now["backends"]) == sorted([replicas[1].url, replicas[2].url])  # type: ignore[union-attr]

@@ -64,7 +64,10 @@ class FileWatcher:
     async def _run(self, router: Router) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            self.poll(router)
+            try:
+                self.poll(router)
+            except Exception as exc:  # noqa: BLE001 - one bad poll must not end all later reloads
+                log.error("reading the router's files failed (%s); retrying", type(exc).__name__)
 
     def poll(self, router: Router) -> None:
         """Apply whichever file changed since the last poll (errors keep the previous state).
@@ -76,9 +79,11 @@ class FileWatcher:
             text = self._read_if_changed(self.config_path)
             if text is not None:
                 try:
-                    router.apply_config(RouterConfig.from_yaml(text))
+                    config = RouterConfig.from_yaml(text)
                 except ValueError as exc:
-                    log.error("keeping the previous router config: %s is invalid: %s", self.config_path, exc)
+                    router.reject_config(f"file {self.config_path}", _reason(exc))
+                else:
+                    router.apply_config(config)
         if self.backends_path is not None:
             text = self._read_if_changed(self.backends_path)
             if text is not None:
@@ -98,6 +103,14 @@ class FileWatcher:
             return None  # probably mid-write: not marked as seen, so the next poll reads it again
         self._seen[path] = mark
         return text
+
+
+def _reason(exc: ValueError) -> str:
+    """A one-line reason for a rejected configuration (field names and messages, no values)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors(include_input=False))
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def ready_urls(slices: Iterable[Any], port_name: str | None = None, scheme: str = "http") -> list[str]:
@@ -179,7 +192,8 @@ class KubernetesWatcher:
         try:
             config = RouterConfig.from_configmap_data(items[0].data)
         except ValueError as exc:
-            log.error("keeping the previous router config: configmap %s is invalid: %s", self.configmap, exc)
+            source = f"configmap {self.namespace}/{self.configmap}"
+            loop.call_soon_threadsafe(router.reject_config, source, _reason(exc))
             return
         loop.call_soon_threadsafe(router.apply_config, config)
 
