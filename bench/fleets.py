@@ -128,6 +128,13 @@ class RouterUnderTest:
     proc: Proc | None = None
     backends_file: Path | None = None
     backends: list[str] = field(default_factory=list)
+    admin_url: str = ""
+    """warmstart: the admin port (/metrics, /router/status); others: same as ``url``."""
+
+    @property
+    def internals(self) -> str:
+        """Where this router's metrics and status are served."""
+        return self.admin_url or self.url
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -160,7 +167,7 @@ class RouterUnderTest:
     async def _wait_backends(self, session: aiohttp.ClientSession, urls: list[str], path: str, extract: Any) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if sorted(extract(await _json(session, self.url + path))) == sorted(urls):
+            if sorted(extract(await _json(session, self.internals + path))) == sorted(urls):
                 return
             await asyncio.sleep(0.05)
         raise RuntimeError(f"{self.label}: backends did not become {urls}")
@@ -181,7 +188,7 @@ async def start_warmstart(
     """``warmstart router`` as its own process, fed by a config file and a backends file."""
     from warmstart.api.routers import RouterConfig
 
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     workdir = logs / f"warmstart-{strategy}-{port}"
     workdir.mkdir(parents=True, exist_ok=True)
     config = RouterConfig.model_validate({"strategy": strategy, **(config_extra or {})})
@@ -199,6 +206,8 @@ async def start_warmstart(
             HOST,
             "--port",
             str(port),
+            "--admin-port",
+            str(admin_port),
             "--config",
             str(workdir / "router.yaml"),
             "--backends-file",
@@ -210,7 +219,15 @@ async def start_warmstart(
         ],
         logs,
     )
-    router = RouterUnderTest(f"warmstart {strategy}", f"http://{HOST}:{port}", "warmstart", proc, backends, urls)
+    router = RouterUnderTest(
+        f"warmstart {strategy}",
+        f"http://{HOST}:{port}",
+        "warmstart",
+        proc,
+        backends,
+        urls,
+        admin_url=f"http://{HOST}:{admin_port}",
+    )
     await wait_http(session, router.url + "/ready", proc)
     return router
 

@@ -106,7 +106,7 @@ async def run_workload(
     rate = float(cfg["rate"])  # type: ignore[arg-type]
     await loading.reset_replicas(session, measure_urls)
     before = await loading.replica_counters(session, measure_urls)
-    spills_before = await loading.router_spills(session, target.url) if target.kind == "warmstart" else 0.0
+    spills_before = await loading.router_spills(session, target.internals) if target.kind == "warmstart" else 0.0
     moved: dict[str, float] = {}
     if workload == "multi_turn":
         users = workloads.multi_turn(users=10, rounds=int(cfg["rounds"]))  # type: ignore[call-overload]
@@ -146,7 +146,7 @@ async def run_workload(
     size = 1 if target.kind == "direct" else FLEET
     row = reporting.summarize(target.label, workload, results, delta, scale, size, moved)
     if target.kind == "warmstart":
-        row.spills = int(await loading.router_spills(session, target.url) - spills_before)
+        row.spills = int(await loading.router_spills(session, target.internals) - spills_before)
     return row
 
 
@@ -191,14 +191,16 @@ async def measure_overhead(
                 cpu_before = _cpu_seconds(target)
                 hist = "warmstart_router_added_latency_seconds"
                 buckets = (
-                    await loading.histogram_buckets(session, target.url, hist) if target.kind == "warmstart" else {}
+                    await loading.histogram_buckets(session, target.internals, hist)
+                    if target.kind == "warmstart"
+                    else {}
                 )
                 latencies, errors = await loading.fixed_rate(
                     session, target.url + "/v1/completions", rate, seconds, body
                 )
                 stats = out.setdefault(target.label, {})
                 if target.kind == "warmstart":  # the router's own view: time spent inside it, by bucket
-                    after = await loading.histogram_buckets(session, target.url, hist)
+                    after = await loading.histogram_buckets(session, target.internals, hist)
                     stats[f"inside_p50@{rate}"] = loading.bucket_quantile(buckets, after, 0.5) * 1000
                     stats[f"inside_p99@{rate}"] = loading.bucket_quantile(buckets, after, 0.99) * 1000
                 if cpu_before is not None:  # the router's own CPU per request: what limits its rate
