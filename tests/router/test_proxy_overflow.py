@@ -77,23 +77,3 @@ async def test_cap_queue_overflow_and_cancel(routers: RouterFactory, client: aio
     finally:
         release.set()
         await runner.cleanup()
-
-
-async def test_ttft_is_recorded_per_replica(routers: RouterFactory, client: aiohttp.ClientSession) -> None:
-    async def quick(request: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_post("/v1/completions", quick)
-    runner, port = await proxying.serve(app, "127.0.0.1", 0)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        router = await routers(RouterConfig(), [url])
-        for _ in range(3):
-            async with client.post(router.url + "/v1/completions", json={"prompt": "x"}) as response:
-                assert response.status == 200
-        text = await (await client.get(router.admin_url + "/metrics")).text()
-        assert f'warmstart_router_ttft_seconds_count{{replica="{url}"}} 3.0' in text
-        assert "warmstart_router_queue_depth 0.0" in text
-    finally:
-        await runner.cleanup()

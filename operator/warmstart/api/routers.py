@@ -107,6 +107,11 @@ class RouterConfig(BaseModel):
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     """Time allowed to receive a whole request body once its headers are in; slower clients get 408."""
 
+    warm_nodes: tuple[str, ...] | None = None
+    """Names of the nodes where this endpoint's caches are ready (for the operator to fill). With it,
+    requests are counted by the placement of the replica that served them: warm (its pod's node,
+    from the EndpointSlice, is listed), cold (not listed) or unknown; without it, all are unknown."""
+
     retries: int = Field(default=1, ge=0, le=3)
     """How many further candidates are tried when a replica refuses the connection."""
 

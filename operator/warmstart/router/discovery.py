@@ -115,7 +115,12 @@ def _reason(exc: ValueError) -> str:
 
 def ready_urls(slices: Iterable[Any], port_name: str | None = None, scheme: str = "http") -> list[str]:
     """Replica URLs from EndpointSlice objects: ready (nil counts as ready), not terminating."""
-    urls: set[str] = set()
+    return sorted(ready_replicas(slices, port_name, scheme))
+
+
+def ready_replicas(slices: Iterable[Any], port_name: str | None = None, scheme: str = "http") -> dict[str, str | None]:
+    """Ready replica URLs and the node each runs on (the endpoint's ``nodeName``, None if not set)."""
+    urls: dict[str, str | None] = {}
     for eps in slices:
         port = _pick_port(getattr(eps, "ports", None) or [], port_name)
         if port is None:
@@ -126,8 +131,8 @@ def ready_urls(slices: Iterable[Any], port_name: str | None = None, scheme: str 
                 continue
             for address in endpoint.addresses or []:
                 host = f"[{address}]" if ":" in address else address
-                urls.add(f"{scheme}://{host}:{port}")
-    return sorted(urls)
+                urls[f"{scheme}://{host}:{port}"] = getattr(endpoint, "node_name", None)
+    return urls
 
 
 def _pick_port(ports: list[Any], port_name: str | None) -> int | None:
@@ -171,7 +176,7 @@ class KubernetesWatcher:
                 "endpointslices",
                 lambda **kw: discovery.list_namespaced_endpoint_slice(self.namespace, **kw),
                 {"label_selector": f"kubernetes.io/service-name={self.service}"},
-                lambda items: loop.call_soon_threadsafe(router.set_backends, ready_urls(items, self.port_name)),
+                lambda items: self._post_replicas(loop, router, items),
             )
         if self.configmap:
             core = client.CoreV1Api(self.api_client)
@@ -184,6 +189,11 @@ class KubernetesWatcher:
 
     async def stop(self) -> None:
         self._stop.set()  # threads are daemons and end at their next watch timeout
+
+    def _post_replicas(self, loop: asyncio.AbstractEventLoop, router: Router, items: list[Any]) -> None:
+        replicas = ready_replicas(items, self.port_name)
+        nodes = {url: node for url, node in replicas.items() if node}
+        loop.call_soon_threadsafe(router.set_backends, sorted(replicas), nodes)
 
     def _post_config(self, loop: asyncio.AbstractEventLoop, router: Router, items: list[Any]) -> None:
         if not items:

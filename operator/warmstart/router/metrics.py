@@ -92,6 +92,12 @@ class RouterMetrics:
             buckets=_TTFT_BUCKETS,
             registry=self.registry,
         )
+        self.placements = Counter(
+            "warmstart_router_placement_requests",
+            "Requests forwarded, by the placement of the replica's node: warm (listed in warmNodes), cold, unknown.",
+            ["placement"],
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, ...], Any] = {}
         self.prompt_tokens = self.prefix_tokens.labels("prompt")
         self.matched_tokens = self.prefix_tokens.labels("matched")
@@ -116,6 +122,13 @@ class RouterMetrics:
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = self.inflight.labels(replica)
+        return child
+
+    def placement(self, placement: str) -> Any:
+        key = ("placement", placement)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.placements.labels(placement)
         return child
 
     def ttft_of(self, replica: str) -> Any:

@@ -144,6 +144,7 @@ async def _forward(
             continue  # removed between decision and send, or full (the cap is hard)
         last = attempt == len(attempts) - 1
         router.policy.placed(url, routed.key)
+        router.metrics.placement(router.placement(replica)).inc()
         replica.inflight += 1
         replica.served += 1
         router.metrics.inflight_of(url).set(replica.inflight)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from warmstart.router.admission import Admission
 from warmstart.router.bodies import ParsedBody
 from warmstart.router.metrics import CHARS_PER_TOKEN, RouterMetrics
 from warmstart.router.prefixes import PromptKey, block_hashes
-from warmstart.router.replicas import Fleet
+from warmstart.router.replicas import Fleet, Replica
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +111,9 @@ class Router:
         )
         return True
 
-    def set_backends(self, urls: list[str]) -> None:
-        """Make the fleet exactly ``urls`` (from discovery or flags)."""
-        added, removed = self.fleet.replace(urls)
+    def set_backends(self, urls: list[str], nodes: Mapping[str, str] | None = None) -> None:
+        """Make the fleet exactly ``urls`` (from discovery or flags), with their pods' nodes when known."""
+        added, removed = self.fleet.replace(urls, nodes)
         for url in removed:
             self.policy.forget(url)
             self.metrics.forget_replica(url)
@@ -137,6 +138,13 @@ class Router:
             matched_chars = min(decision.matched_blocks * config.block_chars, key.chars)
             self.metrics.matched_tokens.inc(matched_chars / CHARS_PER_TOKEN)
         return Routed(key, decision)
+
+    def placement(self, replica: Replica) -> str:
+        """``warm``, ``cold`` or ``unknown``: whether ``replica``'s node is one of the configured warm nodes."""
+        warm = self.config.warm_nodes
+        if warm is None or replica.node is None:
+            return "unknown"
+        return "warm" if replica.node in warm else "cold"
 
     def status(self) -> dict[str, Any]:
         """What ``GET /router/status`` returns: strategy, knobs, replicas and in-flight."""
