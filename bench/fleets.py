@@ -131,17 +131,33 @@ class RouterUnderTest:
     admin_url: str = ""
     """warmstart: the admin port (/metrics, /router/status); others: same as ``url``."""
 
+    peers: list[RouterUnderTest] = field(default_factory=list)
+    """Further router processes with the same configuration; clients spread over all at random."""
+
     @property
     def internals(self) -> str:
         """Where this router's metrics and status are served."""
         return self.admin_url or self.url
 
+    @property
+    def urls(self) -> list[str]:
+        """The traffic URLs clients spread over (one unless there are peers)."""
+        return [self.url] + [peer.url for peer in self.peers]
+
+    @property
+    def members(self) -> list[RouterUnderTest]:
+        return [self, *self.peers]
+
     def stop(self) -> None:
+        for peer in self.peers:
+            peer.stop()
         if self.proc is not None:
             self.proc.stop()
 
     async def set_backends(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
         """Change the replica set live (warmstart: backends file; SGLang: its /workers API)."""
+        for peer in self.peers:
+            await peer.set_backends(session, urls)
         if self.kind == "warmstart":
             assert self.backends_file is not None
             staging = self.backends_file.with_suffix(".new")  # atomic replace: never a half-written file
