@@ -39,7 +39,10 @@ def endpoint_slice(name: str, endpoints: list[tuple[str, bool]], port: int = 800
         "metadata": {"name": name, "labels": {"kubernetes.io/service-name": SERVICE}},
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [address], "conditions": {"ready": ready}} for address, ready in endpoints],
+        "endpoints": [
+            {"addresses": [address], "conditions": {"ready": ready}, "nodeName": f"node-{address.rsplit('.', 1)[1]}"}
+            for address, ready in endpoints
+        ],
     }
 
 
@@ -70,6 +73,8 @@ async def test_watcher_applies_slices_and_configmap_live(api_client: client.ApiC
     try:
         await eventually(lambda: router.fleet.urls() == ["http://10.244.0.1:8000"], "the ready endpoint only")
         assert router.config.max_concurrent_requests == 16
+        [replica] = router.fleet.replicas()
+        assert replica.node == "node-1"  # the slice's nodeName, for the warm/cold placement metric
 
         core.patch_namespaced_config_map(CONFIGMAP, namespace, configmap("prefix_aware"))
         await eventually(lambda: router.strategy.value == "prefixaware", "the strategy change")
