@@ -128,13 +128,36 @@ class RouterUnderTest:
     proc: Proc | None = None
     backends_file: Path | None = None
     backends: list[str] = field(default_factory=list)
+    admin_url: str = ""
+    """warmstart: the admin port (/metrics, /router/status); others: same as ``url``."""
+
+    peers: list[RouterUnderTest] = field(default_factory=list)
+    """Further router processes with the same configuration; clients spread over all at random."""
+
+    @property
+    def internals(self) -> str:
+        """Where this router's metrics and status are served."""
+        return self.admin_url or self.url
+
+    @property
+    def urls(self) -> list[str]:
+        """The traffic URLs clients spread over (one unless there are peers)."""
+        return [self.url] + [peer.url for peer in self.peers]
+
+    @property
+    def members(self) -> list[RouterUnderTest]:
+        return [self, *self.peers]
 
     def stop(self) -> None:
+        for peer in self.peers:
+            peer.stop()
         if self.proc is not None:
             self.proc.stop()
 
     async def set_backends(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
         """Change the replica set live (warmstart: backends file; SGLang: its /workers API)."""
+        for peer in self.peers:
+            await peer.set_backends(session, urls)
         if self.kind == "warmstart":
             assert self.backends_file is not None
             staging = self.backends_file.with_suffix(".new")  # atomic replace: never a half-written file
@@ -160,7 +183,7 @@ class RouterUnderTest:
     async def _wait_backends(self, session: aiohttp.ClientSession, urls: list[str], path: str, extract: Any) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if sorted(extract(await _json(session, self.url + path))) == sorted(urls):
+            if sorted(extract(await _json(session, self.internals + path))) == sorted(urls):
                 return
             await asyncio.sleep(0.05)
         raise RuntimeError(f"{self.label}: backends did not become {urls}")
@@ -181,7 +204,7 @@ async def start_warmstart(
     """``warmstart router`` as its own process, fed by a config file and a backends file."""
     from warmstart.api.routers import RouterConfig
 
-    port = free_port()
+    port, admin_port = free_port(), free_port()
     workdir = logs / f"warmstart-{strategy}-{port}"
     workdir.mkdir(parents=True, exist_ok=True)
     config = RouterConfig.model_validate({"strategy": strategy, **(config_extra or {})})
@@ -199,6 +222,8 @@ async def start_warmstart(
             HOST,
             "--port",
             str(port),
+            "--admin-port",
+            str(admin_port),
             "--config",
             str(workdir / "router.yaml"),
             "--backends-file",
@@ -210,7 +235,15 @@ async def start_warmstart(
         ],
         logs,
     )
-    router = RouterUnderTest(f"warmstart {strategy}", f"http://{HOST}:{port}", "warmstart", proc, backends, urls)
+    router = RouterUnderTest(
+        f"warmstart {strategy}",
+        f"http://{HOST}:{port}",
+        "warmstart",
+        proc,
+        backends,
+        urls,
+        admin_url=f"http://{HOST}:{admin_port}",
+    )
     await wait_http(session, router.url + "/ready", proc)
     return router
 

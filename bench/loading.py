@@ -105,20 +105,33 @@ def _delta(event: dict[str, Any]) -> str:
 Event = tuple[float, Callable[[], Awaitable[None]]]
 
 
+def spreader(base_urls: str | list[str]) -> Callable[[], str]:
+    """Each call picks one of ``base_urls`` uniformly at random (a Service's random spreading), seeded."""
+    import random
+
+    choices = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+    rng = random.Random(0)
+    return lambda: choices[0] if len(choices) == 1 else rng.choice(choices)
+
+
 async def open_loop(
     session: aiohttp.ClientSession,
-    base_url: str,
+    base_urls: str | list[str],
     requests: list[workloads.Request],
     scale: float,
     events: list[Event] | None = None,
 ) -> list[Result]:
-    """Send ``requests`` at their arrival times (model seconds x scale); run ``events`` at theirs."""
+    """Send ``requests`` at their arrival times (model seconds x scale); run ``events`` at theirs.
+
+    With several ``base_urls`` (router replicas) each request goes to one of them at random.
+    """
     results: list[Result] = []
     start = time.perf_counter()
+    pick = spreader(base_urls)
 
     async def one(request: workloads.Request) -> None:
         sent = time.perf_counter() - start
-        got = await stream_one(session, base_url + request.path, request.body, scale)
+        got = await stream_one(session, pick() + request.path, request.body, scale)
         results.append(
             Result(request.group, sent, got.ttft, got.latency, got.replica, got.error, got.ttft_scaled, got.path_delay)
         )
@@ -143,18 +156,19 @@ async def open_loop(
 
 
 async def conversations(
-    session: aiohttp.ClientSession, base_url: str, users: list[workloads.Conversation], scale: float
+    session: aiohttp.ClientSession, base_urls: str | list[str], users: list[workloads.Conversation], scale: float
 ) -> list[Result]:
-    """Each user sends its rounds in turn, appending the reply to its history."""
+    """Each user sends its rounds in turn, appending the reply to its history (each round to a random router)."""
     results: list[Result] = []
     start = time.perf_counter()
+    pick = spreader(base_urls)
 
     async def user(conversation: workloads.Conversation) -> None:
         await asyncio.sleep(conversation.start_at * scale)
         for round_index in range(len(conversation.questions)):
             body = workloads.chat_body(conversation, round_index)
             sent = time.perf_counter() - start
-            got = await stream_one(session, base_url + "/v1/chat/completions", body, scale, collect_text=True)
+            got = await stream_one(session, pick() + "/v1/chat/completions", body, scale, collect_text=True)
             results.append(
                 Result(
                     conversation.user,

@@ -245,6 +245,16 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
             f"{hot.hit_ratio:.3f} vs {0.8 * hot_ideal.hit_ratio:.3f}",
             hot.hit_ratio >= 0.8 * hot_ideal.hit_ratio,
         )
+    for workload in ("shared_prefix", "multi_turn", "hot_prefix"):  # issue 14: router replicas agree
+        one = row(workload, "warmstart prefixaware")
+        for copies in (2, 4):
+            many = row(workload, f"warmstart prefixaware x{copies}")
+            if one and many:
+                add(
+                    f"{workload}: hit ratio with {copies} routers within 0.03 of one",
+                    f"{many.hit_ratio:.3f} vs {one.hit_ratio:.3f}",
+                    abs(many.hit_ratio - one.hit_ratio) <= 0.03,
+                )
     scale = row("scale_event", "warmstart prefixaware")
     if scale and scale.moved:
         first = next(iter(scale.moved.values()))

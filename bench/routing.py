@@ -57,6 +57,8 @@ def routers_for(quick: bool, with_sglang: bool) -> list[str]:
     names = ["warmstart random", "warmstart prefixaware"]
     if not quick:
         names[1:1] = ["warmstart roundrobin", "warmstart leastoutstanding", "warmstart session"]
+        # router replicas behind random spreading: they must agree on homes without shared state
+        names += ["warmstart prefixaware x2", "warmstart prefixaware x4"]
     if with_sglang:
         names += ["sglang cache_aware", "sglang random"]
     return [*names, "ideal"]
@@ -106,11 +108,11 @@ async def run_workload(
     rate = float(cfg["rate"])  # type: ignore[arg-type]
     await loading.reset_replicas(session, measure_urls)
     before = await loading.replica_counters(session, measure_urls)
-    spills_before = await loading.router_spills(session, target.url) if target.kind == "warmstart" else 0.0
+    spills_before = await _spills(session, target)
     moved: dict[str, float] = {}
     if workload == "multi_turn":
         users = workloads.multi_turn(users=10, rounds=int(cfg["rounds"]))  # type: ignore[call-overload]
-        results = await loading.conversations(session, target.url, users, scale)
+        results = await loading.conversations(session, target.urls, users, scale)
     else:
         per_group = int(cfg["scale_per_group" if workload == "scale_event" else "per_group"])  # type: ignore[call-overload]
         requests = workloads.shared_prefix(
@@ -130,7 +132,7 @@ async def run_workload(
                 await target.set_backends(session, fleet_urls[:7])
 
             events = [(duration / 3, grow), (2 * duration / 3, shrink)]
-        results = await loading.open_loop(session, target.url, requests, scale, events)
+        results = await loading.open_loop(session, target.urls, requests, scale, events)
         if events:
             window = duration / 3 * scale
             moved = {
@@ -146,14 +148,21 @@ async def run_workload(
     size = 1 if target.kind == "direct" else FLEET
     row = reporting.summarize(target.label, workload, results, delta, scale, size, moved)
     if target.kind == "warmstart":
-        row.spills = int(await loading.router_spills(session, target.url) - spills_before)
+        row.spills = int(await _spills(session, target) - spills_before)
     return row
+
+
+async def _spills(session: aiohttp.ClientSession, target: fleets.RouterUnderTest) -> float:
+    if target.kind != "warmstart":
+        return 0.0
+    return sum([await loading.router_spills(session, member.internals) for member in target.members])
 
 
 async def start_target(
     session: aiohttp.ClientSession, name: str, fleet_urls: list[str], ideal_url: str, cfg: dict[str, object], logs: Path
 ) -> fleets.RouterUnderTest:
     kind, _, policy = name.partition(" ")
+    policy, _, copies = policy.partition(" x")  # "warmstart prefixaware x4": four router processes
     if kind == "ideal":
         return fleets.RouterUnderTest("ideal", ideal_url, "direct")
     if kind == "sglang":
@@ -164,7 +173,11 @@ async def start_target(
         "maxConcurrentRequests": EngineParams().max_running,
     }
     extra.update(cfg.get("router_config") or {})  # type: ignore[call-overload]
-    return await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra)
+    target = await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra)
+    for _ in range(int(copies or 1) - 1):
+        target.peers.append(await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra))
+    target.label = name
+    return target
 
 
 async def measure_overhead(
@@ -191,14 +204,16 @@ async def measure_overhead(
                 cpu_before = _cpu_seconds(target)
                 hist = "warmstart_router_added_latency_seconds"
                 buckets = (
-                    await loading.histogram_buckets(session, target.url, hist) if target.kind == "warmstart" else {}
+                    await loading.histogram_buckets(session, target.internals, hist)
+                    if target.kind == "warmstart"
+                    else {}
                 )
                 latencies, errors = await loading.fixed_rate(
                     session, target.url + "/v1/completions", rate, seconds, body
                 )
                 stats = out.setdefault(target.label, {})
                 if target.kind == "warmstart":  # the router's own view: time spent inside it, by bucket
-                    after = await loading.histogram_buckets(session, target.url, hist)
+                    after = await loading.histogram_buckets(session, target.internals, hist)
                     stats[f"inside_p50@{rate}"] = loading.bucket_quantile(buckets, after, 0.5) * 1000
                     stats[f"inside_p99@{rate}"] = loading.bucket_quantile(buckets, after, 0.99) * 1000
                 if cpu_before is not None:  # the router's own CPU per request: what limits its rate
@@ -252,7 +267,7 @@ async def main_async(args: argparse.Namespace) -> int:
     with_sglang = not args.skip_sglang and reason is None
     if reason:
         print(f"NOTE: the SGLang router cannot run here: {reason}")
-    names = [n for n in routers_for(args.quick, with_sglang) if not args.routers or n in args.routers]
+    names = args.routers or routers_for(args.quick, with_sglang)
     chosen = (
         [] if args.overhead_only else (args.workloads or ["shared_prefix", "multi_turn", "hot_prefix", "scale_event"])
     )

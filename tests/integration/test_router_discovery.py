@@ -39,7 +39,10 @@ def endpoint_slice(name: str, endpoints: list[tuple[str, bool]], port: int = 800
         "metadata": {"name": name, "labels": {"kubernetes.io/service-name": SERVICE}},
         "addressType": "IPv4",
         "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [address], "conditions": {"ready": ready}} for address, ready in endpoints],
+        "endpoints": [
+            {"addresses": [address], "conditions": {"ready": ready}, "nodeName": f"node-{address.rsplit('.', 1)[1]}"}
+            for address, ready in endpoints
+        ],
     }
 
 
@@ -70,6 +73,8 @@ async def test_watcher_applies_slices_and_configmap_live(api_client: client.ApiC
     try:
         await eventually(lambda: router.fleet.urls() == ["http://10.244.0.1:8000"], "the ready endpoint only")
         assert router.config.max_concurrent_requests == 16
+        [replica] = router.fleet.replicas()
+        assert replica.node == "node-1"  # the slice's nodeName, for the warm/cold placement metric
 
         core.patch_namespaced_config_map(CONFIGMAP, namespace, configmap("prefix_aware"))
         await eventually(lambda: router.strategy.value == "prefixaware", "the strategy change")
@@ -83,8 +88,12 @@ async def test_watcher_applies_slices_and_configmap_live(api_client: client.ApiC
         disc.delete_namespaced_endpoint_slice("model-a", namespace)
         await eventually(lambda: router.fleet.urls() == ["http://10.244.0.3:8000"], "scale-in to one")
         core.patch_namespaced_config_map(CONFIGMAP, namespace, {"data": {CONFIGMAP_KEY: "strategy: [not, valid"}})
-        await asyncio.sleep(1.0)  # an invalid document must not change anything
-        assert router.strategy.value == "prefixaware"
+        await eventually(lambda: router.config_error is not None, "the invalid ConfigMap to be reported")
+        assert router.strategy.value == "prefixaware"  # an invalid document changes nothing else
+        assert router.status()["configError"]["source"] == f"configmap {namespace}/{CONFIGMAP}"
+        core.patch_namespaced_config_map(CONFIGMAP, namespace, {"data": {CONFIGMAP_KEY: "strategy: session"}})
+        await eventually(lambda: router.strategy.value == "session", "a later valid ConfigMap to apply")
+        assert router.config_error is None
     finally:
         await watcher.stop()
 
@@ -116,7 +125,9 @@ def test_running_router_reports_strategy_changes(
             "--host",
             "127.0.0.1",
             "--port",
-            str(port),
+            str(free_port()),
+            "--admin-port",
+            str(port),  # /router/status is on the admin port
             "--namespace",
             namespace,
             "--service",

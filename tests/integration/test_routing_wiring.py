@@ -92,7 +92,9 @@ def test_strategy_change_reaches_the_running_router_without_restart(
                     "--configmap",
                     "routed-router",
                     "--port",
-                    str(port),
+                    str(_free_port()),
+                    "--admin-port",
+                    str(port),  # /router/status is on the admin port
                     "--host",
                     "127.0.0.1",
                 ],

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from warmstart.api.routers import RouterConfig
-from warmstart.router import proxying
+from warmstart.router import admin, proxying
 from warmstart.router.routing import Router
 from warmstart.sim.engine import EngineParams
 from warmstart.sim.server import SimReplica
@@ -39,6 +39,8 @@ class RunningRouter:
     router: Router
     url: str
     runner: web.AppRunner
+    admin_url: str
+    admin_runner: web.AppRunner
 
 
 SimFactory = Callable[..., Awaitable[list[RunningReplica]]]
@@ -67,19 +69,25 @@ async def sims() -> AsyncIterator[SimFactory]:
 
 @pytest.fixture
 async def routers() -> AsyncIterator[RouterFactory]:
-    """``await routers(config, backends)`` -> a running router on a loopback port."""
+    """``await routers(config, backends, header_timeout=...)`` -> a running router (traffic and admin ports)."""
     started: list[RunningRouter] = []
 
-    async def start(config: RouterConfig | None = None, backends: list[str] | None = None) -> RunningRouter:
+    async def start(
+        config: RouterConfig | None = None, backends: list[str] | None = None, **serve_options: float
+    ) -> RunningRouter:
         router = Router(config or RouterConfig(), backends or [])
-        runner, port = await proxying.serve(proxying.make_app(router), "127.0.0.1", 0)
-        running = RunningRouter(router, f"http://127.0.0.1:{port}", runner)
+        runner, port = await proxying.serve(proxying.make_app(router), "127.0.0.1", 0, **serve_options)
+        admin_runner, admin_port = await proxying.serve(admin.make_admin_app(router), "127.0.0.1", 0)
+        running = RunningRouter(
+            router, f"http://127.0.0.1:{port}", runner, f"http://127.0.0.1:{admin_port}", admin_runner
+        )
         started.append(running)
         return running
 
     yield start
     for running in started:
         await running.runner.cleanup()
+        await running.admin_runner.cleanup()
 
 
 @pytest.fixture

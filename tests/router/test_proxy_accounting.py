@@ -102,7 +102,7 @@ async def test_backend_killed_mid_stream_ends_with_an_error_event(
     assert '"upstream_error"' in events[-1]
     await settle(router)
     assert router.router.status()["inflight"] == 0
-    text = await (await client.get(router.url + "/metrics")).text()
+    text = await (await client.get(router.admin_url + "/metrics")).text()
     assert f'outcome="error",replica="{replica.url}"' in text
 
 
@@ -119,7 +119,7 @@ async def test_refused_connection_is_retried_once_on_the_next_candidate(
     assert served == ["r0"] * 4
     status = {b["url"]: b for b in router.router.status()["backends"]}
     assert status[refused_url]["inflight"] == 0 and status[replica.url]["inflight"] == 0
-    text = await (await client.get(router.url + "/metrics")).text()
+    text = await (await client.get(router.admin_url + "/metrics")).text()
     assert (
         f'warmstart_router_requests_total{{outcome="refused",replica="{refused_url}",strategy="roundrobin"}} 2.0'
         in text

@@ -130,7 +130,7 @@ async def test_session_header_pins_a_session(
         assert len(served) == 1
 
 
-async def test_models_health_status_and_metrics(
+async def test_models_health_on_traffic_port_status_and_metrics_on_admin_port_only(
     sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
 ) -> None:
     [replica] = await sims(1)
@@ -139,13 +139,16 @@ async def test_models_health_status_and_metrics(
         assert (await response.json())["data"][0]["id"] == "sim-llm"
     async with client.get(router.url + "/health") as response:
         assert response.status == 200
-    async with client.get(router.url + "/router/status") as response:
+    for internal in ("/router/status", "/metrics"):
+        async with client.get(router.url + internal) as response:
+            assert response.status == 404  # the traffic port does not expose the router's internals
+    async with client.get(router.admin_url + "/router/status") as response:
         status = await response.json()
     assert status["strategy"] == "prefixaware"
     assert status["backends"] == [{"url": replica.url, "inflight": 0, "served": 0}]
     async with client.post(router.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 1}):
         pass
-    async with client.get(router.url + "/metrics") as response:
+    async with client.get(router.admin_url + "/metrics") as response:
         text = await response.text()
     assert f'warmstart_router_requests_total{{outcome="ok",replica="{replica.url}",strategy="prefixaware"}} 1.0' in text
     assert "warmstart_router_decision_seconds_count 1.0" in text

@@ -44,13 +44,15 @@ async def test_strategy_and_replicas_change_live(
     watcher = discovery.FileWatcher(str(config_file), str(backends_file), interval=0.05)
     await watcher.start(router.router)
     try:
-        first = await status(client, router.url)
+        first = await status(client, router.admin_url)
         assert first["strategy"] == "random"
         assert [b["url"] for b in first["backends"]] == [replicas[0].url]  # type: ignore[index,union-attr]
 
         touch(config_file, "strategy: prefix_aware\nmaxConcurrentRequests: 16\n", 5)
         touch(backends_file, f"{replicas[1].url}, {replicas[2].url}  # two now\n", 5)
-        now = await wait_for(lambda s: s["strategy"] == "prefixaware" and len(s["backends"]) == 2, client, router.url)
+        now = await wait_for(
+            lambda s: s["strategy"] == "prefixaware" and len(s["backends"]) == 2, client, router.admin_url
+        )
         assert now["strategy"] == "prefixaware"
         assert now["config"]["maxConcurrentRequests"] == 16  # type: ignore[index]
         assert sorted(b["url"] for b in now["backends"]) == sorted([replicas[1].url, replicas[2].url])  # type: ignore[union-attr]
@@ -92,3 +94,29 @@ async def test_an_empty_file_is_read_again_later_not_applied(tmp_path: Path, rou
     touch(config_file, "strategy: roundrobin\n", 10)
     watcher.poll(router.router)
     assert router.router.strategy.value == "roundrobin"
+
+
+async def test_malformed_yaml_is_reported_and_a_later_valid_config_still_applies(
+    tmp_path: Path, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    config_file = tmp_path / "router.yaml"
+    touch(config_file, "strategy: session\n", 0)
+    router = await routers()
+    watcher = discovery.FileWatcher(str(config_file), interval=0.05)
+    await watcher.start(router.router)
+    try:
+        touch(config_file, "strategy: [not, valid\n", 5)  # not even YAML
+        broken = await wait_for(lambda s: s["configError"] is not None, client, router.admin_url)
+        assert broken["strategy"] == "session"
+        assert "YAML" in broken["configError"]["reason"]  # type: ignore[index]
+        metrics = await (await client.get(router.admin_url + "/metrics")).text()
+        assert "warmstart_router_config_errors_total 1.0" in metrics
+        assert "warmstart_router_config_valid 0.0" in metrics
+
+        touch(config_file, "strategy: roundrobin\n", 10)
+        fixed = await wait_for(lambda s: s["strategy"] == "roundrobin", client, router.admin_url)
+        assert fixed["configError"] is None
+        metrics = await (await client.get(router.admin_url + "/metrics")).text()
+        assert "warmstart_router_config_valid 1.0" in metrics
+    finally:
+        await watcher.stop()

@@ -53,10 +53,11 @@ class RouterConfig(BaseModel):
     home_blocks: int = Field(default=4, ge=1)
     """Leading blocks whose hash gives a new prefix its rendezvous home and its spill order."""
 
-    home_choices: int = Field(default=2, ge=1, le=8)
-    """A prefix cached nowhere goes to the least loaded of its first ``homeChoices`` eligible
-    rendezvous candidates (power of choices): homes stay deterministic per prefix, while the
-    balls-into-bins imbalance of plain rendezvous hashing drops. 1 = the plain rendezvous home."""
+    home_choices: int = Field(default=1, ge=1, le=8)
+    """A prefix cached nowhere goes to the least loaded (by this router's own in-flight counts) of
+    its first ``homeChoices`` eligible rendezvous candidates. The default 1 sends it to its first
+    eligible rendezvous candidate, a function of the prefix and the replica set only, so every
+    router replica picks the same home; above 1 routers that see different loads disagree."""
 
     prefill_aware: bool = False
     """Break ties between replicas holding the same prefix (and between a new prefix's home
@@ -74,7 +75,15 @@ class RouterConfig(BaseModel):
     An engine batches far more than 8 sequences, so this never swamps a replica."""
 
     max_concurrent_requests: int | None = Field(default=None, ge=1)
-    """Per-replica concurrency cap (``worker.requestLimits.maxConcurrentRequests``); None = no cap."""
+    """Hard per-replica concurrency cap of this router (``worker.requestLimits.maxConcurrentRequests``):
+    requests beyond it wait in the overflow queue; None = no cap and no queue."""
+
+    max_queue_size: int = Field(default=64, ge=0)
+    """Requests that wait (FIFO) for a free replica slot when every replica is at the cap
+    (``worker.requestLimits.maxQueueSize``); beyond it the client gets ``overflowStatusCode``."""
+
+    overflow_status_code: int = Field(default=429, ge=400, le=599)
+    """Status answered, with ``Retry-After``, when the cap is reached and the queue is full."""
 
     session_header: str = "x-session-id"
     """Header whose value is the session key for the ``session`` strategy."""
@@ -90,6 +99,18 @@ class RouterConfig(BaseModel):
 
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     """Largest request body accepted; larger bodies get 413."""
+
+    max_buffered_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Request body bytes the router holds at once, over all requests (read, queued or being sent);
+    a request that would exceed it gets 503 with ``Retry-After``."""
+
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Time allowed to receive a whole request body once its headers are in; slower clients get 408."""
+
+    warm_nodes: tuple[str, ...] | None = None
+    """Names of the nodes where this endpoint's caches are ready (for the operator to fill). With it,
+    requests are counted by the placement of the replica that served them: warm (its pod's node,
+    from the EndpointSlice, is listed), cold (not listed) or unknown; without it, all are unknown."""
 
     retries: int = Field(default=1, ge=0, le=3)
     """How many further candidates are tried when a replica refuses the connection."""
@@ -111,7 +132,10 @@ class RouterConfig(BaseModel):
     @classmethod
     def from_yaml(cls, text: str) -> RouterConfig:
         """Parse YAML or JSON text (camelCase or snake_case keys); empty text -> defaults."""
-        data = yaml.safe_load(text) if text.strip() else {}
+        try:
+            data = yaml.safe_load(text) if text.strip() else {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"router configuration is not valid YAML: {type(exc).__name__}") from None
         if data is None:
             data = {}
         if not isinstance(data, dict):

@@ -14,7 +14,10 @@ from warmstart.render.endpoints import Endpoint
 Manifest = dict[str, Any]
 
 ROUTER_PORT = 8080
-ROUTER_METRICS_PORT_NAME = "http"
+ROUTER_PORT_NAME = "http"
+#: /metrics and /router/status: on the pod only, never in the router's Service
+ROUTER_ADMIN_PORT = 9090
+ROUTER_ADMIN_PORT_NAME = "admin"
 
 
 def name(endpoint_name: str) -> str:
@@ -28,6 +31,10 @@ def config(endpoint: Endpoint) -> RouterConfig:
     knobs: dict[str, Any] = {"strategy": endpoint.routing_strategy.value}
     if limits and limits.max_concurrent_requests:
         knobs["maxConcurrentRequests"] = limits.max_concurrent_requests
+    if limits and limits.max_queue_size is not None:
+        knobs["maxQueueSize"] = limits.max_queue_size
+    if limits and limits.overflow_status_code is not None:
+        knobs["overflowStatusCode"] = limits.overflow_status_code
     return RouterConfig.model_validate(knobs)
 
 
@@ -109,10 +116,15 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             router,
             "--port",
             str(ROUTER_PORT),
+            "--admin-port",
+            str(ROUTER_ADMIN_PORT),
             "--port-name",
             endpoint.worker.model_invocation_port.name,
         ],
-        "ports": [{"name": ROUTER_METRICS_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": ROUTER_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"},
+            {"name": ROUTER_ADMIN_PORT_NAME, "containerPort": ROUTER_ADMIN_PORT, "protocol": "TCP"},
+        ],
         "readinessProbe": {"httpGet": {"path": "/ready", "port": ROUTER_PORT}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 10},
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},

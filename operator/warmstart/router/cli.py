@@ -21,7 +21,7 @@ from aiohttp import web
 
 from warmstart.api import strategies
 from warmstart.api.routers import RouterConfig
-from warmstart.router import discovery, proxying
+from warmstart.router import admin, discovery, proxying
 from warmstart.router.routing import Router
 
 log = logging.getLogger("warmstart.router")
@@ -30,7 +30,16 @@ log = logging.getLogger("warmstart.router")
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="warmstart router", description="Prefix-aware router for LLM replicas.")
     p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=8080, help="listen port (default 8080)")
+    p.add_argument("--port", type=int, default=8080, help="traffic listen port (default 8080)")
+    p.add_argument(
+        "--admin-port", type=int, default=9090, help="port of /metrics and /router/status (default 9090; 0 = any)"
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=15.0,
+        help="seconds a connection may take to send a request's headers; also the idle keep-alive (default 15)",
+    )
     p.add_argument("--backends", default="", help="comma-separated replica URLs (outside a cluster)")
     p.add_argument("--backends-file", help="file of replica URLs, re-read when it changes")
     p.add_argument("--config", help="RouterConfig YAML/JSON file, re-read when it changes")
@@ -90,11 +99,13 @@ async def run(args: argparse.Namespace) -> int:
     router = Router(config, discovery.parse_backends(args.backends))
     app = proxying.make_app(router)
     app.cleanup_ctx.append(sources_ctx(router, build_sources(args)))
-    runner, port = await proxying.serve(app, args.host, args.port)
+    runner, port = await proxying.serve(app, args.host, args.port, header_timeout=args.header_timeout)
+    admin_runner, admin_port = await proxying.serve(admin.make_admin_app(router), args.host, args.admin_port)
     log.info(
-        "router listening on %s:%d, strategy %s, %d replicas",
+        "router listening on %s:%d (admin :%d), strategy %s, %d replicas",
         args.host,
         port,
+        admin_port,
         router.config.strategy.value,
         len(router.fleet),
     )
@@ -104,6 +115,7 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await runner.cleanup()
+    await admin_runner.cleanup()
     return 0
 
 

@@ -64,7 +64,10 @@ class FileWatcher:
     async def _run(self, router: Router) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            self.poll(router)
+            try:
+                self.poll(router)
+            except Exception as exc:  # noqa: BLE001 - one bad poll must not end all later reloads
+                log.error("reading the router's files failed (%s); retrying", type(exc).__name__)
 
     def poll(self, router: Router) -> None:
         """Apply whichever file changed since the last poll (errors keep the previous state).
@@ -76,9 +79,11 @@ class FileWatcher:
             text = self._read_if_changed(self.config_path)
             if text is not None:
                 try:
-                    router.apply_config(RouterConfig.from_yaml(text))
+                    config = RouterConfig.from_yaml(text)
                 except ValueError as exc:
-                    log.error("keeping the previous router config: %s is invalid: %s", self.config_path, exc)
+                    router.reject_config(f"file {self.config_path}", _reason(exc))
+                else:
+                    router.apply_config(config)
         if self.backends_path is not None:
             text = self._read_if_changed(self.backends_path)
             if text is not None:
@@ -100,9 +105,22 @@ class FileWatcher:
         return text
 
 
+def _reason(exc: ValueError) -> str:
+    """A one-line reason for a rejected configuration (field names and messages, no values)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors(include_input=False))
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def ready_urls(slices: Iterable[Any], port_name: str | None = None, scheme: str = "http") -> list[str]:
     """Replica URLs from EndpointSlice objects: ready (nil counts as ready), not terminating."""
-    urls: set[str] = set()
+    return sorted(ready_replicas(slices, port_name, scheme))
+
+
+def ready_replicas(slices: Iterable[Any], port_name: str | None = None, scheme: str = "http") -> dict[str, str | None]:
+    """Ready replica URLs and the node each runs on (the endpoint's ``nodeName``, None if not set)."""
+    urls: dict[str, str | None] = {}
     for eps in slices:
         port = _pick_port(getattr(eps, "ports", None) or [], port_name)
         if port is None:
@@ -113,8 +131,8 @@ def ready_urls(slices: Iterable[Any], port_name: str | None = None, scheme: str 
                 continue
             for address in endpoint.addresses or []:
                 host = f"[{address}]" if ":" in address else address
-                urls.add(f"{scheme}://{host}:{port}")
-    return sorted(urls)
+                urls[f"{scheme}://{host}:{port}"] = getattr(endpoint, "node_name", None)
+    return urls
 
 
 def _pick_port(ports: list[Any], port_name: str | None) -> int | None:
@@ -158,7 +176,7 @@ class KubernetesWatcher:
                 "endpointslices",
                 lambda **kw: discovery.list_namespaced_endpoint_slice(self.namespace, **kw),
                 {"label_selector": f"kubernetes.io/service-name={self.service}"},
-                lambda items: loop.call_soon_threadsafe(router.set_backends, ready_urls(items, self.port_name)),
+                lambda items: self._post_replicas(loop, router, items),
             )
         if self.configmap:
             core = client.CoreV1Api(self.api_client)
@@ -172,6 +190,11 @@ class KubernetesWatcher:
     async def stop(self) -> None:
         self._stop.set()  # threads are daemons and end at their next watch timeout
 
+    def _post_replicas(self, loop: asyncio.AbstractEventLoop, router: Router, items: list[Any]) -> None:
+        replicas = ready_replicas(items, self.port_name)
+        nodes = {url: node for url, node in replicas.items() if node}
+        loop.call_soon_threadsafe(router.set_backends, sorted(replicas), nodes)
+
     def _post_config(self, loop: asyncio.AbstractEventLoop, router: Router, items: list[Any]) -> None:
         if not items:
             log.warning("configmap %s/%s not found; keeping the current configuration", self.namespace, self.configmap)
@@ -179,7 +202,8 @@ class KubernetesWatcher:
         try:
             config = RouterConfig.from_configmap_data(items[0].data)
         except ValueError as exc:
-            log.error("keeping the previous router config: configmap %s is invalid: %s", self.configmap, exc)
+            source = f"configmap {self.namespace}/{self.configmap}"
+            loop.call_soon_threadsafe(router.reject_config, source, _reason(exc))
             return
         loop.call_soon_threadsafe(router.apply_config, config)
 

@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 #: Approximate characters per token, used only to express matched prefixes in tokens.
 CHARS_PER_TOKEN = 4
 
+_TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _FAST_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -63,6 +64,40 @@ class RouterMetrics:
         self.config_reloads = Counter(
             "warmstart_router_config_reloads", "Configuration changes applied.", registry=self.registry
         )
+        self.config_errors = Counter(
+            "warmstart_router_config_errors",
+            "Configuration documents rejected as invalid (the previous configuration stays in force).",
+            registry=self.registry,
+        )
+        self.config_valid = Gauge(
+            "warmstart_router_config_valid",
+            "1 while the latest configuration document was valid, 0 after a rejected one.",
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "warmstart_router_queue_depth",
+            "Requests waiting in the overflow queue for a replica under the concurrency cap.",
+            registry=self.registry,
+        )
+        self.overflows = Counter(
+            "warmstart_router_overflows",
+            "Requests refused with overflowStatusCode because every replica was at the cap and the queue was full.",
+            registry=self.registry,
+        )
+        self.ttft_seconds = Histogram(
+            "warmstart_router_ttft_seconds",
+            "Time from the request's arrival at the router to the first byte of the replica's reply "
+            "(streaming or not), per replica.",
+            ["replica"],
+            buckets=_TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.placements = Counter(
+            "warmstart_router_placement_requests",
+            "Requests forwarded, by the placement of the replica's node: warm (listed in warmNodes), cold, unknown.",
+            ["placement"],
+            registry=self.registry,
+        )
         self._children: dict[tuple[str, ...], Any] = {}
         self.prompt_tokens = self.prefix_tokens.labels("prompt")
         self.matched_tokens = self.prefix_tokens.labels("matched")
@@ -89,7 +124,23 @@ class RouterMetrics:
             child = self._children[key] = self.inflight.labels(replica)
         return child
 
+    def placement(self, placement: str) -> Any:
+        key = ("placement", placement)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.placements.labels(placement)
+        return child
+
+    def ttft_of(self, replica: str) -> Any:
+        key = ("ttft", replica)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.ttft_seconds.labels(replica)
+        return child
+
     def forget_replica(self, replica: str) -> None:
-        """Drop the in-flight series of a replica that left."""
+        """Drop the in-flight and TTFT series of a replica that left."""
         if self._children.pop(("inflight", replica), None) is not None:
             self.inflight.remove(replica)
+        if self._children.pop(("ttft", replica), None) is not None:
+            self.ttft_seconds.remove(replica)

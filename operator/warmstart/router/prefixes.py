@@ -32,54 +32,100 @@ class PromptKey:
     """Session key for the ``session`` strategy, if the request carries one."""
 
 
+class _Head:
+    """The first ``limit`` characters of a rendering, and the length of all of it (bounded memory)."""
+
+    __slots__ = ("chars", "kept", "limit", "parts")
+
+    def __init__(self, limit: int | None) -> None:
+        self.parts: list[str] = []
+        self.kept = self.chars = 0
+        self.limit = limit
+
+    def add(self, text: str) -> None:
+        self.chars += len(text)
+        if self.limit is None:
+            self.parts.append(text)
+        elif self.kept < self.limit:
+            piece = text[: self.limit - self.kept]
+            self.parts.append(piece)
+            self.kept += len(piece)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def rendered_head(body: dict[str, Any], limit: int | None) -> tuple[str, int]:
+    """The first ``limit`` characters of the rendered prompt and its full length.
+
+    Only the head is built, however many messages or content parts the body holds, so a hostile
+    body of millions of messages costs a walk over them but no structure of their size.
+    """
+    head = _Head(limit)
+    if "messages" in body and isinstance(body["messages"], list):
+        _render_messages(body["messages"], head)
+    else:
+        for field in ("prompt", "inputs", "input", "text"):
+            if field in body:
+                _render_prompt_value(body[field], head)
+                break
+    return head.text(), head.chars
+
+
 def render_prompt(path: str, body: dict[str, Any]) -> str:
     """The text whose prefix identifies the request's KV cache: prompt or canonical messages."""
-    if "messages" in body and isinstance(body["messages"], list):
-        return render_messages(body["messages"])
-    for field in ("prompt", "inputs", "input", "text"):
-        if field in body:
-            return _render_prompt_value(body[field])
-    return ""
+    return rendered_head(body, None)[0]
 
 
-def _render_prompt_value(value: Any) -> str:
+def _render_prompt_value(value: Any, head: _Head) -> None:
     if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        if value and all(isinstance(item, int) for item in value):
+        head.add(value)
+    elif isinstance(value, list) and value:
+        if all(isinstance(item, int) for item in value):
             # token ids: a stable textual form keeps equal id prefixes equal
-            return " ".join(str(item) for item in value)
-        if value:
-            return _render_prompt_value(value[0])  # batch: route by the first prompt
-    return ""
+            for position, item in enumerate(value):
+                head.add(f" {item}" if position else str(item))
+        else:
+            _render_prompt_value(value[0], head)  # batch: route by the first prompt
 
 
 def render_messages(messages: list[Any]) -> str:
     """Canonical rendering of chat messages; a conversation's rendering extends its prefix."""
-    parts: list[str] = []
+    head = _Head(None)
+    _render_messages(messages, head)
+    return head.text()
+
+
+def _render_messages(messages: list[Any], head: _Head) -> None:
     for message in messages:
         if not isinstance(message, dict):
             continue
-        role = str(message.get("role", ""))
-        parts.append(role + _ROLE_SEP + _content_text(message.get("content")) + _MSG_SEP)
-    return "".join(parts)
+        head.add(str(message.get("role", "")) + _ROLE_SEP)
+        _content_text(message.get("content"), head)
+        head.add(_MSG_SEP)
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: Any, head: _Head) -> None:
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts: list[str] = []
+        head.add(content)
+    elif isinstance(content, list):
+        first = True
         for part in content:
             if isinstance(part, dict):
                 if isinstance(part.get("text"), str):
-                    texts.append(part["text"])
+                    text = part["text"]
                 elif "type" in part:
-                    texts.append(f"<{part['type']}>")
+                    text = f"<{part['type']}>"
+                else:
+                    continue
             elif isinstance(part, str):
-                texts.append(part)
-        return "\n".join(texts)
-    return ""
+                text = part
+            else:
+                continue
+            if not first:
+                head.add("\n")
+            head.add(text)
+            first = False
 
 
 def block_hashes(text: str, block_chars: int, max_blocks: int) -> tuple[int, ...]:
@@ -104,8 +150,8 @@ def prompt_key(
     session: str | None = None,
 ) -> PromptKey:
     """Render the request's prompt and reduce it to a :class:`PromptKey`."""
-    text = render_prompt(path, body)
-    return PromptKey(blocks=block_hashes(text, block_chars, max_blocks), chars=len(text), session=session)
+    text, chars = rendered_head(body, block_chars * max_blocks)
+    return PromptKey(blocks=block_hashes(text, block_chars, max_blocks), chars=chars, session=session)
 
 
 def stable_hash(*parts: str | int) -> int:

@@ -7,7 +7,7 @@ so a release never lands on a different replica and counters stay exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from warmstart.router.strategies import ReplicaLoad, Snapshot
@@ -29,6 +29,9 @@ class Replica:
     prefill_chars: int = 0
     """Estimated uncached prompt characters sent and not yet answered with a first byte."""
 
+    node: str | None = None
+    """The node the replica's pod runs on (EndpointSlice ``nodeName``), when discovery knows it."""
+
 
 def normalise_url(url: str) -> str:
     """``h:p`` or ``http://h:p/`` -> ``http://h:p``."""
@@ -45,8 +48,8 @@ class Fleet:
         self._replicas: dict[str, Replica] = {}
         self.replace(urls)
 
-    def replace(self, urls: Iterable[str]) -> tuple[list[str], list[str]]:
-        """Make the fleet exactly ``urls``; return (added, removed) URLs."""
+    def replace(self, urls: Iterable[str], nodes: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+        """Make the fleet exactly ``urls`` (with their nodes, when known); return (added, removed) URLs."""
         wanted = {normalise_url(url) for url in urls if url.strip()}
         removed = sorted(set(self._replicas) - wanted)
         added = sorted(wanted - set(self._replicas))
@@ -54,6 +57,9 @@ class Fleet:
             del self._replicas[url]
         for url in added:
             self._replicas[url] = Replica(url)
+        located = {normalise_url(url): node for url, node in (nodes or {}).items()}
+        for url, replica in self._replicas.items():
+            replica.node = located.get(url)
         return added, removed
 
     def get(self, url: str) -> Replica | None:

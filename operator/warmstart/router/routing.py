@@ -9,15 +9,18 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.router import strategies
+from warmstart.router.admission import Admission
+from warmstart.router.bodies import ParsedBody
 from warmstart.router.metrics import CHARS_PER_TOKEN, RouterMetrics
-from warmstart.router.prefixes import PromptKey, prompt_key
-from warmstart.router.replicas import Fleet
+from warmstart.router.prefixes import PromptKey, block_hashes
+from warmstart.router.replicas import Fleet, Replica
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,11 @@ class Router:
         self.config = config or RouterConfig()
         self.policy: strategies.Policy = strategies.build(self.config, self._rng)
         self._note_kvaware(self.config)
+        self.admission = Admission(self.free_slots)
+        self.config_error: dict[str, str] | None = None
+        """The last configuration that was rejected (source and reason), until a valid one applies."""
+        self.metrics.queue_depth.set_function(lambda: self.admission.depth)
+        self.metrics.config_valid.set(1)
         self.set_backends(backends or [])
 
     @property
@@ -53,8 +61,26 @@ class Router:
         """The configured strategy (as written; see ``policy.strategy`` for the one served)."""
         return self.config.strategy
 
+    def free_slots(self) -> int | None:
+        """Replica slots under the concurrency cap, over the fleet; None when there is no cap."""
+        cap = self.config.max_concurrent_requests
+        if cap is None:
+            return None
+        return sum(max(0, cap - replica.inflight) for replica in self.fleet.replicas())
+
+    def reject_config(self, source: str, reason: str) -> None:
+        """A configuration from ``source`` was invalid: keep the current one, and say so."""
+        log.error("keeping the previous router config: %s is invalid: %s", source, reason)
+        self.config_error = {"source": source, "reason": reason}
+        self.metrics.config_errors.inc()
+        self.metrics.config_valid.set(0)
+
     def apply_config(self, config: RouterConfig) -> bool:
         """Switch to ``config``; rebuild the policy only when a policy knob changed. True if changed."""
+        if self.config_error is not None:
+            log.info("router configuration is valid again")
+            self.config_error = None
+            self.metrics.config_valid.set(1)
         if config == self.config:
             return False
         old, self.config = self.config, config
@@ -76,6 +102,7 @@ class Router:
                 # a fresh index only costs a little locality; the engines' caches are still warm
                 log.info("prefix index reset by configuration change")
         self._note_kvaware(config)
+        self.admission.wake()  # the cap may have grown
         self.metrics.config_reloads.inc()
         log.info(
             "router configuration applied: strategy=%s (served as %s)",
@@ -84,23 +111,24 @@ class Router:
         )
         return True
 
-    def set_backends(self, urls: list[str]) -> None:
-        """Make the fleet exactly ``urls`` (from discovery or flags)."""
-        added, removed = self.fleet.replace(urls)
+    def set_backends(self, urls: list[str], nodes: Mapping[str, str] | None = None) -> None:
+        """Make the fleet exactly ``urls`` (from discovery or flags), with their pods' nodes when known."""
+        added, removed = self.fleet.replace(urls, nodes)
         for url in removed:
             self.policy.forget(url)
             self.metrics.forget_replica(url)
         for url in added:
             self.metrics.inflight_of(url).set(0)
         self.metrics.replicas.set(len(self.fleet))
+        self.admission.wake()  # new replicas bring free slots
         if added or removed:
             log.info("replicas changed: +%d -%d, now %d", len(added), len(removed), len(self.fleet))
 
-    def decide(self, path: str, body: dict[str, Any], session: str | None) -> Routed:
-        """Hash the prompt and ask the policy for ordered candidates (records metrics)."""
+    def decide(self, parsed: ParsedBody, session: str | None) -> Routed:
+        """Hash the prompt's head and ask the policy for ordered candidates (records metrics)."""
         started = time.perf_counter()
         config = self.config
-        key = prompt_key(path, body, block_chars=config.block_chars, max_blocks=config.max_blocks, session=session)
+        key = PromptKey(block_hashes(parsed.head, config.block_chars, config.max_blocks), parsed.chars, session)
         decision = self.policy.choose(self.fleet.snapshot(), key)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.candidates:
@@ -110,6 +138,13 @@ class Router:
             matched_chars = min(decision.matched_blocks * config.block_chars, key.chars)
             self.metrics.matched_tokens.inc(matched_chars / CHARS_PER_TOKEN)
         return Routed(key, decision)
+
+    def placement(self, replica: Replica) -> str:
+        """``warm``, ``cold`` or ``unknown``: whether ``replica``'s node is one of the configured warm nodes."""
+        warm = self.config.warm_nodes
+        if warm is None or replica.node is None:
+            return "unknown"
+        return "warm" if replica.node in warm else "cold"
 
     def status(self) -> dict[str, Any]:
         """What ``GET /router/status`` returns: strategy, knobs, replicas and in-flight."""
@@ -125,6 +160,8 @@ class Router:
             "backends": replicas,
             "inflight": sum(r.inflight for r in fleet),
             "indexEntries": index_entries,
+            "queued": self.admission.depth,
+            "configError": self.config_error,
         }
 
     @staticmethod

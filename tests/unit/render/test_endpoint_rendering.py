@@ -68,6 +68,23 @@ def test_router_configmap_names_the_strategy_in_its_one_spelling(spelling: str, 
     assert yaml.safe_load(router.configmap(endpoint)["data"]["router.yaml"]) == {"strategy": served}
 
 
+def test_request_limits_reach_the_router_and_its_admin_port_stays_off_the_service() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text())["spec"]
+    doc["intelligentRoutingSpec"] = {"enabled": True, "routingStrategy": "prefixaware"}
+    doc["worker"]["requestLimits"] = {"maxConcurrentRequests": 8, "maxQueueSize": 16, "overflowStatusCode": 503}
+    endpoint = endpoints.from_iec(REF, InferenceEndpointConfigSpec.model_validate(doc))
+    knobs = yaml.safe_load(router.configmap(endpoint)["data"]["router.yaml"])
+    assert knobs == {
+        "strategy": "prefixaware",
+        "maxConcurrentRequests": 8,
+        "maxQueueSize": 16,
+        "overflowStatusCode": 503,
+    }
+    container = router.deployment(endpoint, CONTEXT)["spec"]["template"]["spec"]["containers"][0]
+    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {"http": 8080, "admin": 9090}
+    assert [port["targetPort"] for port in router.service(endpoint)["spec"]["ports"]] == [8080]
+
+
 def test_kvaware_in_any_spelling_is_named_unsupported() -> None:
     from warmstart.render.unsupported import unsupported_fields
 

@@ -59,3 +59,23 @@ def test_prompt_key_carries_no_text() -> None:
     assert len(key.blocks) == 4
     assert key.session == "s1"
     assert all(isinstance(block, int) for block in key.blocks)
+
+
+def test_only_the_hashed_head_is_built_and_the_key_is_the_same_as_from_the_whole_text() -> None:
+    from warmstart.router.prefixes import rendered_head
+
+    messages = [{"role": "user", "content": [{"type": "text", "text": f"part {i} " * 20} for i in range(50)]}] * 40
+    body = {"messages": messages}
+    whole = render_prompt("/v1/chat/completions", body)
+    head, chars = rendered_head(body, 64 * 4)
+    assert head == whole[: 64 * 4]
+    assert chars == len(whole)
+    assert prompt_key("/v1/chat/completions", body, block_chars=64, max_blocks=4).blocks == block_hashes(whole, 64, 4)
+
+
+def test_millions_of_empty_messages_render_a_bounded_head() -> None:
+    from warmstart.router.prefixes import rendered_head
+
+    head, chars = rendered_head({"messages": [{}] * 1_000_000}, 1024)
+    assert len(head) == 1024
+    assert chars == 2 * 1_000_000  # role separator + message separator per message

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
-from warmstart.router.discovery import ready_urls
+from warmstart.router.discovery import ready_replicas, ready_urls
 
 
-def endpoint(address: str, ready: bool | None = True, terminating: bool | None = None) -> NS:
-    return NS(addresses=[address], conditions=NS(ready=ready, terminating=terminating))
+def endpoint(address: str, ready: bool | None = True, terminating: bool | None = None, node: str | None = None) -> NS:
+    return NS(addresses=[address], conditions=NS(ready=ready, terminating=terminating), node_name=node)
 
 
 def eps(endpoints: list[NS], ports: list[tuple[str, int]]) -> NS:
@@ -43,3 +43,8 @@ def test_ipv6_addresses_are_bracketed_and_duplicates_merged() -> None:
 
 def test_a_slice_without_ports_contributes_nothing() -> None:
     assert ready_urls([eps([endpoint("10.0.0.1")], [])]) == []
+
+
+def test_each_ready_replica_carries_its_node_name() -> None:
+    slices = [eps([endpoint("10.0.0.1", node="gpu-a"), endpoint("10.0.0.2")], [("http", 8000)])]
+    assert ready_replicas(slices) == {"http://10.0.0.1:8000": "gpu-a", "http://10.0.0.2:8000": None}

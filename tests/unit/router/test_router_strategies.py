@@ -55,6 +55,21 @@ def test_new_prefix_home_is_deterministic_across_router_instances() -> None:
         assert first.choose(snapshot(), key(group)).candidates == second.choose(snapshot(), key(group)).candidates
 
 
+def test_routers_with_different_local_loads_agree_on_new_prefix_homes() -> None:
+    """Two router replicas see only their own in-flight counts; a new prefix's home must not depend on them."""
+    rng = random.Random(7)
+    one, two = prefixaware(), prefixaware()
+    disagreements = 0
+    for group in range(200):
+        # uneven and different per router, all under the load ceiling (max(8, ...)) so no spill applies
+        load_one = snapshot({name: rng.randrange(0, 7) for name in NAMES})
+        load_two = snapshot({name: rng.randrange(0, 7) for name in NAMES})
+        home_one = one.choose(load_one, key(group + 1000)).candidates[0]
+        home_two = two.choose(load_two, key(group + 1000)).candidates[0]
+        disagreements += home_one != home_two
+    assert disagreements == 0
+
+
 def test_homes_spread_over_the_fleet() -> None:
     policy = prefixaware()
     homes = Counter(policy.choose(snapshot(), key(group)).candidates[0] for group in range(800))
@@ -207,7 +222,7 @@ def test_among_holders_the_shortest_prefill_backlog_wins() -> None:
 
 
 def test_a_new_prefix_avoids_the_home_with_a_prefill_backlog() -> None:
-    policy = prefixaware(prefill_aware=True)
+    policy = prefixaware(prefill_aware=True, home_choices=2)
     order = policy.choose(snapshot(), key(22)).candidates
     busy = Snapshot(tuple(ReplicaLoad(n, 0, 9000 if n == order[0] else 0) for n in NAMES))
     assert policy.choose(busy, key(22)).candidates[0] == order[1]

@@ -1,0 +1,69 @@
+"""Which headers cross the proxy: hop-by-hop ones stop here, encodings pass untouched, X-Forwarded-For grows.
+
+Content encodings are end to end: the client's ``Accept-Encoding`` goes to the replica as sent
+(``identity`` when it sent none, so the replica never compresses unasked), and the replica's
+``Content-Encoding`` comes back with the bytes exactly as the replica sent them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+#: Hop-by-hop headers (RFC 9110 section 7.6.1, plus the legacy proxy ones): never forwarded.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+#: Request headers the client session recomputes.
+_RECOMPUTED_REQUEST = frozenset({"host", "content-length", "expect"})
+#: Response headers the server recomputes.
+_RECOMPUTED_RESPONSE = frozenset({"content-length", "server", "date"})
+
+
+def _connection_tokens(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> set[str]:
+    """Header names listed in ``Connection`` (they are hop-by-hop for this hop)."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    names: set[str] = set()
+    for key, value in items:
+        if key.lower() == "connection":
+            names.update(token.strip().lower() for token in value.split(",") if token.strip())
+    return names
+
+
+def upstream_request_headers(items: Iterable[tuple[str, str]], peer: str | None) -> dict[str, str]:
+    """Headers to send to the replica for a client request with headers ``items`` from ``peer``."""
+    pairs = list(items)
+    drop = HOP_BY_HOP | _RECOMPUTED_REQUEST | _connection_tokens(pairs)
+    headers: dict[str, str] = {}
+    forwarded: list[str] = []
+    for key, value in pairs:
+        lower = key.lower()
+        if lower in drop:
+            continue
+        if lower == "x-forwarded-for":
+            forwarded.append(value)
+            continue
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    if peer:
+        forwarded.append(peer)
+    if forwarded:
+        headers["X-Forwarded-For"] = ", ".join(forwarded)
+    if not any(key.lower() == "accept-encoding" for key in headers):
+        headers["Accept-Encoding"] = "identity"
+    return headers
+
+
+def client_response_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Headers of the replica's response to pass back (``Content-Encoding`` included)."""
+    pairs = list(items)
+    drop = HOP_BY_HOP | _RECOMPUTED_RESPONSE | _connection_tokens(pairs)
+    return [(key, value) for key, value in pairs if key.lower() not in drop]

@@ -1,0 +1,136 @@
+"""Pass a replica's reply back to the client, streamed with bounded buffering, bytes untouched.
+
+Small replies of known length are read whole and answered in one write; everything else (SSE,
+large or unknown-length bodies) is copied chunk by chunk as it arrives, with the client's
+write back-pressure limiting what is held to the client session's read buffer plus one chunk.
+The first byte of the reply ends the request's share of its replica's prefill backlog and is
+the router's time to first byte (TTFT) for that replica.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import aiohttp
+from aiohttp import web
+
+from warmstart.router.headers import client_response_headers
+from warmstart.router.metrics import RouterMetrics
+from warmstart.router.replicas import Replica
+
+log = logging.getLogger(__name__)
+
+#: Replies of known length up to this size are read whole before answering.
+WHOLE_REPLY_BYTES = 64 * 1024
+
+
+class PrefillClaim:
+    """A request's share of its replica's estimated prefill backlog, released exactly once."""
+
+    __slots__ = ("chars", "replica")
+
+    def __init__(self, replica: Replica, chars: int) -> None:
+        self.replica, self.chars = replica, chars
+        replica.prefill_chars += chars
+
+    def release(self) -> None:
+        if self.chars:
+            self.replica.prefill_chars -= self.chars
+            self.chars = 0
+
+
+def error_response(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
+    """An OpenAI-style JSON error."""
+    return web.json_response(
+        {"error": {"message": message, "type": kind, "code": status}}, status=status, headers=headers
+    )
+
+
+def _error_event(message: str) -> bytes:
+    payload = {"error": {"message": message, "type": "upstream_error", "code": 502}}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _outcome(status: int) -> str:
+    return "ok" if status < 500 else "error"
+
+
+class Relay:
+    """One reply's trip back: first-byte bookkeeping, then a whole or streamed copy."""
+
+    def __init__(self, metrics: RouterMetrics, replica: Replica, claim: PrefillClaim, started: float) -> None:
+        self.metrics, self.replica, self.claim, self.started = metrics, replica, claim, started
+        self._first = True
+
+    def first_byte(self) -> None:
+        if self._first:
+            self._first = False
+            self.claim.release()  # this request's prefill is over
+            self.metrics.ttft_of(self.replica.url).observe(time.perf_counter() - self.started)
+
+    async def run(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, added: float
+    ) -> tuple[web.StreamResponse, str]:
+        """The client's response and the outcome label."""
+        headers = client_response_headers(upstream.headers.items())
+        sse = upstream.content_type == "text/event-stream"
+        length = upstream.content_length
+        if not sse and length is not None and length <= WHOLE_REPLY_BYTES:
+            try:
+                data = await upstream.read()
+            except (TimeoutError, aiohttp.ClientError):
+                return error_response(502, "model replica failed while responding", "upstream_error"), "error"
+            self.first_byte()
+            self.metrics.added_seconds.observe(added)
+            return web.Response(status=upstream.status, body=data, headers=headers), _outcome(upstream.status)
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        if not sse and length is not None:
+            response.content_length = length
+        relay_started = time.perf_counter()
+        try:
+            await response.prepare(request)
+        except ConnectionResetError:
+            return response, "aborted"
+        self.metrics.added_seconds.observe(added + time.perf_counter() - relay_started)
+        return await self._copy(request, upstream, response, sse)
+
+    async def _copy(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse, sse: bool
+    ) -> tuple[web.StreamResponse, str]:
+        outcome = _outcome(upstream.status)
+        tail = b"\n\n"
+        while True:
+            try:
+                chunk = await upstream.content.readany()
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                log.warning("replica reply ended abnormally: %s", type(exc).__name__)
+                if not sse:  # headers are out: only a broken connection tells the client
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return response, "error"
+                # close any half-sent event first, so the error is an event of its own
+                chunk = (b"" if tail.endswith(b"\n\n") else b"\n\n") + _error_event(
+                    "model replica stream ended abnormally"
+                )
+                outcome = "error"
+                try:
+                    await response.write(chunk)
+                except ConnectionResetError:
+                    return response, "aborted"
+                break
+            if not chunk:
+                break
+            self.first_byte()
+            tail = (tail + chunk)[-2:]
+            try:
+                await response.write(chunk)
+            except ConnectionResetError:  # our client went away
+                return response, "aborted"
+        self.first_byte()
+        try:
+            await response.write_eof()
+        except ConnectionResetError:
+            return response, "aborted"
+        return response, outcome

@@ -1,0 +1,191 @@
+"""Hostile clients cost the router bounded time and memory: stalled bodies and heads, nesting, hop-by-hop headers, gzip.
+
+Real sockets against an in-process router; backends are small aiohttp apps. Deadlines in the
+configuration are short so the tests are quick; the assertions are on what the client receives
+and on the router's byte budget, never on how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import aiohttp
+from aiohttp import web
+
+from conftest import RouterFactory, SimFactory
+from warmstart.api.routers import RouterConfig
+from warmstart.router import proxying
+
+
+async def backend_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner, port = await proxying.serve(app, "127.0.0.1", 0)
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def read_until_closed(reader: asyncio.StreamReader) -> bytes:
+    """Everything the server sends until it closes the connection (bounded wait)."""
+    return await asyncio.wait_for(reader.read(), timeout=30)
+
+
+async def test_stalled_bodies_are_cut_off_and_do_not_pin_memory(sims: SimFactory, routers: RouterFactory) -> None:
+    [replica] = await sims(1)
+    mib = 1024 * 1024
+    config = RouterConfig(max_body_bytes=mib, max_buffered_bytes=4 * mib, body_timeout_seconds=1.0)
+    router = await routers(config, [replica.url])
+    host, port = router.url.removeprefix("http://").split(":")
+    budget = router.runner.app[proxying.BUDGET_KEY]
+    held: list[int] = []
+
+    async def stall_one_byte_short() -> bytes:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        head = (
+            "POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {mib}\r\n\r\n"
+        )
+        writer.write(head.encode() + b" " * (mib - 1))
+        try:
+            await writer.drain()
+        except ConnectionError:
+            pass
+        held.append(budget.held)
+        try:
+            return await read_until_closed(reader) or b"HTTP/1.1 closed"
+        except ConnectionError:
+            return b"HTTP/1.1 closed by the router"
+        finally:
+            writer.close()
+
+    replies = await asyncio.gather(*(stall_one_byte_short() for _ in range(40)))
+    statuses = sorted({reply.split(b" ", 2)[1] for reply in replies})
+    assert set(statuses) <= {b"408", b"503", b"closed"}  # cut off at the deadline, or refused by the budget
+    assert b"408" in statuses
+    assert max(held) <= 4 * mib
+    assert budget.held == 0
+    assert replica.replica.engine.counters.requests == 0
+
+
+async def test_a_stalled_request_head_is_closed_after_the_header_timeout(routers: RouterFactory) -> None:
+    router = await routers(RouterConfig(), [], header_timeout=0.5)
+    host, port = router.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: r\r\n")  # and never the rest
+    await writer.drain()
+    assert await read_until_closed(reader) == b""  # closed by the router
+    writer.close()
+
+
+async def test_deeply_nested_json_is_a_400_inline_and_in_the_worker(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    [replica] = await sims(1)
+    router = await routers(RouterConfig(strategy="prefixaware"), [replica.url])
+    for depth in (20_000, 200_000):  # below and above the size parsed on the event loop
+        body = b'{"prompt": ' + b"[" * depth + b"]" * depth + b"}"
+        async with client.post(
+            router.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 400
+            assert "nested" in (await response.json())["error"]["message"]
+    assert replica.replica.engine.counters.requests == 0
+
+
+async def test_hop_by_hop_headers_stop_at_the_router_and_x_forwarded_for_grows(
+    routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    seen: dict[str, str] = {}
+
+    async def echo(request: web.Request) -> web.Response:
+        seen.update({key.lower(): value for key, value in request.headers.items()})
+        return web.json_response(
+            {"ok": True}, headers={"Connection": "keep-alive, X-Backend-Hop", "X-Backend-Hop": "y", "X-Kept": "z"}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", echo)
+    runner, url = await backend_app(app)
+    try:
+        router = await routers(RouterConfig(), [url])
+        headers = {
+            "Connection": "keep-alive, X-Client-Hop",
+            "X-Client-Hop": "secret",
+            "Keep-Alive": "timeout=5",
+            "TE": "trailers",
+            "Proxy-Authorization": "Basic abc",
+            "X-Forwarded-For": "203.0.113.7",
+            "X-End-To-End": "kept",
+        }
+        async with client.post(router.url + "/v1/completions", json={"prompt": "x"}, headers=headers) as response:
+            assert response.status == 200
+            assert "X-Backend-Hop" not in response.headers
+            assert response.headers["X-Kept"] == "z"
+        for hop in ("x-client-hop", "keep-alive", "te", "proxy-authorization"):
+            assert hop not in seen
+        assert seen["x-end-to-end"] == "kept"
+        assert seen["x-forwarded-for"] == "203.0.113.7, 127.0.0.1"
+    finally:
+        await runner.cleanup()
+
+
+async def test_gzip_replies_pass_through_byte_for_byte(routers: RouterFactory) -> None:
+    payload = json.dumps({"choices": [{"text": "hello " * 500}]}).encode()
+    asked: list[str] = []
+
+    async def maybe_gzip(request: web.Request) -> web.Response:
+        accept = request.headers.get("Accept-Encoding", "")
+        asked.append(accept)
+        if "gzip" in accept:
+            return web.Response(
+                body=gzip.compress(payload), headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+            )
+        return web.Response(body=payload, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", maybe_gzip)
+    runner, url = await backend_app(app)
+    try:
+        router = await routers(RouterConfig(), [url])
+        async with aiohttp.ClientSession(auto_decompress=False) as raw_client:
+            async with raw_client.post(
+                router.url + "/v1/completions", json={"prompt": "x"}, headers={"Accept-Encoding": "gzip"}
+            ) as response:
+                assert response.headers["Content-Encoding"] == "gzip"
+                assert gzip.decompress(await response.read()) == payload
+            async with raw_client.post(
+                router.url + "/v1/completions", json={"prompt": "x"}, skip_auto_headers=["Accept-Encoding"]
+            ) as response:
+                assert "Content-Encoding" not in response.headers  # the client asked for no encoding
+                assert await response.read() == payload
+        assert asked == ["gzip", "identity"]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_large_reply_streams_before_the_replica_has_finished(
+    routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    release = asyncio.Event()
+    first = b"x" * (1024 * 1024)
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(first)
+        await release.wait()  # the rest only after the client has seen the first MiB
+        await response.write(b"y" * 1024)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", big)
+    runner, url = await backend_app(app)
+    try:
+        router = await routers(RouterConfig(), [url])
+        async with client.post(router.url + "/v1/completions", json={"prompt": "x"}) as response:
+            assert await asyncio.wait_for(response.content.readexactly(len(first)), timeout=30) == first
+            release.set()
+            assert await response.content.read() == b"y" * 1024
+    finally:
+        release.set()
+        await runner.cleanup()
