@@ -33,6 +33,7 @@ VALUES: dict[str, dict[str, Any]] = {
         "serviceAccount": {"roleArn": "arn:aws:iam::123456789012:role/warmstart-operator"},
         "jumpstart": {"region": "us-east-1", "bucket": "my-jumpstart-mirror", "gatedBucket": "my-gated-mirror"},
         "preload": {"env": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}, "podAnnotations": {"team": "ml"}},
+        "cacheSharing": {"namespaceGroups": {"ml": ["team-a", "team-b"]}},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "networkPolicy": {
             "enabled": True,
@@ -211,6 +212,7 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.render.jumpstart_gated_bucket == "my-gated-mirror"
     assert settings.render.preload_env == {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}
     assert settings.render.preload_pod_annotations == {"team": "ml"}
+    assert settings.render.cache_sharing_groups == {"ml": ["team-a", "team-b"]}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
     (account,) = by_kind(docs, "ServiceAccount")
     assert account["metadata"]["annotations"] == {
@@ -245,6 +247,7 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
         ({"preload": {"env": {"RETRIES": 3}}}, "/preload/env/RETRIES"),
+        ({"cacheSharing": {"namespaceGroups": {"ml": ["Team_A"]}}}, "/cacheSharing/namespaceGroups/ml/0"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(

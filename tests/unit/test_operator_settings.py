@@ -35,3 +35,9 @@ def test_drift_timers_run_at_the_configured_resync_interval() -> None:
         "tick_weights_cache": 1.0,  # weights caches tick each second and check the resync interval themselves
     }
     assert len(timers) == 4
+
+
+def test_cache_sharing_groups_come_from_the_chart_value() -> None:
+    read = settings.from_env({"WARMSTART_CACHE_SHARING_GROUPS": '{"ml": ["team-a", "team-b"]}'})
+    assert read.render.cache_sharing_groups == {"ml": ["team-a", "team-b"]}
+    assert settings.from_env({}).render.cache_sharing_groups == {}

@@ -150,7 +150,7 @@ def _reconcile(
 ) -> None:
     meta = body["metadata"]
     old = _previous_status(body, remembered)
-    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    key = keys.weights_key_in(spec.model_source_config, spec.host_path, meta["namespace"], ctx.cache_sharing_groups)
     cache = owner(body)
     generation = int(meta.get("generation") or 1)
     preloads = own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD)

@@ -38,6 +38,15 @@ def _json_map(raw: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _json_groups(raw: str | None) -> dict[str, list[str]]:
+    if not raw:
+        return {}
+    value = json.loads(raw)
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        raise ValueError("expected a JSON object of name -> list of namespaces")
+    return {str(k): [str(n) for n in v] for k, v in value.items()}
+
+
 def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     """Read WARMSTART_* variables; unset ones keep their defaults."""
     env = os.environ if env is None else env
@@ -54,6 +63,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
             render[field] = env[var]
     render["preload_pod_annotations"] = _json_map(env.get("WARMSTART_PRELOAD_POD_ANNOTATIONS"))
     render["preload_env"] = _json_map(env.get("WARMSTART_PRELOAD_ENV"))
+    render["cache_sharing_groups"] = _json_groups(env.get("WARMSTART_CACHE_SHARING_GROUPS"))
     settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
     if env.get("WARMSTART_NAMESPACES"):
         settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]

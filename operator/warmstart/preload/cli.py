@@ -15,7 +15,7 @@ import time
 
 import pydantic
 
-from warmstart.api import jumpstartspecs
+from warmstart.api import cachemanifests, jumpstartspecs
 from warmstart.api import preloading as contract
 from warmstart.api.preloading import Reason, Result
 from warmstart.api.sources import ModelSourceConfig
@@ -140,13 +140,15 @@ def run(args: argparse.Namespace) -> Result:
     if not args.key:
         raise PreloadError(Reason.INVALID_SOURCE, "--key is required")
     lay = store.layout(args.root, args.key)
-    if args.if_missing and (done := preloading.present(lay, started)) is not None:
-        return done  # the warm path: no source is contacted, no secret is read
+    identity = cachemanifests.identity_from_env(os.environ)
+    if args.if_missing and (done := preloading.present(lay, started, identity)) is not None:
+        return done  # the warm path, cache made by this identity: no source is contacted, no secret is read
     opts = options(args)
     source = open_source(source_config(args, opts), opts)
     return preloading.preload(
         source,
         lay,
+        identity=identity,
         if_missing=args.if_missing,
         expected_bytes=args.expected_bytes,
         progress_interval=args.progress_interval,

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from warmstart.api.cachemanifests import CacheManifest, Identity
 from warmstart.api.preloading import Reason, Result
 from warmstart.preload import progress, store
 from warmstart.preload.results import PreloadError
@@ -20,17 +21,38 @@ log = logging.getLogger(__name__)
 VERIFY_WORKERS = 2
 
 
-def present(lay: store.Layout, started: float) -> Result | None:
-    """AlreadyPresent if a complete cache of the key exists (manifest + file sizes; no data is read)."""
+def same_producer(manifest: CacheManifest, identity: Identity | None) -> bool:
+    """Whether the cache was produced by this very identity (then no re-check of access is needed)."""
+    return identity is not None and manifest.producer == identity
+
+
+def accept(manifest: CacheManifest, source: Source, identity: Identity | None) -> str:
+    """Check this pod may read the source before it gets files another identity downloaded; a note for the message.
+
+    Raises the source's PreloadError (AccessDenied, NotFound, ...) when it may not."""
+    if same_producer(manifest, identity):
+        return ""
+    source.authorize([f.path for f in manifest.files])
+    return "; access re-checked with this pod's identity"
+
+
+def present(
+    lay: store.Layout, started: float, identity: Identity | None, source: Source | None = None
+) -> Result | None:
+    """AlreadyPresent if a complete cache of the key exists (manifest + file sizes; no data is read) that this pod
+    may use: produced under its own identity, or (given the source) after its access was re-checked."""
     manifest = store.read_manifest(lay)
     if manifest is None:
         return None
+    if source is None and not same_producer(manifest, identity):
+        return None  # the caller opens the source and asks again
+    note = accept(manifest, source, identity) if source is not None else ""
     return Result(
         Reason.ALREADY_PRESENT,
-        f"{lay.final} is complete (manifest of {manifest['completedAt']})",
-        bytes=int(manifest["totalBytes"]),
+        f"{lay.final} is complete (manifest of {manifest.completed_at}){note}",
+        bytes=manifest.total_bytes,
         seconds=time.monotonic() - started,
-        files=len(manifest["files"]),
+        files=len(manifest.files),
     )
 
 
@@ -42,26 +64,28 @@ def preload(
     source: Source,
     lay: store.Layout,
     *,
+    identity: Identity | None = None,
     if_missing: bool = False,
     expected_bytes: int = 0,
     statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
     progress_interval: float = 5.0,
 ) -> Result:
     started = time.monotonic()
-    if if_missing and (result := present(lay, started)) is not None:
+    if if_missing and (result := present(lay, started, identity, source)) is not None:
         return result
     with store.locked(lay):
-        if if_missing and (result := present(lay, started)) is not None:
+        if if_missing and (result := present(lay, started, identity, source)) is not None:
             return result  # another preload finished it while we waited for the lock
         listing = source.listing()
         log.info("source lists %d files, %s", len(listing.files), progress.human(listing.total_bytes))
         existing = store.read_manifest(lay)
-        if existing is not None and existing["files"] == sorted(
+        if existing is not None and store.manifest_files(existing) == sorted(
             (manifest_entry(f) for f in listing.files), key=lambda e: e["path"]
         ):
+            note = accept(existing, source, identity)
             return Result(
                 Reason.ALREADY_PRESENT,
-                f"{lay.final} is complete and matches the source",
+                f"{lay.final} is complete and matches the source{note}",
                 bytes=listing.total_bytes,
                 seconds=time.monotonic() - started,
                 files=len(listing.files),
@@ -85,7 +109,8 @@ def preload(
         if listing.commit:
             extra["commit"] = listing.commit
         mark = time.monotonic()
-        staging.publish(store.build_manifest(lay, source.describe(), [manifest_entry(f) for f in listing.files], extra))
+        entries = [manifest_entry(f) for f in listing.files]
+        staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
         phases["publish"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"

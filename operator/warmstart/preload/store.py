@@ -25,6 +25,8 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from warmstart.api import cachemanifests
+from warmstart.api.cachemanifests import CacheManifest, Identity
 from warmstart.api.preloading import CACHE_DIR_NAME, Reason
 from warmstart.preload.results import PreloadError
 
@@ -35,7 +37,7 @@ MANIFEST_NAME = ".warmstart-manifest.json"
 JOURNAL_NAME = ".warmstart-journal.jsonl"
 PART_SUFFIX = ".warmstart-part"
 TMP_DIR_NAME = ".warmstart-tmp"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = cachemanifests.FORMAT_VERSION
 
 #: Free space kept beyond the model: the larger of 1 GB and 5% of the bytes still to write.
 MARGIN_MIN_BYTES = 1_000_000_000  # the operator's placement check uses the same 1 GB and 5%
@@ -154,28 +156,41 @@ def locked(lay: Layout) -> Iterator[None]:
 # --- the published cache --------------------------------------------------------------------------------------------
 
 
-def read_manifest(lay: Layout) -> dict[str, Any] | None:
-    """The manifest if the published directory is complete, else None. Stats files, reads no data."""
+def read_manifest(lay: Layout) -> CacheManifest | None:
+    """The manifest if the published directory is complete, else None. Stats files, reads no data.
+
+    A manifest that is not JSON, or JSON of the wrong shape, or that lists a missing or resized file, makes the
+    cache incomplete: it is downloaded again."""
     try:
         with open(lay.manifest_path, encoding="utf-8") as f:
-            manifest: dict[str, Any] = json.load(f)
+            raw = json.load(f)
     except (OSError, ValueError):
         return None
-    if manifest.get("formatVersion") != MANIFEST_FORMAT or manifest.get("key") != lay.key:
+    manifest = cachemanifests.parse(raw)
+    if manifest is None or manifest.key != lay.key:
         return None
     try:
-        for entry in manifest["files"]:
-            if os.stat(os.path.join(lay.final, safe_relpath(entry["path"]))).st_size != entry["size"]:
+        for entry in manifest.files:
+            if os.stat(os.path.join(lay.final, safe_relpath(entry.path))).st_size != entry.size:
                 return None
-    except (OSError, KeyError, TypeError, PreloadError):
+    except (OSError, PreloadError):
         return None
     return manifest
 
 
+def manifest_files(manifest: CacheManifest) -> list[dict[str, Any]]:
+    """The manifest's file entries as plain dicts (path, size and fingerprint), as `build_manifest` takes them."""
+    return [f.model_dump() for f in manifest.files]
+
+
 def build_manifest(
-    lay: Layout, source: dict[str, Any], files: list[dict[str, Any]], extra: dict[str, Any]
+    lay: Layout,
+    source: dict[str, Any],
+    files: list[dict[str, Any]],
+    extra: dict[str, Any],
+    producer: Identity | None = None,
 ) -> dict[str, Any]:
-    return {
+    manifest = {
         "formatVersion": MANIFEST_FORMAT,
         "key": lay.key,
         "source": source,
@@ -184,6 +199,9 @@ def build_manifest(
         "files": sorted(files, key=lambda f: str(f["path"])),
         **extra,
     }
+    if producer is not None:
+        manifest["producer"] = producer.to_json()
+    return manifest
 
 
 # --- staging --------------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class RenderContext(BaseModel):
@@ -34,3 +34,22 @@ class RenderContext(BaseModel):
         default=None, description="Override of the JumpStart gated content bucket."
     )
     jumpstart_region: str = Field(default="us-west-2", description="Region of the JumpStart buckets.")
+    cache_sharing_groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Trust groups: name -> namespaces that may share credentialed weights caches (render/scopes.py).",
+    )
+
+    @field_validator("cache_sharing_groups")
+    @classmethod
+    def _one_group_per_namespace(cls, groups: dict[str, list[str]]) -> dict[str, list[str]]:
+        seen: dict[str, str] = {}
+        for name, members in sorted(groups.items()):
+            if not name:
+                raise ValueError("a cache sharing group needs a name")
+            for namespace in members:
+                if namespace in seen and seen[namespace] != name:
+                    raise ValueError(
+                        f"namespace {namespace!r} is in two cache sharing groups: {seen[namespace]}, {name}"
+                    )
+                seen[namespace] = name
+        return groups

@@ -9,6 +9,8 @@ cache volume (its name, and an emptyDir in its place when a model pod does not c
 - Writable: the cache directory `<hostPath>/warmstart`, mounted at the same path as on the node (so messages and logs
   name the node's paths), and an emptyDir at /tmp, which is also HOME.
 - Read-only: a mounted source (fsx, kubernetesVolume) at /mnt/source, and the Hub token Secret with mode 0400.
+- The pod's namespace and service account reach the preload through the downward API: the manifest records who
+  downloaded the files, and a pod of another identity re-checks its access to the source before using them.
 - The command is explicit, so a mirrored operator image with another entrypoint still works.
 - Volumes the preload adds are prefixed `warmstart-`, so they cannot clash with the model volume a user names.
 """
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from warmstart.api import preloading
+from warmstart.api import cachemanifests, preloading
 from warmstart.api.sources import FsxStorage, ModelSourceConfig, ModelSourceType
 from warmstart.render import security
 from warmstart.render.context import RenderContext
@@ -94,6 +96,17 @@ def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
     return found
 
 
+def _identity_env() -> list[Manifest]:
+    """The pod's own namespace and service account (downward API): recorded in, and checked against, the manifest."""
+    return [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}}
+        for name, field in (
+            (cachemanifests.NAMESPACE_ENV, cachemanifests.NAMESPACE_FIELD),
+            (cachemanifests.SERVICE_ACCOUNT_ENV, cachemanifests.SERVICE_ACCOUNT_FIELD),
+        )
+    ]
+
+
 def render(
     name: str, args: Sequence[str], cache: Mounted, source: ModelSourceConfig | None, ctx: RenderContext
 ) -> Rendered:
@@ -105,7 +118,7 @@ def render(
         "imagePullPolicy": ctx.image_pull_policy,
         "command": [preloading.COMMAND],
         "args": list(args),
-        "env": [{"name": "HOME", "value": "/tmp"}]
+        "env": [{"name": "HOME", "value": "/tmp"}, *_identity_env()]
         + [{"name": k, "value": v} for k, v in sorted(ctx.preload_env.items())],
         "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
         "volumeMounts": [m.mount for m in mounted],

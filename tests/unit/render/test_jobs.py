@@ -73,7 +73,7 @@ def spec_for(source: str, **changes: Any) -> ModelDataCacheConfigSpec:
 
 
 def owner_and_key(spec: ModelDataCacheConfigSpec) -> tuple[jobs.Owner, str]:
-    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    key = keys.weights_key_in(spec.model_source_config, spec.host_path, "team-a", {})
     return jobs.Owner(name=keys.weights_cache_name(key), namespace="team-a", uid="mdcc-uid"), key
 
 
@@ -163,9 +163,7 @@ def test_read_job_running_succeeded_failed() -> None:
     done = jobs.read_job(
         job_body([{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}])
     )
-    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(
-        2026, 1, 1, 0, 1, tzinfo=dt.UTC
-    )
+    assert done.job.phase == JobPhase.SUCCEEDED and done.job.finished_at == dt.datetime(2026, 1, 1, 0, 1, tzinfo=dt.UTC)
     failed = jobs.read_job(
         job_body(
             [

@@ -12,7 +12,7 @@ import concurrent.futures
 import errno
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from warmstart.api.preloading import Reason
@@ -139,6 +139,20 @@ class LocalSource:
                 raise PreloadError(Reason.NETWORK_ERROR, f"{self.kind}: {file.path} changed during the copy; retry")
 
         return verify
+
+    def authorize(self, paths: Sequence[str]) -> None:
+        """The volume is mounted in this pod (the kubelet mounted it for this namespace): stat one cached file."""
+        mount = os.path.realpath(self.mount_root)
+        if not os.path.isdir(mount) or not paths:
+            raise PreloadError(Reason.NOT_FOUND, f"{self.kind}: nothing is mounted at {self.mount_root}")
+        base = self._resolve(self.base, mount) if os.path.lexists(self.base) else self.base
+        candidate = base if os.path.isfile(base) else os.path.join(base, paths[0])
+        try:
+            os.stat(self._resolve(candidate, mount))
+        except OSError as exc:
+            raise PreloadError(
+                Reason.NOT_FOUND, f"{self.kind}: {paths[0]} is not readable on this pod's volume: {exc.strerror}"
+            ) from exc
 
 
 def _copy_range(src: str, dst: str, offset: int, length: int, on_bytes: OnBytes) -> None:

@@ -12,7 +12,7 @@ import functools
 import logging
 import posixpath
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import boto3
@@ -256,6 +256,26 @@ class S3Source:
                 settled.acquire()
         if failures:
             raise sorted(failures, key=lambda f: f.reason in {Reason.NETWORK_ERROR})[0]
+
+    def authorize(self, paths: Sequence[str]) -> None:
+        """HEAD one cached object with this pod's credentials (s3:GetObject, what a download needs)."""
+        if not paths:
+            raise PreloadError(Reason.NOT_FOUND, f"{self.uri()}: nothing to check access against")
+        prefix = self.location + "/" if self.location and not self.location.endswith("/") else self.location
+        candidates = [prefix + paths[0]]
+        if self.location and not self.location.endswith("/") and posixpath.basename(self.location) == paths[0]:
+            candidates.insert(0, self.location)  # modelLocation may name the one object
+        found: PreloadError | None = None
+        for key in candidates:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=key)
+                return
+            except Exception as exc:
+                found = error(exc, self.uri(key))
+                if found.reason != Reason.NOT_FOUND:
+                    raise found from exc
+        assert found is not None
+        raise found
 
     def part_size_hint(self, file: RemoteFile) -> int | None:
         """The size of part 1 of a multipart object, as the store reports it (None if it does not)."""
