@@ -154,7 +154,7 @@ def _fetch(
 ) -> int:
     """Download `todo` into staging, verifying each file as it lands (while the others still download)."""
     for file in todo:
-        os.makedirs(os.path.dirname(staging.part_path(file.path)), exist_ok=True)
+        staging.make_parent(file.path)
     failures: list[PreloadError] = []
     lock = threading.Lock()
     meter = progress.Progress(listing.total_bytes, interval=interval, already=kept_bytes)

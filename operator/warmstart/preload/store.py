@@ -28,6 +28,7 @@ from typing import Any
 from warmstart.api import cachemanifests
 from warmstart.api.cachemanifests import CacheManifest, Identity
 from warmstart.api.preloading import CACHE_DIR_NAME, Reason
+from warmstart.preload import nofollow
 from warmstart.preload.results import PreloadError
 
 log = logging.getLogger(__name__)
@@ -134,14 +135,21 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
+def ensure_weights_dir(lay: Layout) -> None:
+    """Create `<root>/warmstart/weights` as real directories; a symlink at either level is refused (PathEscape)."""
+    os.makedirs(lay.root, exist_ok=True)
+    nofollow.makedirs_inside(lay.root, lay.weights_dir, replace_link=False)
+
+
 # --- locking --------------------------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def locked(lay: Layout) -> Iterator[None]:
     """Hold the key's lock; a second preload of the same key waits here for the first one."""
-    os.makedirs(lay.weights_dir, exist_ok=True)
-    fd = os.open(lay.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    ensure_weights_dir(lay)
+    nofollow.drop_link(lay.lock_path)
+    fd = nofollow.open_fd(lay.lock_path, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -161,19 +169,21 @@ def read_manifest(lay: Layout) -> CacheManifest | None:
 
     A manifest that is not JSON, or JSON of the wrong shape, or that lists a missing or resized file, makes the
     cache incomplete: it is downloaded again."""
+    if not (nofollow.is_real_dir(lay.weights_dir) and nofollow.is_real_dir(lay.final)):
+        return None  # a symlink in place of the cache is never a cache
     try:
-        with open(lay.manifest_path, encoding="utf-8") as f:
+        with os.fdopen(nofollow.open_fd(lay.manifest_path, os.O_RDONLY), encoding="utf-8") as f:
             raw = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, PreloadError):
         return None
     manifest = cachemanifests.parse(raw)
     if manifest is None or manifest.key != lay.key:
         return None
     try:
         for entry in manifest.files:
-            if os.stat(os.path.join(lay.final, safe_relpath(entry.path))).st_size != entry.size:
+            if nofollow.regular_size(lay.final, safe_relpath(entry.path)) != entry.size:
                 return None
-    except (OSError, PreloadError):
+    except PreloadError:
         return None
     return manifest
 
@@ -213,21 +223,22 @@ class Staging:
     def __init__(self, lay: Layout) -> None:
         self.lay = lay
         self.dir = lay.staging
-        os.makedirs(self.dir, exist_ok=True)
+        ensure_weights_dir(lay)
+        nofollow.real_dir(self.dir, replace_link=True)  # a planted .staging-<key> link is dropped, never followed
         self._journal: dict[str, dict[str, Any]] = self._read_journal()
 
     def _read_journal(self) -> dict[str, dict[str, Any]]:
         entries: dict[str, dict[str, Any]] = {}
         try:
-            with open(os.path.join(self.dir, JOURNAL_NAME), encoding="utf-8") as f:
+            with os.fdopen(nofollow.open_fd(os.path.join(self.dir, JOURNAL_NAME), os.O_RDONLY), encoding="utf-8") as f:
                 for line in f:
                     try:
                         entry = json.loads(line)
                         entries[entry["path"]] = entry
                     except (ValueError, KeyError, TypeError):
                         continue  # a line torn by a kill: that file is simply fetched again
-        except FileNotFoundError:
-            pass
+        except (FileNotFoundError, PreloadError):
+            pass  # no journal, or a symlink in its place: nothing to resume
         return entries
 
     def path(self, rel: str) -> str:
@@ -238,18 +249,19 @@ class Staging:
 
     def tmp_dir(self, name: str) -> str:
         path = os.path.join(self.dir, TMP_DIR_NAME, name)
-        os.makedirs(path, exist_ok=True)
+        nofollow.makedirs_inside(self.dir, path)
         return path
+
+    def make_parent(self, rel: str) -> None:
+        """Create the directories of `rel` inside staging, as real directories (links there are replaced)."""
+        nofollow.makedirs_inside(self.dir, os.path.dirname(self.part_path(rel)))
 
     def journaled(self, rel: str, fingerprint: dict[str, Any]) -> bool:
         """Whether `rel` was verified in an earlier run for the same remote version and is still on disk whole."""
         entry = self._journal.get(rel)
         if entry is None or entry.get("fingerprint") != fingerprint:
             return False
-        try:
-            return bool(os.stat(self.path(rel)).st_size == fingerprint["size"])
-        except OSError:
-            return False
+        return bool(nofollow.regular_size(self.dir, safe_relpath(rel)) == fingerprint["size"])
 
     def forget(self, rel: str) -> None:
         self._journal.pop(rel, None)
@@ -263,7 +275,9 @@ class Staging:
         fsync_path(part)
         os.replace(part, final)
         line = json.dumps({"path": rel, "fingerprint": fingerprint}) + "\n"
-        with open(os.path.join(self.dir, JOURNAL_NAME), "a", encoding="utf-8") as f:
+        journal = os.path.join(self.dir, JOURNAL_NAME)
+        nofollow.drop_link(journal)
+        with os.fdopen(nofollow.open_fd(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
@@ -276,6 +290,9 @@ class Staging:
             if rel_dir == TMP_DIR_NAME or rel_dir.startswith(TMP_DIR_NAME + os.sep):
                 dirnames[:] = []
                 continue
+            for name in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                os.unlink(os.path.join(dirpath, name))  # a link to a directory: removed, never walked
+                dirnames.remove(name)
             for name in filenames:
                 rel = name if rel_dir == "." else os.path.join(rel_dir, name).replace(os.sep, "/")
                 if rel in (JOURNAL_NAME, MANIFEST_NAME) or rel in keep:
@@ -284,11 +301,13 @@ class Staging:
 
     def publish(self, manifest: dict[str, Any]) -> None:
         """Write the manifest last, fsync everything, and rename the staging directory into place."""
-        shutil.rmtree(os.path.join(self.dir, TMP_DIR_NAME), ignore_errors=True)
+        tmp = os.path.join(self.dir, TMP_DIR_NAME)
+        nofollow.drop_link(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.dir, JOURNAL_NAME))
         manifest_tmp = os.path.join(self.dir, MANIFEST_NAME + ".tmp")
-        with open(manifest_tmp, "w", encoding="utf-8") as f:
+        with os.fdopen(nofollow.open_write(manifest_tmp), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
@@ -298,6 +317,7 @@ class Staging:
         old = None
         if os.path.lexists(self.lay.final):
             old = os.path.join(self.lay.weights_dir, f".old-{self.lay.key}-{os.getpid()}")
+            _clear(old)
             os.replace(self.lay.final, old)
         os.replace(self.dir, self.lay.final)
         fsync_path(self.lay.weights_dir)
@@ -306,7 +326,7 @@ class Staging:
 
 
 def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = nofollow.open_fd(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -319,8 +339,9 @@ def fsync_path(path: str) -> None:
 def delete(root: str, key: str) -> bool:
     """Remove the cache and staging of `key` under `root`, never anything outside; True if something was removed."""
     lay = layout(root, key)  # a validated key has no '/' or '..', so the paths below are lexically inside root
-    if not os.path.isdir(lay.weights_dir):
+    if not os.path.lexists(os.path.join(lay.root, CACHE_DIR_NAME)):
         return False
+    ensure_weights_dir(lay)  # a symlink at warmstart/ or weights/ is refused
     weights, real_root = os.path.realpath(lay.weights_dir), os.path.realpath(lay.root)
     if os.path.commonpath([weights, real_root]) != real_root:
         raise PreloadError(
@@ -332,11 +353,18 @@ def delete(root: str, key: str) -> bool:
             if not os.path.lexists(path):
                 continue
             doomed = os.path.join(lay.weights_dir, f".deleting-{key}-{os.getpid()}")
+            _clear(doomed)
             os.replace(path, doomed)  # the cache disappears atomically; the bytes go after
             _remove(doomed)
             removed = True
         fsync_path(lay.weights_dir)
     return removed
+
+
+def _clear(path: str) -> None:
+    """Make room for a rename to `path`: whatever is there (a leftover, or a planted link) goes, links unfollowed."""
+    if os.path.lexists(path):
+        _remove(path)
 
 
 def _remove(path: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload import store, verifying
+from warmstart.preload import nofollow, store, verifying
 from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location
 
@@ -103,7 +103,7 @@ class LocalSource:
         lock = threading.Lock()
         tasks: list[tuple[RemoteFile, int, int]] = []
         for file in sorted(files, key=lambda f: -f.size):
-            with open(part_path(file), "wb") as f:
+            with os.fdopen(nofollow.open_write(part_path(file)), "wb") as f:
                 f.truncate(file.size)
             ranges = [(off, min(part, file.size - off)) for off in range(0, file.size, part)] or [(0, 0)]
             remaining[file.path] = len(ranges)
@@ -156,7 +156,7 @@ class LocalSource:
 
 
 def _copy_range(src: str, dst: str, offset: int, length: int, on_bytes: OnBytes) -> None:
-    with open(src, "rb", buffering=0) as fin, open(dst, "r+b", buffering=0) as fout:
+    with open(src, "rb", buffering=0) as fin, os.fdopen(nofollow.open_fd(dst, os.O_RDWR), "r+b", buffering=0) as fout:
         done = 0
         try:
             while done < length:
