@@ -82,6 +82,7 @@ class Reason(StrEnum):
     DELETED = "Deleted"
     RESOLVED = "Resolved"
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    DISK_FULL = "DiskFull"
     NOT_FOUND = "NotFound"
     ACCESS_DENIED = "AccessDenied"
     EULA_NOT_ACCEPTED = "EulaNotAccepted"
@@ -114,7 +115,9 @@ PERMANENT_EXIT_CODES: dict[Reason, int] = {
 }
 
 #: Reasons worth retrying with the same spec (transient network or server trouble).
-RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR})
+#: DiskFull: the disk filled up mid-download (another writer took the space the capacity check saw); the partial
+#: download is removed, so a retry starts clean once space is back.
+RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR, Reason.DISK_FULL})
 
 SUCCESS_REASONS: frozenset[Reason] = frozenset(
     {Reason.DOWNLOADED, Reason.ALREADY_PRESENT, Reason.DELETED, Reason.RESOLVED}

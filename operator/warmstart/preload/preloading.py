@@ -90,28 +90,52 @@ def preload(
                 seconds=time.monotonic() - started,
                 files=len(listing.files),
             )
-        staging = store.Staging(lay)
-        kept = _resume(source, staging, listing)
-        staging.sweep(keep={f.path for f in kept})
-        kept_bytes = sum(f.size for f in kept)
-        needed = max(listing.total_bytes, expected_bytes) - kept_bytes
-        capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
-        log.info(
-            "capacity: %s to write + %s margin, %s free",
-            progress.human(capacity.needed),
-            progress.human(capacity.margin),
-            progress.human(capacity.available),
-        )
-        todo = [f for f in listing.files if f not in kept]
-        phases = {"prepare": time.monotonic() - started}
-        fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
-        extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
-        if listing.commit:
-            extra["commit"] = listing.commit
-        mark = time.monotonic()
-        entries = [manifest_entry(f) for f in listing.files]
-        staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
-        phases["publish"] = time.monotonic() - mark
+        try:
+            return _download(source, lay, listing, identity, expected_bytes, statvfs, progress_interval, started)
+        except OSError as exc:
+            if not store.is_enospc(exc):
+                raise
+            store.discard_staging(lay)
+            raise store.disk_full(lay.final, exc) from exc
+        except PreloadError as exc:
+            if exc.reason == Reason.DISK_FULL:
+                store.discard_staging(lay)
+            raise
+
+
+def _download(
+    source: Source,
+    lay: store.Layout,
+    listing: Listing,
+    identity: Identity | None,
+    expected_bytes: int,
+    statvfs: Callable[[str], os.statvfs_result],
+    progress_interval: float,
+    started: float,
+) -> Result:
+    """Resume, check capacity, fetch and publish (under the key's lock, held by `preload`)."""
+    staging = store.Staging(lay)
+    kept = _resume(source, staging, listing)
+    staging.sweep(keep={f.path for f in kept})
+    kept_bytes = sum(f.size for f in kept)
+    needed = max(listing.total_bytes, expected_bytes) - kept_bytes
+    capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
+    log.info(
+        "capacity: %s to write + %s margin, %s free",
+        progress.human(capacity.needed),
+        progress.human(capacity.margin),
+        progress.human(capacity.available),
+    )
+    todo = [f for f in listing.files if f not in kept]
+    phases = {"prepare": time.monotonic() - started}
+    fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
+    extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
+    if listing.commit:
+        extra["commit"] = listing.commit
+    mark = time.monotonic()
+    entries = [manifest_entry(f) for f in listing.files]
+    staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
+    phases["publish"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
     timing = ", ".join(f"{name} {value:.2f}s" for name, value in phases.items())
@@ -143,6 +167,14 @@ def _resume(source: Source, staging: store.Staging, listing: Listing) -> list[Re
     return kept
 
 
+def _classified(exc: Exception, what: str) -> PreloadError:
+    if isinstance(exc, PreloadError):
+        return exc
+    if isinstance(exc, OSError) and store.is_enospc(exc):
+        return store.disk_full(what, exc)
+    return PreloadError(Reason.INTERNAL_ERROR, f"{what}: {exc}")
+
+
 def _fetch(
     source: Source,
     staging: store.Staging,
@@ -165,9 +197,7 @@ def _fetch(
             staging.commit_file(file.path, file.fingerprint())
         except Exception as exc:  # noqa: BLE001 - recorded, then raised after every download settles
             with lock:
-                failures.append(
-                    exc if isinstance(exc, PreloadError) else PreloadError(Reason.INTERNAL_ERROR, f"{file.path}: {exc}")
-                )
+                failures.append(_classified(exc, file.path))
             staging.forget(file.path)
 
     with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS, thread_name_prefix="verify") as verifiers, meter:

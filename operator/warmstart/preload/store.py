@@ -376,3 +376,18 @@ def _remove(path: str) -> None:
 
 def is_enospc(error: OSError) -> bool:
     return error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(what: str, error: OSError) -> PreloadError:
+    """The retryable DiskFull failure of a write that hit ENOSPC/EDQUOT."""
+    return PreloadError(
+        Reason.DISK_FULL,
+        f"{what}: the disk filled up during the download ({error.strerror}); the partial download was removed, "
+        "retrying when space is free",
+    )
+
+
+def discard_staging(lay: Layout) -> None:
+    """Remove the staging directory of `lay` (links unfollowed): after a disk-full failure nothing partial is kept."""
+    if os.path.lexists(lay.staging):
+        _remove(lay.staging)

@@ -91,7 +91,7 @@ def error(exc: BaseException, what: str, has_token: bool) -> PreloadError:
     if isinstance(exc, httpx2.HTTPError | ConnectionError | TimeoutError | hf_errors.LocalEntryNotFoundError):
         return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: cannot reach the Hub")
     if isinstance(exc, OSError) and store.is_enospc(exc):
-        return PreloadError(Reason.INSUFFICIENT_CAPACITY, f"{what}: the disk filled up during the download")
+        return store.disk_full(what, exc)
     return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}")
 
 

@@ -114,7 +114,7 @@ class LocalSource:
                 _copy_range(file.ref, part_path(file), offset, length, on_bytes)
             except OSError as exc:
                 if store.is_enospc(exc):
-                    raise PreloadError(Reason.INSUFFICIENT_CAPACITY, f"{self.kind}: the disk filled up: {exc}") from exc
+                    raise store.disk_full(f"{self.kind}: {file.path}", exc) from exc
                 raise PreloadError(Reason.NETWORK_ERROR, f"{self.kind}: reading {file.path}: {exc}") from exc
             with lock:
                 remaining[file.path] -= 1

@@ -103,7 +103,7 @@ def error(exc: BaseException, what: str) -> PreloadError:
     if isinstance(exc, botocore.exceptions.BotoCoreError | ConnectionError | TimeoutError):
         return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
     if isinstance(exc, OSError) and store.is_enospc(exc):
-        return PreloadError(Reason.INSUFFICIENT_CAPACITY, f"{what}: the disk filled up during the download: {exc}")
+        return store.disk_full(what, exc)
     return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
 
 
@@ -242,16 +242,20 @@ class S3Source:
         submitted = waited = 0
         stopped = True
         manager = create_transfer_manager(self.client, config)
+        futures: list[Any] = []
         try:
             for file in sorted(files, key=lambda f: -f.size):  # large files first: the tail is small files in parallel
                 sub = _Subscriber(file, on_bytes, on_done, failures, lock, settled, self.uri(file.ref))
-                manager.download(self.bucket, file.ref, part_path(file), subscribers=[sub])
+                futures.append(manager.download(self.bucket, file.ref, part_path(file), subscribers=[sub]))
                 submitted += 1
             while waited < submitted and not failures:  # one failure fails the preload: stop fetching the rest
                 waited += settled.acquire(timeout=0.5)
             stopped = bool(failures)
         finally:
-            manager.shutdown(cancel=stopped)
+            if stopped:  # cancel each transfer: shutdown(cancel=True) passes its arguments wrongly in s3transfer
+                for future in futures:
+                    future.cancel()
+            manager.shutdown()
             for _ in range(submitted - waited):
                 settled.acquire()
         if failures:
