@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+import re
 from enum import StrEnum
 
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
@@ -129,6 +130,14 @@ REASON_BY_EXIT_CODE: dict[int, Reason] = {code: reason for reason, code in PERMA
 }
 
 
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@\"']+@")
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of any URL (`scheme://user:secret@host`) replaced by `***`."""
+    return _URL_USERINFO.sub(r"\1***@", text)
+
+
 def exit_code(reason: Reason) -> int:
     """The process exit code for a reason."""
     if reason in SUCCESS_REASONS:
@@ -170,7 +179,7 @@ class Result:
         body = {
             "outcome": self.outcome.value,
             "reason": self.reason.value,
-            "message": self.message[:2000],
+            "message": redact(self.message)[:2000],
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "files": self.files,

@@ -24,6 +24,7 @@ from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Options, open_source
 
 log = logging.getLogger("warmstart.preload")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -155,8 +156,17 @@ def run(args: argparse.Namespace) -> Result:
     )
 
 
+class Redacting(logging.Formatter):
+    """Every log line without URL credentials (an endpointUrl may carry them)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return contract.redact(super().format(record))
+
+
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(Redacting(LOG_FORMAT))
     for noisy in ("botocore", "boto3", "s3transfer", "urllib3", "huggingface_hub", "httpx", "httpx2", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args = parser().parse_args(argv)

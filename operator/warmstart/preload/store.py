@@ -52,8 +52,10 @@ def validate_key(key: str) -> str:
 
 
 def safe_relpath(path: str) -> str:
-    """A file path from a source, checked to stay inside the cache directory once joined."""
-    parts = path.replace("\\", "/").split("/")
+    """A file path from a source, checked to stay inside the cache directory once joined.
+
+    Only '/' separates: a backslash is an ordinary character of a name (S3 keys `a\\b` and `a/b` stay distinct)."""
+    parts = path.split("/")
     if not path or path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
         raise PreloadError(
             Reason.PATH_ESCAPE, f"refusing source path {path!r}: empty, absolute or with '.'/'..' segments"
@@ -156,9 +158,19 @@ def locked(lay: Layout) -> Iterator[None]:
         except BlockingIOError:
             log.info("another preload of %s holds the lock; waiting for it", lay.key)
             fcntl.flock(fd, fcntl.LOCK_EX)
+        sweep_leftovers(lay)
         yield
     finally:
         os.close(fd)  # closing releases the flock; the lock file stays, so no unlink race
+
+
+def sweep_leftovers(lay: Layout) -> None:
+    """Remove `.old-<key>-<pid>` and `.deleting-<key>-<pid>` left by a killed publish or delete (lock held)."""
+    for name in os.listdir(lay.weights_dir):
+        for prefix in (f".old-{lay.key}-", f".deleting-{lay.key}-"):
+            if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                log.info("removing %s, left by an interrupted run", name)
+                _remove(os.path.join(lay.weights_dir, name))
 
 
 # --- the published cache --------------------------------------------------------------------------------------------
