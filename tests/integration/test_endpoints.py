@@ -45,7 +45,7 @@ def _keys(body: dict[str, Any]) -> tuple[str, str]:
     meta = body["metadata"]
     ref = rendering.ObjectRef(kind="InferenceEndpointConfig", name=meta["name"], namespace=meta["namespace"], uid="x")
     endpoint = rendering.from_iec(ref, InferenceEndpointConfigSpec.model_validate(body["spec"]))
-    return endpoint.weights_key(), endpoint.image_key()
+    return endpoint.weights_key({}), endpoint.image_key()
 
 
 def test_seed_example_goes_end_to_end(cluster: Any, api_client: client.ApiClient, namespace: str) -> None:

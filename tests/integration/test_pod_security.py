@@ -72,7 +72,7 @@ def _operator_pod(helm: pathlib.Path) -> dict[str, Any]:
 def pod_specs(helm: pathlib.Path) -> dict[str, dict[str, Any]]:
     """Every kind of pod warmstart creates, as its controller would create it."""
     cached, uncached = _endpoint(True), _endpoint(False)
-    generation = Generation(cached.weights_key(), cached.image_key())
+    generation = Generation(cached.weights_key({}), cached.image_key())
     mdcc = ModelDataCacheConfigSpec.model_validate({"modelSourceConfig": cached.source.to_api()})
     owner = jobs.Owner(name="weights-x", namespace="ns", uid="u-2")
     request = jobs.PreloadRequest(owner=owner, key="k" * 12, node="node-0", attempt=1, generation=1)

@@ -69,7 +69,7 @@ def crds(cluster: Any) -> None:
 
 def mdcc_manifest(namespace: str, instance_types: list[str], **spec: Any) -> dict[str, Any]:
     """An MDCC as the endpoint controller makes it: named `weights-<key>`, required instance-type affinity."""
-    key = keys.weights_key(ModelSourceConfig.model_validate(SOURCE), "/opt/dlami/nvme")
+    key = keys.weights_key_in(ModelSourceConfig.model_validate(SOURCE), "/opt/dlami/nvme", namespace, {})
     body = {"modelSourceConfig": SOURCE, "nodeAffinity": instance_type_affinity(instance_types).to_api(), **spec}
     return {
         "apiVersion": API_VERSION,

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from preloadhelpers import cache_dir, digests, preload, put, s3_source, tree_digests
+from warmstart.api import cachemanifests
 from warmstart.preload import store
 
 MIB = 1 << 20
@@ -85,7 +86,12 @@ def test_a_single_object_location_caches_that_one_file(s3: Any, bucket: str, roo
     assert sorted(p.name for p in cache_dir(root, "one").iterdir()) == [store.MANIFEST_NAME, "model.safetensors"]
 
 
-def test_if_missing_returns_at_once_on_a_complete_cache(s3: Any, bucket: str, root: Path) -> None:
+def test_if_missing_returns_at_once_on_a_complete_cache(
+    s3: Any, bucket: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Made by this same pod identity: no source is contacted (another identity re-checks, test_cache_isolation)."""
+    monkeypatch.setenv(cachemanifests.NAMESPACE_ENV, "team-a")
+    monkeypatch.setenv(cachemanifests.SERVICE_ACCOUNT_ENV, "default")
     put(s3, bucket, "m/a.bin", b"a" * 100)
     assert preload("--source-json", s3_source(bucket, "m"), "--key", "warm", root=root)[0] == 0
     s3.delete_object(Bucket=bucket, Key="m/a.bin")  # the source is not contacted any more

@@ -37,6 +37,7 @@ VALUES: dict[str, dict[str, Any]] = {
             "allowedHostPaths": ["/opt/dlami/nvme", "/mnt/cache"],
             "extraTolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
         },
+        "cacheSharing": {"namespaceGroups": {"ml": ["team-a", "team-b"]}},
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "networkPolicy": {
             "enabled": True,
@@ -236,6 +237,7 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert sorted(s["metadata"]["namespace"] for s in secrets) == ["team-a", "team-b"]
     assert {s["stringData"]["AWS_ENDPOINT_URL_S3"] for s in secrets} == {"http://s3.local:9000"}
     assert settings.render.preload_pod_annotations == {"team": "ml"}
+    assert settings.render.cache_sharing_groups == {"ml": ["team-a", "team-b"]}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
     assert settings.render.allowed_host_paths == ("/opt/dlami/nvme", "/mnt/cache")
     assert settings.render.extra_tolerations == (
@@ -277,6 +279,7 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
         ({"preload": {"env": {"RETRIES": 3}}}, "/preload/env/RETRIES"),
+        ({"cacheSharing": {"namespaceGroups": {"ml": ["Team_A"]}}}, "/cacheSharing/namespaceGroups/ml/0"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(

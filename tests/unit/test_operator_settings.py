@@ -48,3 +48,9 @@ def test_in_a_pod_the_api_server_is_the_address_the_kubelet_gives_not_a_dns_name
     assert running.in_cluster_server(env, fallback) == "https://10.96.0.1:443"
     assert running.in_cluster_server({**env, "KUBERNETES_SERVICE_HOST": "fd00::1"}, fallback) == "https://[fd00::1]:443"
     assert running.in_cluster_server({}, fallback) == fallback
+
+
+def test_cache_sharing_groups_come_from_the_chart_value() -> None:
+    read = settings.from_env({"WARMSTART_CACHE_SHARING_GROUPS": '{"ml": ["team-a", "team-b"]}'})
+    assert read.render.cache_sharing_groups == {"ml": ["team-a", "team-b"]}
+    assert settings.from_env({}).render.cache_sharing_groups == {}

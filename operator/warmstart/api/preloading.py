@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+import re
 from enum import StrEnum
 
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
@@ -82,6 +83,7 @@ class Reason(StrEnum):
     DELETED = "Deleted"
     RESOLVED = "Resolved"
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    DISK_FULL = "DiskFull"
     NOT_FOUND = "NotFound"
     ACCESS_DENIED = "AccessDenied"
     EULA_NOT_ACCEPTED = "EulaNotAccepted"
@@ -114,7 +116,9 @@ PERMANENT_EXIT_CODES: dict[Reason, int] = {
 }
 
 #: Reasons worth retrying with the same spec (transient network or server trouble).
-RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR})
+#: DiskFull: the disk filled up mid-download (another writer took the space the capacity check saw); the partial
+#: download is removed, so a retry starts clean once space is back.
+RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR, Reason.DISK_FULL})
 
 SUCCESS_REASONS: frozenset[Reason] = frozenset(
     {Reason.DOWNLOADED, Reason.ALREADY_PRESENT, Reason.DELETED, Reason.RESOLVED}
@@ -124,6 +128,14 @@ SUCCESS_REASONS: frozenset[Reason] = frozenset(
 REASON_BY_EXIT_CODE: dict[int, Reason] = {code: reason for reason, code in PERMANENT_EXIT_CODES.items()} | {
     EXIT_RETRYABLE: Reason.NETWORK_ERROR
 }
+
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@\"']+@")
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of any URL (`scheme://user:secret@host`) replaced by `***`."""
+    return _URL_USERINFO.sub(r"\1***@", text)
 
 
 def exit_code(reason: Reason) -> int:
@@ -167,7 +179,7 @@ class Result:
         body = {
             "outcome": self.outcome.value,
             "reason": self.reason.value,
-            "message": self.message[:2000],
+            "message": redact(self.message)[:2000],
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "files": self.files,

@@ -44,7 +44,7 @@ def finalize(
         spec = ModelDataCacheConfigSpec.model_validate(body.get("spec") or {})
     except ValidationError:
         return  # nothing was ever created for it
-    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    key = keys.weights_key_in(spec.model_source_config, spec.host_path, meta["namespace"], ctx.cache_sharing_groups)
     owner = preloading.owner(body)
     sharers = [entry for entry in keys_index.get(key, ()) if entry[2] != owner.uid]
     if sharers:

@@ -161,10 +161,14 @@ def _reconcile(
         generation = int(meta.get("generation") or 1)
         write_status(store, body, old, hostpaths.refused_status(old, generation, refused, handling.now()))
         return
-    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    key = keys.weights_key_in(spec.model_source_config, spec.host_path, meta["namespace"], ctx.cache_sharing_groups)
     cache = owner(body)
     generation = int(meta.get("generation") or 1)
-    preloads = own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD)
+    preloads = [  # only Jobs named as this operator names them for this key
+        j
+        for j in own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD)
+        if j.name == render_jobs.preload_job_name(key, j.node, j.attempt)
+    ]
     clock = time.monotonic()
     label = nodelabels.weights_ready_label(key)
     remembered.labelled = labelling.recent(remembered.labelled, clock)

@@ -72,7 +72,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
             raise kopf.TemporaryError(failure.message, delay=30) from failure
         return
 
-    wkey, ikey = endpoint.weights_key(), endpoint.image_key()
+    wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
     weights = (
         _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey))
         if endpoint.weights_enabled
@@ -207,7 +207,7 @@ def _children(endpoint: Endpoint, gate_open: bool, generation: Generation, conte
     """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
     wanted: list[Manifest] = []
     if endpoint.weights_enabled:
-        wanted.append(caches.weights_cache(endpoint))
+        wanted.append(caches.weights_cache(endpoint, context))
     if endpoint.image_cache:
         wanted.append(caches.image_cache(endpoint))
     if gate_open:

@@ -46,6 +46,15 @@ def _json_list(raw: str) -> list[Any]:
     return value
 
 
+def _json_groups(raw: str | None) -> dict[str, list[str]]:
+    if not raw:
+        return {}
+    value = json.loads(raw)
+    if not isinstance(value, dict) or not all(isinstance(v, list) for v in value.values()):
+        raise ValueError("expected a JSON object of name -> list of namespaces")
+    return {str(k): [str(n) for n in v] for k, v in value.items()}
+
+
 def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     """Read WARMSTART_* variables; unset ones keep their defaults."""
     env = os.environ if env is None else env
@@ -70,6 +79,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
         render["allowed_host_paths"] = [str(p) for p in _json_list(env["WARMSTART_ALLOWED_HOST_PATHS"])]
     if env.get("WARMSTART_EXTRA_TOLERATIONS"):
         render["extra_tolerations"] = _json_list(env["WARMSTART_EXTRA_TOLERATIONS"])
+    render["cache_sharing_groups"] = _json_groups(env.get("WARMSTART_CACHE_SHARING_GROUPS"))
     settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
     if env.get("WARMSTART_NAMESPACES"):
         settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]

@@ -48,9 +48,10 @@ def weights_job_index(
 
 
 def weights_key_index(
-    spec: Mapping[str, Any], uid: str, namespace: str, name: str, meta: Mapping[str, Any], **_: Any
+    spec: Mapping[str, Any], uid: str, namespace: str, name: str, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any
 ) -> dict[str, tuple[str, str, str]]:
-    """Live caches by content key: two namespaces with the same source share node labels and files.
+    """Live caches by content key: caches with one key (in one namespace, or public, or in one trust group) share
+    node labels and files.
 
     Returns {} (not None, which kopf would take as "keep the old entry") for caches being deleted.
     """
@@ -60,7 +61,10 @@ def weights_key_index(
         return {}
     if meta.get("deletionTimestamp"):
         return {}
-    return {keys.weights_key(parsed.model_source_config, parsed.host_path): (namespace, name, uid)}
+    groups = memo.settings.render.cache_sharing_groups
+    return {
+        keys.weights_key_in(parsed.model_source_config, parsed.host_path, namespace, groups): (namespace, name, uid)
+    }
 
 
 def reconcile_weights_cache(

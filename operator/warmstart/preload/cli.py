@@ -15,7 +15,7 @@ import time
 
 import pydantic
 
-from warmstart.api import jumpstartspecs
+from warmstart.api import cachemanifests, jumpstartspecs
 from warmstart.api import preloading as contract
 from warmstart.api.preloading import Reason, Result
 from warmstart.api.sources import ModelSourceConfig
@@ -24,6 +24,7 @@ from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Options, open_source
 
 log = logging.getLogger("warmstart.preload")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -140,21 +141,32 @@ def run(args: argparse.Namespace) -> Result:
     if not args.key:
         raise PreloadError(Reason.INVALID_SOURCE, "--key is required")
     lay = store.layout(args.root, args.key)
-    if args.if_missing and (done := preloading.present(lay, started)) is not None:
-        return done  # the warm path: no source is contacted, no secret is read
+    identity = cachemanifests.identity_from_env(os.environ)
+    if args.if_missing and (done := preloading.present(lay, started, identity)) is not None:
+        return done  # the warm path, cache made by this identity: no source is contacted, no secret is read
     opts = options(args)
     source = open_source(source_config(args, opts), opts)
     return preloading.preload(
         source,
         lay,
+        identity=identity,
         if_missing=args.if_missing,
         expected_bytes=args.expected_bytes,
         progress_interval=args.progress_interval,
     )
 
 
+class Redacting(logging.Formatter):
+    """Every log line without URL credentials (an endpointUrl may carry them)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return contract.redact(super().format(record))
+
+
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(Redacting(LOG_FORMAT))
     for noisy in ("botocore", "boto3", "s3transfer", "urllib3", "huggingface_hub", "httpx", "httpx2", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args = parser().parse_args(argv)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from warmstart.api.cachemanifests import CacheManifest, Identity
 from warmstart.api.preloading import Reason, Result
 from warmstart.preload import progress, store
 from warmstart.preload.results import PreloadError
@@ -20,17 +21,38 @@ log = logging.getLogger(__name__)
 VERIFY_WORKERS = 2
 
 
-def present(lay: store.Layout, started: float) -> Result | None:
-    """AlreadyPresent if a complete cache of the key exists (manifest + file sizes; no data is read)."""
+def same_producer(manifest: CacheManifest, identity: Identity | None) -> bool:
+    """Whether the cache was produced by this very identity (then no re-check of access is needed)."""
+    return identity is not None and manifest.producer == identity
+
+
+def accept(manifest: CacheManifest, source: Source, identity: Identity | None) -> str:
+    """Check this pod may read the source before it gets files another identity downloaded; a note for the message.
+
+    Raises the source's PreloadError (AccessDenied, NotFound, ...) when it may not."""
+    if same_producer(manifest, identity):
+        return ""
+    source.authorize([f.path for f in manifest.files])
+    return "; access re-checked with this pod's identity"
+
+
+def present(
+    lay: store.Layout, started: float, identity: Identity | None, source: Source | None = None
+) -> Result | None:
+    """AlreadyPresent if a complete cache of the key exists (manifest + file sizes; no data is read) that this pod
+    may use: produced under its own identity, or (given the source) after its access was re-checked."""
     manifest = store.read_manifest(lay)
     if manifest is None:
         return None
+    if source is None and not same_producer(manifest, identity):
+        return None  # the caller opens the source and asks again
+    note = accept(manifest, source, identity) if source is not None else ""
     return Result(
         Reason.ALREADY_PRESENT,
-        f"{lay.final} is complete (manifest of {manifest['completedAt']})",
-        bytes=int(manifest["totalBytes"]),
+        f"{lay.final} is complete (manifest of {manifest.completed_at}){note}",
+        bytes=manifest.total_bytes,
         seconds=time.monotonic() - started,
-        files=len(manifest["files"]),
+        files=len(manifest.files),
     )
 
 
@@ -42,51 +64,78 @@ def preload(
     source: Source,
     lay: store.Layout,
     *,
+    identity: Identity | None = None,
     if_missing: bool = False,
     expected_bytes: int = 0,
     statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
     progress_interval: float = 5.0,
 ) -> Result:
     started = time.monotonic()
-    if if_missing and (result := present(lay, started)) is not None:
+    if if_missing and (result := present(lay, started, identity, source)) is not None:
         return result
     with store.locked(lay):
-        if if_missing and (result := present(lay, started)) is not None:
+        if if_missing and (result := present(lay, started, identity, source)) is not None:
             return result  # another preload finished it while we waited for the lock
         listing = source.listing()
         log.info("source lists %d files, %s", len(listing.files), progress.human(listing.total_bytes))
         existing = store.read_manifest(lay)
-        if existing is not None and existing["files"] == sorted(
+        if existing is not None and store.manifest_files(existing) == sorted(
             (manifest_entry(f) for f in listing.files), key=lambda e: e["path"]
         ):
+            note = accept(existing, source, identity)
             return Result(
                 Reason.ALREADY_PRESENT,
-                f"{lay.final} is complete and matches the source",
+                f"{lay.final} is complete and matches the source{note}",
                 bytes=listing.total_bytes,
                 seconds=time.monotonic() - started,
                 files=len(listing.files),
             )
-        staging = store.Staging(lay)
-        kept = _resume(source, staging, listing)
-        staging.sweep(keep={f.path for f in kept})
-        kept_bytes = sum(f.size for f in kept)
-        needed = max(listing.total_bytes, expected_bytes) - kept_bytes
-        capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
-        log.info(
-            "capacity: %s to write + %s margin, %s free",
-            progress.human(capacity.needed),
-            progress.human(capacity.margin),
-            progress.human(capacity.available),
-        )
-        todo = [f for f in listing.files if f not in kept]
-        phases = {"prepare": time.monotonic() - started}
-        fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
-        extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
-        if listing.commit:
-            extra["commit"] = listing.commit
-        mark = time.monotonic()
-        staging.publish(store.build_manifest(lay, source.describe(), [manifest_entry(f) for f in listing.files], extra))
-        phases["publish"] = time.monotonic() - mark
+        try:
+            return _download(source, lay, listing, identity, expected_bytes, statvfs, progress_interval, started)
+        except OSError as exc:
+            if not store.is_enospc(exc):
+                raise
+            store.discard_staging(lay)
+            raise store.disk_full(lay.final, exc) from exc
+        except PreloadError as exc:
+            if exc.reason == Reason.DISK_FULL:
+                store.discard_staging(lay)
+            raise
+
+
+def _download(
+    source: Source,
+    lay: store.Layout,
+    listing: Listing,
+    identity: Identity | None,
+    expected_bytes: int,
+    statvfs: Callable[[str], os.statvfs_result],
+    progress_interval: float,
+    started: float,
+) -> Result:
+    """Resume, check capacity, fetch and publish (under the key's lock, held by `preload`)."""
+    staging = store.Staging(lay)
+    kept = _resume(source, staging, listing)
+    staging.sweep(keep={f.path for f in kept})
+    kept_bytes = sum(f.size for f in kept)
+    needed = max(listing.total_bytes, expected_bytes) - kept_bytes
+    capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
+    log.info(
+        "capacity: %s to write + %s margin, %s free",
+        progress.human(capacity.needed),
+        progress.human(capacity.margin),
+        progress.human(capacity.available),
+    )
+    todo = [f for f in listing.files if f not in kept]
+    phases = {"prepare": time.monotonic() - started}
+    fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
+    extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
+    if listing.commit:
+        extra["commit"] = listing.commit
+    mark = time.monotonic()
+    entries = [manifest_entry(f) for f in listing.files]
+    staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
+    phases["publish"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
     timing = ", ".join(f"{name} {value:.2f}s" for name, value in phases.items())
@@ -118,6 +167,14 @@ def _resume(source: Source, staging: store.Staging, listing: Listing) -> list[Re
     return kept
 
 
+def _classified(exc: Exception, what: str) -> PreloadError:
+    if isinstance(exc, PreloadError):
+        return exc
+    if isinstance(exc, OSError) and store.is_enospc(exc):
+        return store.disk_full(what, exc)
+    return PreloadError(Reason.INTERNAL_ERROR, f"{what}: {exc}")
+
+
 def _fetch(
     source: Source,
     staging: store.Staging,
@@ -129,7 +186,7 @@ def _fetch(
 ) -> int:
     """Download `todo` into staging, verifying each file as it lands (while the others still download)."""
     for file in todo:
-        os.makedirs(os.path.dirname(staging.part_path(file.path)), exist_ok=True)
+        staging.make_parent(file.path)
     failures: list[PreloadError] = []
     lock = threading.Lock()
     meter = progress.Progress(listing.total_bytes, interval=interval, already=kept_bytes)
@@ -140,9 +197,7 @@ def _fetch(
             staging.commit_file(file.path, file.fingerprint())
         except Exception as exc:  # noqa: BLE001 - recorded, then raised after every download settles
             with lock:
-                failures.append(
-                    exc if isinstance(exc, PreloadError) else PreloadError(Reason.INTERNAL_ERROR, f"{file.path}: {exc}")
-                )
+                failures.append(_classified(exc, file.path))
             staging.forget(file.path)
 
     with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS, thread_name_prefix="verify") as verifiers, meter:

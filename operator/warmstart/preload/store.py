@@ -25,7 +25,10 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from warmstart.api import cachemanifests
+from warmstart.api.cachemanifests import CacheManifest, Identity
 from warmstart.api.preloading import CACHE_DIR_NAME, Reason
+from warmstart.preload import nofollow
 from warmstart.preload.results import PreloadError
 
 log = logging.getLogger(__name__)
@@ -35,7 +38,7 @@ MANIFEST_NAME = ".warmstart-manifest.json"
 JOURNAL_NAME = ".warmstart-journal.jsonl"
 PART_SUFFIX = ".warmstart-part"
 TMP_DIR_NAME = ".warmstart-tmp"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = cachemanifests.FORMAT_VERSION
 
 #: Free space kept beyond the model: the larger of 1 GB and 5% of the bytes still to write.
 MARGIN_MIN_BYTES = 1_000_000_000  # the operator's placement check uses the same 1 GB and 5%
@@ -49,8 +52,10 @@ def validate_key(key: str) -> str:
 
 
 def safe_relpath(path: str) -> str:
-    """A file path from a source, checked to stay inside the cache directory once joined."""
-    parts = path.replace("\\", "/").split("/")
+    """A file path from a source, checked to stay inside the cache directory once joined.
+
+    Only '/' separates: a backslash is an ordinary character of a name (S3 keys `a\\b` and `a/b` stay distinct)."""
+    parts = path.split("/")
     if not path or path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
         raise PreloadError(
             Reason.PATH_ESCAPE, f"refusing source path {path!r}: empty, absolute or with '.'/'..' segments"
@@ -133,50 +138,82 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
+def ensure_weights_dir(lay: Layout) -> None:
+    """Create `<root>/warmstart/weights` as real directories; a symlink at either level is refused (PathEscape)."""
+    os.makedirs(lay.root, exist_ok=True)
+    nofollow.makedirs_inside(lay.root, lay.weights_dir, replace_link=False)
+
+
 # --- locking --------------------------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def locked(lay: Layout) -> Iterator[None]:
     """Hold the key's lock; a second preload of the same key waits here for the first one."""
-    os.makedirs(lay.weights_dir, exist_ok=True)
-    fd = os.open(lay.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    ensure_weights_dir(lay)
+    nofollow.drop_link(lay.lock_path)
+    fd = nofollow.open_fd(lay.lock_path, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("another preload of %s holds the lock; waiting for it", lay.key)
             fcntl.flock(fd, fcntl.LOCK_EX)
+        sweep_leftovers(lay)
         yield
     finally:
         os.close(fd)  # closing releases the flock; the lock file stays, so no unlink race
 
 
+def sweep_leftovers(lay: Layout) -> None:
+    """Remove `.old-<key>-<pid>` and `.deleting-<key>-<pid>` left by a killed publish or delete (lock held)."""
+    for name in os.listdir(lay.weights_dir):
+        for prefix in (f".old-{lay.key}-", f".deleting-{lay.key}-"):
+            if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                log.info("removing %s, left by an interrupted run", name)
+                _remove(os.path.join(lay.weights_dir, name))
+
+
 # --- the published cache --------------------------------------------------------------------------------------------
 
 
-def read_manifest(lay: Layout) -> dict[str, Any] | None:
-    """The manifest if the published directory is complete, else None. Stats files, reads no data."""
+def read_manifest(lay: Layout) -> CacheManifest | None:
+    """The manifest if the published directory is complete, else None. Stats files, reads no data.
+
+    A manifest that is not JSON, or JSON of the wrong shape, or that lists a missing or resized file, makes the
+    cache incomplete: it is downloaded again."""
+    if not (nofollow.is_real_dir(lay.weights_dir) and nofollow.is_real_dir(lay.final)):
+        return None  # a symlink in place of the cache is never a cache
     try:
-        with open(lay.manifest_path, encoding="utf-8") as f:
-            manifest: dict[str, Any] = json.load(f)
-    except (OSError, ValueError):
+        with os.fdopen(nofollow.open_fd(lay.manifest_path, os.O_RDONLY), encoding="utf-8") as f:
+            raw = json.load(f)
+    except (OSError, ValueError, PreloadError):
         return None
-    if manifest.get("formatVersion") != MANIFEST_FORMAT or manifest.get("key") != lay.key:
+    manifest = cachemanifests.parse(raw)
+    if manifest is None or manifest.key != lay.key:
         return None
     try:
-        for entry in manifest["files"]:
-            if os.stat(os.path.join(lay.final, safe_relpath(entry["path"]))).st_size != entry["size"]:
+        for entry in manifest.files:
+            if nofollow.regular_size(lay.final, safe_relpath(entry.path)) != entry.size:
                 return None
-    except (OSError, KeyError, TypeError, PreloadError):
+    except PreloadError:
         return None
     return manifest
 
 
+def manifest_files(manifest: CacheManifest) -> list[dict[str, Any]]:
+    """The manifest's file entries as plain dicts (path, size and fingerprint), as `build_manifest` takes them."""
+    return [f.model_dump() for f in manifest.files]
+
+
 def build_manifest(
-    lay: Layout, source: dict[str, Any], files: list[dict[str, Any]], extra: dict[str, Any]
+    lay: Layout,
+    source: dict[str, Any],
+    files: list[dict[str, Any]],
+    extra: dict[str, Any],
+    producer: Identity | None = None,
 ) -> dict[str, Any]:
-    return {
+    manifest = {
         "formatVersion": MANIFEST_FORMAT,
         "key": lay.key,
         "source": source,
@@ -185,6 +222,9 @@ def build_manifest(
         "files": sorted(files, key=lambda f: str(f["path"])),
         **extra,
     }
+    if producer is not None:
+        manifest["producer"] = producer.to_json()
+    return manifest
 
 
 # --- staging --------------------------------------------------------------------------------------------------------
@@ -196,21 +236,22 @@ class Staging:
     def __init__(self, lay: Layout) -> None:
         self.lay = lay
         self.dir = lay.staging
-        os.makedirs(self.dir, exist_ok=True)
+        ensure_weights_dir(lay)
+        nofollow.real_dir(self.dir, replace_link=True)  # a planted .staging-<key> link is dropped, never followed
         self._journal: dict[str, dict[str, Any]] = self._read_journal()
 
     def _read_journal(self) -> dict[str, dict[str, Any]]:
         entries: dict[str, dict[str, Any]] = {}
         try:
-            with open(os.path.join(self.dir, JOURNAL_NAME), encoding="utf-8") as f:
+            with os.fdopen(nofollow.open_fd(os.path.join(self.dir, JOURNAL_NAME), os.O_RDONLY), encoding="utf-8") as f:
                 for line in f:
                     try:
                         entry = json.loads(line)
                         entries[entry["path"]] = entry
                     except (ValueError, KeyError, TypeError):
                         continue  # a line torn by a kill: that file is simply fetched again
-        except FileNotFoundError:
-            pass
+        except (FileNotFoundError, PreloadError):
+            pass  # no journal, or a symlink in its place: nothing to resume
         return entries
 
     def path(self, rel: str) -> str:
@@ -221,18 +262,19 @@ class Staging:
 
     def tmp_dir(self, name: str) -> str:
         path = os.path.join(self.dir, TMP_DIR_NAME, name)
-        os.makedirs(path, exist_ok=True)
+        nofollow.makedirs_inside(self.dir, path)
         return path
+
+    def make_parent(self, rel: str) -> None:
+        """Create the directories of `rel` inside staging, as real directories (links there are replaced)."""
+        nofollow.makedirs_inside(self.dir, os.path.dirname(self.part_path(rel)))
 
     def journaled(self, rel: str, fingerprint: dict[str, Any]) -> bool:
         """Whether `rel` was verified in an earlier run for the same remote version and is still on disk whole."""
         entry = self._journal.get(rel)
         if entry is None or entry.get("fingerprint") != fingerprint:
             return False
-        try:
-            return bool(os.stat(self.path(rel)).st_size == fingerprint["size"])
-        except OSError:
-            return False
+        return bool(nofollow.regular_size(self.dir, safe_relpath(rel)) == fingerprint["size"])
 
     def forget(self, rel: str) -> None:
         self._journal.pop(rel, None)
@@ -246,7 +288,9 @@ class Staging:
         fsync_path(part)
         os.replace(part, final)
         line = json.dumps({"path": rel, "fingerprint": fingerprint}) + "\n"
-        with open(os.path.join(self.dir, JOURNAL_NAME), "a", encoding="utf-8") as f:
+        journal = os.path.join(self.dir, JOURNAL_NAME)
+        nofollow.drop_link(journal)
+        with os.fdopen(nofollow.open_fd(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
@@ -259,6 +303,9 @@ class Staging:
             if rel_dir == TMP_DIR_NAME or rel_dir.startswith(TMP_DIR_NAME + os.sep):
                 dirnames[:] = []
                 continue
+            for name in [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                os.unlink(os.path.join(dirpath, name))  # a link to a directory: removed, never walked
+                dirnames.remove(name)
             for name in filenames:
                 rel = name if rel_dir == "." else os.path.join(rel_dir, name).replace(os.sep, "/")
                 if rel in (JOURNAL_NAME, MANIFEST_NAME) or rel in keep:
@@ -267,11 +314,13 @@ class Staging:
 
     def publish(self, manifest: dict[str, Any]) -> None:
         """Write the manifest last, fsync everything, and rename the staging directory into place."""
-        shutil.rmtree(os.path.join(self.dir, TMP_DIR_NAME), ignore_errors=True)
+        tmp = os.path.join(self.dir, TMP_DIR_NAME)
+        nofollow.drop_link(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.dir, JOURNAL_NAME))
         manifest_tmp = os.path.join(self.dir, MANIFEST_NAME + ".tmp")
-        with open(manifest_tmp, "w", encoding="utf-8") as f:
+        with os.fdopen(nofollow.open_write(manifest_tmp), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
@@ -281,6 +330,7 @@ class Staging:
         old = None
         if os.path.lexists(self.lay.final):
             old = os.path.join(self.lay.weights_dir, f".old-{self.lay.key}-{os.getpid()}")
+            _clear(old)
             os.replace(self.lay.final, old)
         os.replace(self.dir, self.lay.final)
         fsync_path(self.lay.weights_dir)
@@ -289,7 +339,7 @@ class Staging:
 
 
 def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = nofollow.open_fd(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -302,8 +352,9 @@ def fsync_path(path: str) -> None:
 def delete(root: str, key: str) -> bool:
     """Remove the cache and staging of `key` under `root`, never anything outside; True if something was removed."""
     lay = layout(root, key)  # a validated key has no '/' or '..', so the paths below are lexically inside root
-    if not os.path.isdir(lay.weights_dir):
+    if not os.path.lexists(os.path.join(lay.root, CACHE_DIR_NAME)):
         return False
+    ensure_weights_dir(lay)  # a symlink at warmstart/ or weights/ is refused
     weights, real_root = os.path.realpath(lay.weights_dir), os.path.realpath(lay.root)
     if os.path.commonpath([weights, real_root]) != real_root:
         raise PreloadError(
@@ -315,11 +366,18 @@ def delete(root: str, key: str) -> bool:
             if not os.path.lexists(path):
                 continue
             doomed = os.path.join(lay.weights_dir, f".deleting-{key}-{os.getpid()}")
+            _clear(doomed)
             os.replace(path, doomed)  # the cache disappears atomically; the bytes go after
             _remove(doomed)
             removed = True
         fsync_path(lay.weights_dir)
     return removed
+
+
+def _clear(path: str) -> None:
+    """Make room for a rename to `path`: whatever is there (a leftover, or a planted link) goes, links unfollowed."""
+    if os.path.lexists(path):
+        _remove(path)
 
 
 def _remove(path: str) -> None:
@@ -331,3 +389,18 @@ def _remove(path: str) -> None:
 
 def is_enospc(error: OSError) -> bool:
     return error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(what: str, error: OSError) -> PreloadError:
+    """The retryable DiskFull failure of a write that hit ENOSPC/EDQUOT."""
+    return PreloadError(
+        Reason.DISK_FULL,
+        f"{what}: the disk filled up during the download ({error.strerror}); the partial download was removed, "
+        "retrying when space is free",
+    )
+
+
+def discard_staging(lay: Layout) -> None:
+    """Remove the staging directory of `lay` (links unfollowed): after a disk-full failure nothing partial is kept."""
+    if os.path.lexists(lay.staging):
+        _remove(lay.staging)

@@ -7,6 +7,7 @@ from typing import Any
 from warmstart.api import API_VERSION
 from warmstart.api.caches import MDCC_KIND, MIC_KIND
 from warmstart.render import keys, labels, owners
+from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint, ObjectRef
 
 Manifest = dict[str, Any]
@@ -25,9 +26,9 @@ def _metadata(name: str, ref: ObjectRef, extra_labels: dict[str, str], with_owne
     return meta
 
 
-def weights_cache(endpoint: Endpoint, *, attached: bool = True) -> Manifest:
+def weights_cache(endpoint: Endpoint, ctx: RenderContext, *, attached: bool = True) -> Manifest:
     """The MDCC for this endpoint's source; `attached=False` renders it without this endpoint's references."""
-    key = endpoint.weights_key()
+    key = endpoint.weights_key(ctx.cache_sharing_groups)
     name = keys.weights_cache_name(key)
     targeting = endpoint.targeting().to_api()
     spec: Manifest = {

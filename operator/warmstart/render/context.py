@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from warmstart.api.blocks import DEFAULT_HOST_PATH
 
@@ -56,3 +56,22 @@ class RenderContext(BaseModel):
         default=(DEFAULT_HOST_PATH,),
         description="Cache roots a weights cache may use (its hostPath equals one or lies under one).",
     )
+    cache_sharing_groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Trust groups: name -> namespaces that may share credentialed weights caches (render/scopes.py).",
+    )
+
+    @field_validator("cache_sharing_groups")
+    @classmethod
+    def _one_group_per_namespace(cls, groups: dict[str, list[str]]) -> dict[str, list[str]]:
+        seen: dict[str, str] = {}
+        for name, members in sorted(groups.items()):
+            if not name:
+                raise ValueError("a cache sharing group needs a name")
+            for namespace in members:
+                if namespace in seen and seen[namespace] != name:
+                    raise ValueError(
+                        f"namespace {namespace!r} is in two cache sharing groups: {seen[namespace]}, {name}"
+                    )
+                seen[namespace] = name
+        return groups

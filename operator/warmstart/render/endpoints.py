@@ -6,6 +6,8 @@ drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from warmstart.api import API_VERSION
@@ -93,8 +95,9 @@ class Endpoint(BaseModel):
             return NodeTargeting(node_affinity=instance_type_affinity(self.instance_types))
         return NodeTargeting()
 
-    def weights_key(self) -> str:
-        return keys.weights_key(self.source, self.host_path)
+    def weights_key(self, groups: Mapping[str, Sequence[str]]) -> str:
+        """The weights key in this endpoint's namespace, given the admin's cache sharing groups."""
+        return keys.weights_key_in(self.source, self.host_path, self.ref.namespace, groups)
 
     def image_key(self) -> str:
         return keys.image_key(self.worker.image, self.targeting())

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warmstart.api import GROUP, preloading
+from warmstart.api import API_VERSION, GROUP, preloading
 from warmstart.api.caches import MDCC_KIND, ModelDataCacheConfigSpec
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.render import labels, names, owners, preload_containers, tolerations
@@ -155,8 +155,8 @@ def preload_job(
             "namespace": owner.namespace,
             "labels": job_labels,
             "annotations": {GENERATION_ANNOTATION: str(request.generation)},
-            # not a controller: the Job dies with the cache, and the cache stays free for other controllers
-            "ownerReferences": [owners.owner_reference(MDCC_KIND, owner.name, owner.uid, controller=False)],
+            # the cache controls its Jobs: only a Job with this controller reference can mark a node ready
+            "ownerReferences": [owners.owner_reference(MDCC_KIND, owner.name, owner.uid, controller=True)],
         },
         "spec": job_spec,
     }
@@ -232,7 +232,11 @@ def read_job(body: Mapping[str, Any]) -> IndexedJob:
             phase, reason, finished = JobPhase.FAILED, cond.get("reason"), parse_time(cond.get("lastTransitionTime"))
     if phase != JobPhase.RUNNING and finished is None:
         finished = parse_time(status.get("completionTime")) or parse_time(meta.get("creationTimestamp"))
-    owner_uids = [o.get("uid", "") for o in meta.get("ownerReferences") or [] if o.get("kind") == MDCC_KIND]
+    owner_uids = [
+        o.get("uid", "")
+        for o in meta.get("ownerReferences") or []
+        if o.get("kind") == MDCC_KIND and o.get("apiVersion") == API_VERSION and o.get("controller") is True
+    ]
     job = PreloadJob(
         name=meta.get("name", ""),
         node=job_labels.get(labels.NODE_LABEL, ""),
@@ -244,8 +248,13 @@ def read_job(body: Mapping[str, Any]) -> IndexedJob:
         failure_reason=reason,
         finished_at=finished,
     )
-    owner_uid = owner_uids[0] if owner_uids else annotations.get(OWNER_UID_ANNOTATION, "")
-    return IndexedJob(role=job_labels.get(labels.ROLE_LABEL, ""), owner_uid=owner_uid, job=job)
+    role = job_labels.get(labels.ROLE_LABEL, "")
+    # a preload Job counts only with the cache's controller reference (labels and annotations are anyone's to set);
+    # a cleanup Job has no owner (it outlives its cache) and only ever removes files
+    owner_uid = (
+        owner_uids[0] if owner_uids else (annotations.get(OWNER_UID_ANNOTATION, "") if role == ROLE_CLEANUP else "")
+    )
+    return IndexedJob(role=role, owner_uid=owner_uid, job=job)
 
 
 def read_result(pods: Iterable[Mapping[str, Any]], reason_by_exit_code: Mapping[int, str]) -> PreloadResult | None:

@@ -12,6 +12,8 @@ cache volume (its name, and an emptyDir in its place when a model pod does not c
   (`DirectoryOrCreate`); a model pod only mounts an existing one (`Directory`), so it waits for its node's Job
   instead of creating a root-owned directory.
 - Read-only: a mounted source (fsx, kubernetesVolume) at /mnt/source, and the Hub token Secret.
+- The pod's namespace and service account reach the preload through the downward API: the manifest records who
+  downloaded the files, and a pod of another identity re-checks its access to the source before using them.
 - The command is explicit, so a mirrored operator image with another entrypoint still works.
 - Volumes the preload adds are prefixed `warmstart-`, so they cannot clash with the model volume a user names.
 """
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from warmstart.api import preloading
+from warmstart.api import cachemanifests, preloading
 from warmstart.api.sources import FsxStorage, ModelSourceConfig, ModelSourceType
 from warmstart.render import security
 from warmstart.render.context import RenderContext
@@ -130,6 +132,17 @@ def preload_env(ctx: RenderContext) -> list[Manifest]:
     ]
 
 
+def _identity_env() -> list[Manifest]:
+    """The pod's own namespace and service account (downward API): recorded in, and checked against, the manifest."""
+    return [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}}
+        for name, field in (
+            (cachemanifests.NAMESPACE_ENV, cachemanifests.NAMESPACE_FIELD),
+            (cachemanifests.SERVICE_ACCOUNT_ENV, cachemanifests.SERVICE_ACCOUNT_FIELD),
+        )
+    ]
+
+
 def render(
     name: str, args: Sequence[str], cache: Mounted, source: ModelSourceConfig | None, ctx: RenderContext
 ) -> Rendered:
@@ -141,7 +154,7 @@ def render(
         "imagePullPolicy": ctx.image_pull_policy,
         "command": [preloading.COMMAND],
         "args": list(args),
-        "env": [{"name": "HOME", "value": "/tmp"}, *preload_env(ctx)],
+        "env": [{"name": "HOME", "value": "/tmp"}, *_identity_env(), *preload_env(ctx)],
         "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
         "volumeMounts": [m.mount for m in mounted],
         "terminationMessagePath": preloading.TERMINATION_LOG,

@@ -16,7 +16,12 @@ def test_every_reason_has_one_exit_code_and_failures_are_distinct() -> None:
     assert codes[Reason.NETWORK_ERROR] == preloading.EXIT_RETRYABLE == 75
     permanent = [codes[r] for r in Reason if r not in preloading.SUCCESS_REASONS | preloading.RETRYABLE_REASONS]
     assert len(permanent) == len(set(permanent)) and 0 not in permanent and 75 not in permanent and 2 not in permanent
-    assert all(preloading.REASON_BY_EXIT_CODE[codes[r]] == r for r in Reason if r not in preloading.SUCCESS_REASONS)
+    assert all(
+        preloading.REASON_BY_EXIT_CODE[codes[r]] == r
+        for r in Reason
+        if r not in preloading.SUCCESS_REASONS | preloading.RETRYABLE_REASONS
+    )
+    assert all(codes[r] == 75 for r in preloading.RETRYABLE_REASONS)
 
 
 def test_termination_message_round_trips(tmp_path: Path) -> None:
@@ -43,6 +48,7 @@ def test_no_termination_log_outside_a_pod(tmp_path: Path) -> None:
     )
 
 
-def test_retryable_is_only_network_trouble() -> None:
-    assert preloading.is_retryable("NetworkError")
-    assert not any(preloading.is_retryable(r.value) for r in Reason if r != Reason.NETWORK_ERROR)
+def test_retryable_is_only_network_trouble_and_a_disk_that_filled_up() -> None:
+    retryable = {Reason.NETWORK_ERROR, Reason.DISK_FULL}
+    assert all(preloading.is_retryable(r.value) for r in retryable)
+    assert not any(preloading.is_retryable(r.value) for r in Reason if r not in retryable)

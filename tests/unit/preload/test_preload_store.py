@@ -91,7 +91,7 @@ def publish(root: Path, key: str, files: dict[str, bytes]) -> store.Layout:
 def test_publish_renames_staging_into_place_with_the_manifest(tmp_path: Path) -> None:
     lay = publish(tmp_path, "k", {"a/b.bin": b"12345", "c.txt": b""})
     manifest = store.read_manifest(lay)
-    assert manifest is not None and manifest["totalBytes"] == 5 and manifest["key"] == "k"
+    assert manifest is not None and manifest.total_bytes == 5 and manifest.key == "k"
     assert sorted(os.listdir(lay.final)) == [store.MANIFEST_NAME, "a", "c.txt"]
     assert not os.path.exists(lay.staging)
 

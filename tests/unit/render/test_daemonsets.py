@@ -67,7 +67,7 @@ def test_names_and_key_are_deterministic_and_follow_the_endpoint_controllers_nam
     first = daemonsets.daemonset(owner, spec, key, CONTEXT)
     assert first == daemonsets.daemonset(owner, endpoint_spec(), key, CONTEXT)
     # the name wins over the content: the endpoint controller's affinity uses the key in the name
-    assert daemonsets.cache_key("image-0123456789ab", spec) == "0123456789ab"
+    assert daemonsets.cache_key("image-0123456789abcdef0123456789abcdef", spec) == "0123456789abcdef0123456789abcdef"
 
 
 def test_other_image_gets_other_key_and_daemonset() -> None:

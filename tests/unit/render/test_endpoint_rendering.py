@@ -34,11 +34,11 @@ def check_golden(name: str, manifests: list[dict[str, Any]]) -> None:
 
 def test_seed_renders_golden_children() -> None:
     endpoint = endpoints.from_iec(REF, seed_spec())
-    generation = Generation(endpoint.weights_key(), endpoint.image_key())
+    generation = Generation(endpoint.weights_key({}), endpoint.image_key())
     check_golden(
         "seed",
         [
-            caches.weights_cache(endpoint),
+            caches.weights_cache(endpoint, CONTEXT),
             caches.image_cache(endpoint),
             deployments.deployment(endpoint, generation, CONTEXT),
             deployments.service(endpoint),
@@ -98,7 +98,7 @@ def test_same_source_same_key_other_source_new_key() -> None:
     b = endpoints.from_iec(
         REF.model_copy(update={"name": "other", "uid": "3333"}), seed_spec(modelName="other", replicas=4)
     )
-    assert a.weights_key() == b.weights_key() and a.image_key() == b.image_key()
+    assert a.weights_key({}) == b.weights_key({}) and a.image_key() == b.image_key()
     moved = seed_spec(
         modelSourceConfig={
             "modelSourceType": "s3",
@@ -106,7 +106,7 @@ def test_same_source_same_key_other_source_new_key() -> None:
             "modelLocation": "models/v2",
         }
     )
-    assert endpoints.from_iec(REF, moved).weights_key() != a.weights_key()
+    assert endpoints.from_iec(REF, moved).weights_key({}) != a.weights_key({})
 
 
 def test_affinity_prefers_warm_weights_over_warm_image_and_requires_only_the_instance_types() -> None:
@@ -130,7 +130,7 @@ def test_affinity_prefers_warm_weights_over_warm_image_and_requires_only_the_ins
 
 def test_cache_disabled_uses_empty_dir_and_still_preloads_in_the_init_container() -> None:
     endpoint = endpoints.from_iec(REF, seed_spec(modelCacheConfig=None))
-    manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key(), endpoint.image_key()), CONTEXT)
+    manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key({}), endpoint.image_key()), CONTEXT)
     pod = manifest["spec"]["template"]["spec"]
     assert pod["volumes"][0] == {"name": "model-weights", "emptyDir": {}}
     init = pod["initContainers"][0]
@@ -168,7 +168,7 @@ def test_jumpstart_follows_the_same_pipeline() -> None:
     assert endpoint.worker.image == "tgi:2" and endpoint.instance_types == ["ml.g5.12xlarge"]
     env = {e.name: e.value for e in endpoint.worker.environment_variables or []}
     assert env == {"SM_NUM_GPUS": "4"}
-    assert caches.weights_cache(endpoint)["spec"]["modelSourceConfig"]["modelLocation"] == "meta/llama/"
+    assert caches.weights_cache(endpoint, CONTEXT)["spec"]["modelSourceConfig"]["modelLocation"] == "meta/llama/"
 
 
 @pytest.mark.parametrize("field", ["tlsConfig", "kvCacheSpec", "pdSpec", "dataCapture"])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import golden
-from warmstart.api import preloading
+from warmstart.api import API_VERSION, preloading
 from warmstart.api.caches import ModelDataCacheConfigSpec
 from warmstart.placement import instance_type_affinity
 from warmstart.render import jobs, keys, labels
@@ -73,7 +73,7 @@ def spec_for(source: str, **changes: Any) -> ModelDataCacheConfigSpec:
 
 
 def owner_and_key(spec: ModelDataCacheConfigSpec) -> tuple[jobs.Owner, str]:
-    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    key = keys.weights_key_in(spec.model_source_config, spec.host_path, "team-a", {})
     return jobs.Owner(name=keys.weights_cache_name(key), namespace="team-a", uid="mdcc-uid"), key
 
 
@@ -122,7 +122,7 @@ def test_job_is_pinned_tolerant_restricted_and_owned() -> None:
     host_paths = [v["hostPath"] for v in pod["volumes"] if "hostPath" in v]
     assert host_paths == [{"path": "/opt/dlami/nvme/warmstart", "type": "DirectoryOrCreate"}]
     owner = job["metadata"]["ownerReferences"][0]
-    assert owner["kind"] == "ModelDataCacheConfig" and owner["controller"] is False
+    assert owner["kind"] == "ModelDataCacheConfig" and owner["controller"] is True
     assert job["metadata"]["labels"][labels.NODE_LABEL] == NODE
     container = pod["containers"][0]
     assert container["terminationMessagePolicy"] == "File"
@@ -146,7 +146,9 @@ def job_body(conditions: list[dict[str, str]], **status: Any) -> dict[str, Any]:
             "uid": "job-uid",
             "labels": {labels.NODE_LABEL: "n1", labels.ROLE_LABEL: "preload", jobs.ATTEMPT_LABEL: "2"},
             "annotations": {jobs.GENERATION_ANNOTATION: "4"},
-            "ownerReferences": [{"kind": "ModelDataCacheConfig", "uid": "mdcc-uid"}],
+            "ownerReferences": [
+                {"apiVersion": API_VERSION, "kind": "ModelDataCacheConfig", "uid": "mdcc-uid", "controller": True}
+            ],
             "creationTimestamp": "2026-01-01T00:00:00Z",
         },
         "status": {"conditions": conditions, **status},
@@ -200,3 +202,24 @@ def test_read_result_takes_newest_pod_message_then_exit_code() -> None:
     by_code = jobs.read_result([pod("2026-01-01T00:00:00Z", "", 75)], {75: "NetworkError"})
     assert by_code is not None and by_code.reason == "NetworkError"
     assert jobs.read_result([pod("2026-01-01T00:00:00Z", "", 1)], {75: "NetworkError"}) is None
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"ownerReferences": None, "annotations": {jobs.OWNER_UID_ANNOTATION: "mdcc-uid"}},
+        {"ownerReferences": [{"apiVersion": API_VERSION, "kind": "ModelDataCacheConfig", "uid": "mdcc-uid"}]},
+        {
+            "ownerReferences": [
+                {"apiVersion": "x/v1", "kind": "ModelDataCacheConfig", "uid": "mdcc-uid", "controller": True}
+            ]
+        },
+    ],
+    ids=["annotation-only", "not-controller", "other-group"],
+)
+def test_a_preload_job_without_the_caches_controller_reference_belongs_to_no_cache(forged: dict[str, Any]) -> None:
+    """Labels and annotations are anyone's to set: a tenant's Job with them must not count as the cache's."""
+    body = job_body([{"type": "Complete", "status": "True"}])
+    body["metadata"]["ownerReferences"] = forged["ownerReferences"]
+    body["metadata"]["annotations"].update(forged.get("annotations", {}))
+    assert jobs.read_job(body).owner_uid == ""

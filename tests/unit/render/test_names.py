@@ -63,12 +63,12 @@ SPEC = _spec()
 
 def children(name: str) -> list[dict[str, Any]]:
     endpoint = endpoints.from_iec(ObjectRef(kind="InferenceEndpointConfig", name=name, namespace="ns", uid="u"), SPEC)
-    generation = Generation(endpoint.weights_key(), endpoint.image_key())
+    generation = Generation(endpoint.weights_key({}), endpoint.image_key())
     mdcc = ModelDataCacheConfigSpec.model_validate({"modelSourceConfig": endpoint.source.to_api()})
     owner = jobs.Owner(name=name, namespace="ns", uid="u")  # a user-made cache may have any name too
     request = jobs.PreloadRequest(owner=owner, key="0123456789ab", node="node-0", attempt=1, generation=1)
     return [
-        caches.weights_cache(endpoint),
+        caches.weights_cache(endpoint, CONTEXT),
         caches.image_cache(endpoint),
         deployments.deployment(endpoint, generation, CONTEXT),
         deployments.service(endpoint),

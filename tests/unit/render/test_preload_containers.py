@@ -55,14 +55,14 @@ def endpoint_spec(
 def model_pod(source: dict[str, Any], **changes: Any) -> dict[str, Any]:
     ref = ObjectRef(kind="InferenceEndpointConfig", name="m", namespace="ns", uid="u")
     endpoint = endpoints.from_iec(ref, endpoint_spec(source, **changes))
-    manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key(), endpoint.image_key()), CONTEXT)
+    manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key({}), endpoint.image_key()), CONTEXT)
     pod: dict[str, Any] = manifest["spec"]["template"]["spec"]
     return pod
 
 
 def job_pod(source: dict[str, Any]) -> dict[str, Any]:
     spec = ModelDataCacheConfigSpec.model_validate({"modelSourceConfig": source, "hostPath": HOST_PATH})
-    key = keys.weights_key(spec.model_source_config, spec.host_path)
+    key = keys.weights_key_in(spec.model_source_config, spec.host_path, "ns", {})
     owner = jobs.Owner(name=keys.weights_cache_name(key), namespace="ns", uid="mdcc")
     request = jobs.PreloadRequest(owner=owner, key=key, node="n1", attempt=1, generation=1, expected_bytes=SIZE)
     pod: dict[str, Any] = jobs.preload_job(request, spec, CONTEXT, [64])["spec"]["template"]["spec"]

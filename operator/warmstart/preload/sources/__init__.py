@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from warmstart.api import preloading
@@ -93,6 +93,12 @@ class Source(Protocol):
 
     def verifier(self, file: RemoteFile) -> Callable[[str], None]:
         """A check of a downloaded file at a path; raises PreloadError(ChecksumMismatch)."""
+        ...
+
+    def authorize(self, paths: Sequence[str]) -> None:
+        """Check, cheaply (one request or stat), that this pod may read the source; `paths` are the cached files.
+
+        Raises PreloadError (AccessDenied, NotFound, SecretMissing, ...) when it may not."""
         ...
 
 

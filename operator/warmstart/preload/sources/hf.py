@@ -16,11 +16,11 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import concurrent.futures
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
-from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]
@@ -91,7 +91,7 @@ def error(exc: BaseException, what: str, has_token: bool) -> PreloadError:
     if isinstance(exc, httpx2.HTTPError | ConnectionError | TimeoutError | hf_errors.LocalEntryNotFoundError):
         return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: cannot reach the Hub")
     if isinstance(exc, OSError) and store.is_enospc(exc):
-        return PreloadError(Reason.INSUFFICIENT_CAPACITY, f"{what}: the disk filled up during the download")
+        return store.disk_full(what, exc)
     return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}")
 
 
@@ -209,6 +209,18 @@ class HubSource:
                 verifying.git_blob_sha1(path, file.git_sha1, what)
 
         return verify
+
+    def authorize(self, paths: Sequence[str]) -> None:
+        """A model without a token Secret is public: nothing to check. Otherwise HEAD one file with this pod's token."""
+        if self.model.token_secret_ref is None or not paths:
+            return
+        revision = self.commit or "main"
+        what = f"huggingface {self.repo}@{revision}/{paths[0]}"
+        try:
+            url = hf_hub_url(self.repo, paths[0], revision=revision, endpoint=self.endpoint)
+            get_hf_file_metadata(url, token=self.token or False)
+        except Exception as exc:
+            raise error(exc, what, bool(self.token)) from exc
 
 
 def _counter_class(on_bytes: OnBytes) -> type:

@@ -12,12 +12,12 @@ import concurrent.futures
 import errno
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload import store, verifying
+from warmstart.preload import nofollow, store, verifying
 from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location
 
@@ -103,7 +103,7 @@ class LocalSource:
         lock = threading.Lock()
         tasks: list[tuple[RemoteFile, int, int]] = []
         for file in sorted(files, key=lambda f: -f.size):
-            with open(part_path(file), "wb") as f:
+            with os.fdopen(nofollow.open_write(part_path(file)), "wb") as f:
                 f.truncate(file.size)
             ranges = [(off, min(part, file.size - off)) for off in range(0, file.size, part)] or [(0, 0)]
             remaining[file.path] = len(ranges)
@@ -114,7 +114,7 @@ class LocalSource:
                 _copy_range(file.ref, part_path(file), offset, length, on_bytes)
             except OSError as exc:
                 if store.is_enospc(exc):
-                    raise PreloadError(Reason.INSUFFICIENT_CAPACITY, f"{self.kind}: the disk filled up: {exc}") from exc
+                    raise store.disk_full(f"{self.kind}: {file.path}", exc) from exc
                 raise PreloadError(Reason.NETWORK_ERROR, f"{self.kind}: reading {file.path}: {exc}") from exc
             with lock:
                 remaining[file.path] -= 1
@@ -140,9 +140,23 @@ class LocalSource:
 
         return verify
 
+    def authorize(self, paths: Sequence[str]) -> None:
+        """The volume is mounted in this pod (the kubelet mounted it for this namespace): stat one cached file."""
+        mount = os.path.realpath(self.mount_root)
+        if not os.path.isdir(mount) or not paths:
+            raise PreloadError(Reason.NOT_FOUND, f"{self.kind}: nothing is mounted at {self.mount_root}")
+        base = self._resolve(self.base, mount) if os.path.lexists(self.base) else self.base
+        candidate = base if os.path.isfile(base) else os.path.join(base, paths[0])
+        try:
+            os.stat(self._resolve(candidate, mount))
+        except OSError as exc:
+            raise PreloadError(
+                Reason.NOT_FOUND, f"{self.kind}: {paths[0]} is not readable on this pod's volume: {exc.strerror}"
+            ) from exc
+
 
 def _copy_range(src: str, dst: str, offset: int, length: int, on_bytes: OnBytes) -> None:
-    with open(src, "rb", buffering=0) as fin, open(dst, "r+b", buffering=0) as fout:
+    with open(src, "rb", buffering=0) as fin, os.fdopen(nofollow.open_fd(dst, os.O_RDWR), "r+b", buffering=0) as fout:
         done = 0
         try:
             while done < length:

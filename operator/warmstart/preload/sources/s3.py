@@ -12,7 +12,7 @@ import functools
 import logging
 import posixpath
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import boto3
@@ -103,7 +103,7 @@ def error(exc: BaseException, what: str) -> PreloadError:
     if isinstance(exc, botocore.exceptions.BotoCoreError | ConnectionError | TimeoutError):
         return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
     if isinstance(exc, OSError) and store.is_enospc(exc):
-        return PreloadError(Reason.INSUFFICIENT_CAPACITY, f"{what}: the disk filled up during the download: {exc}")
+        return store.disk_full(what, exc)
     return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
 
 
@@ -242,20 +242,44 @@ class S3Source:
         submitted = waited = 0
         stopped = True
         manager = create_transfer_manager(self.client, config)
+        futures: list[Any] = []
         try:
             for file in sorted(files, key=lambda f: -f.size):  # large files first: the tail is small files in parallel
                 sub = _Subscriber(file, on_bytes, on_done, failures, lock, settled, self.uri(file.ref))
-                manager.download(self.bucket, file.ref, part_path(file), subscribers=[sub])
+                futures.append(manager.download(self.bucket, file.ref, part_path(file), subscribers=[sub]))
                 submitted += 1
             while waited < submitted and not failures:  # one failure fails the preload: stop fetching the rest
                 waited += settled.acquire(timeout=0.5)
             stopped = bool(failures)
         finally:
-            manager.shutdown(cancel=stopped)
+            if stopped:  # cancel each transfer: shutdown(cancel=True) passes its arguments wrongly in s3transfer
+                for future in futures:
+                    future.cancel()
+            manager.shutdown()
             for _ in range(submitted - waited):
                 settled.acquire()
         if failures:
             raise sorted(failures, key=lambda f: f.reason in {Reason.NETWORK_ERROR})[0]
+
+    def authorize(self, paths: Sequence[str]) -> None:
+        """HEAD one cached object with this pod's credentials (s3:GetObject, what a download needs)."""
+        if not paths:
+            raise PreloadError(Reason.NOT_FOUND, f"{self.uri()}: nothing to check access against")
+        prefix = self.location + "/" if self.location and not self.location.endswith("/") else self.location
+        candidates = [prefix + paths[0]]
+        if self.location and not self.location.endswith("/") and posixpath.basename(self.location) == paths[0]:
+            candidates.insert(0, self.location)  # modelLocation may name the one object
+        found: PreloadError | None = None
+        for key in candidates:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=key)
+                return
+            except Exception as exc:
+                found = error(exc, self.uri(key))
+                if found.reason != Reason.NOT_FOUND:
+                    raise found from exc
+        assert found is not None
+        raise found
 
     def part_size_hint(self, file: RemoteFile) -> int | None:
         """The size of part 1 of a multipart object, as the store reports it (None if it does not)."""
