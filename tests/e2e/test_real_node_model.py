@@ -136,8 +136,9 @@ def test_model_pods_run_the_simulator_from_the_warm_cache(
         (worker,) = pod.spec.containers
         assert worker.args[:1] == ["sim"] and "--model-dir" in worker.args
         assert [m.mount_path for m in worker.volume_mounts if m.name == "model-weights"] == [realstack.MOUNT_PATH]
-        (init,) = pod.status.init_container_statuses
-        assert init.name == deployments.INIT_CONTAINER
+        owner, init = pod.status.init_container_statuses
+        assert (owner.name, init.name) == (preload_containers.OWNERSHIP_CONTAINER, deployments.INIT_CONTAINER)
+        assert _terminated(owner).exit_code == 0  # the directory is 65532's already: one stat
         terminated = _terminated(init)
         assert terminated.exit_code == 0
         result = json.loads(terminated.message)
