@@ -176,9 +176,22 @@ class Stack:
 
 
 def sim_endpoint(
-    name: str, stack: Stack, model: Model, *, replicas: int, weights: bool, host_path: str, router: bool
+    name: str,
+    stack: Stack,
+    model: Model,
+    *,
+    replicas: int,
+    weights: bool,
+    host_path: str,
+    router: bool,
+    kubernetes: dict[str, Any] | None = None,
+    max_deploy_seconds: int | None = None,
 ) -> dict[str, Any]:
-    """An endpoint whose model server is `warmstart sim` from the project image, reading the cache at MOUNT_PATH."""
+    """An endpoint whose model server is `warmstart sim` from the project image, reading the cache at MOUNT_PATH.
+
+    ``kubernetes`` is the endpoint's `kubernetes` block (e.g. tolerations for its pods); ``max_deploy_seconds`` its
+    `maxDeployTimeInSeconds` (how long the gate waits for the weights cache).
+    """
     real = stack.real
     spec: dict[str, Any] = {
         "modelName": name,
@@ -217,6 +230,10 @@ def sim_endpoint(
     }
     if router:
         spec["intelligentRoutingSpec"] = {"enabled": True, "routingStrategy": "prefixaware"}
+    if kubernetes is not None:
+        spec["kubernetes"] = kubernetes
+    if max_deploy_seconds is not None:
+        spec["maxDeployTimeInSeconds"] = max_deploy_seconds
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferenceEndpointConfig",
@@ -225,11 +242,16 @@ def sim_endpoint(
     }
 
 
-def chart_values(stack_namespace: str, image: str, suffix: str, s3: objectstore.Endpoint) -> dict[str, Any]:
+def chart_values(
+    stack_namespace: str, image: str, suffix: str, s3: objectstore.Endpoint, hostpath_root: pathlib.Path
+) -> dict[str, Any]:
     repository, tag = image.rsplit(":", 1)
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
         "watchNamespaces": [stack_namespace],
+        # the session's own directory on the real node: endpoints' hostPaths lie under it (the admission policy and
+        # the operator refuse any other root)
+        "cache": {"allowedHostPaths": [str(hostpath_root)]},
         "operator": {"resyncSeconds": 2},
         "nodeSelector": REAL_SELECTOR,
         "router": {"nodeSelector": REAL_SELECTOR},
@@ -254,7 +276,7 @@ def install(
     hostpath_root = pathlib.Path(real.hostpath_root) / namespace
     stack = Stack(cluster, api, namespace, f"ws-{suffix}", image, shellless, bucket, hostpath_root)
     values = work / "values.yaml"
-    values.write_text(yaml.safe_dump(chart_values(namespace, image, suffix, real.s3)))
+    values.write_text(yaml.safe_dump(chart_values(namespace, image, suffix, real.s3, hostpath_root)))
     helming.run_helm(
         helm,
         pathlib.Path(cluster.kubeconfig),

@@ -1,18 +1,21 @@
 """An endpoint on the real node, end to end: the preload Job downloads a 1 GB model from the S3 server into the
 hostPath, the project image is pre-pulled, two `warmstart sim` model pods start from the warm cache (reading every
-weight file before they report ready), the router sends real requests to them, and a cold node's init container
-downloads the model itself.
+weight file before they report ready), the router sends real requests to them, and on a cold node (weights caching
+on, but tainted so no preload Job prepared it) the model pod's own init containers download the model into the node
+cache.
 
 The model is uploaded and preloaded once for the module (``seed``); the tests then look at what that run left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
 import json
 import pathlib
+import shutil
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -20,11 +23,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+import helming
 import realstack
 from warmstart.api import GROUP, VERSION, nodelabels
-from warmstart.api.caches import MIC_PLURAL
+from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import deployments, keys, labels
+from warmstart.render import deployments, keys, labels, names, preload_containers, security
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
@@ -132,8 +136,9 @@ def test_model_pods_run_the_simulator_from_the_warm_cache(
         (worker,) = pod.spec.containers
         assert worker.args[:1] == ["sim"] and "--model-dir" in worker.args
         assert [m.mount_path for m in worker.volume_mounts if m.name == "model-weights"] == [realstack.MOUNT_PATH]
-        (init,) = pod.status.init_container_statuses
-        assert init.name == deployments.INIT_CONTAINER
+        owner, init = pod.status.init_container_statuses
+        assert (owner.name, init.name) == (preload_containers.OWNERSHIP_CONTAINER, deployments.INIT_CONTAINER)
+        assert _terminated(owner).exit_code == 0  # the directory is 65532's already: one stat
         terminated = _terminated(init)
         assert terminated.exit_code == 0
         result = json.loads(terminated.message)
@@ -181,17 +186,93 @@ def test_router_runs_on_the_real_node_and_routes_requests_to_the_simulator_pods(
         assert len(replicas) == 1, f"requests sharing prefix {group} went to {replicas}"
 
 
-def test_cold_node_init_container_downloads_from_s3_and_the_pod_starts(
+#: a taint the preload Jobs do not tolerate: the planner gives the tainted node no Job, the cold endpoint's pods
+#: tolerate it, so they land on a node whose cache root no Job ever prepared
+COLD_TAINT = {"key": "warmstart.io/e2e-cold", "value": "true", "effect": "NoSchedule"}
+
+
+@contextlib.contextmanager
+def _tainted(core: client.CoreV1Api, node: str, taint: dict[str, str]) -> Iterator[None]:
+    """The node with ``taint`` added for the block; only that taint is removed afterwards."""
+
+    def taints() -> list[dict[str, Any]]:
+        found = core.read_node(node).spec.taints or []
+        return [core.api_client.sanitize_for_serialization(t) for t in found if t.key != taint["key"]]
+
+    core.patch_node(node, {"spec": {"taints": [*taints(), taint]}})
+    try:
+        yield
+    finally:
+        core.patch_node(node, {"spec": {"taints": taints() or None}})
+
+
+def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
     real_stack: realstack.Stack, real_core: client.CoreV1Api
 ) -> None:
-    """Weights caching off: nothing preloads, so the init container fetches the model into the pod's volume itself."""
-    cold = _deploy(real_stack, "cold", COLD_SIZES, seed=7, replicas=1, weights=False, router=False)
-    (pod,) = real_stack.ready_pods(cold.pod_selector(), 1)
-    assert pod.spec.node_name == real_stack.node
-    (init,) = pod.status.init_container_statuses
-    terminated = _terminated(init)
-    assert terminated.exit_code == 0
-    result = json.loads(terminated.message)
-    assert result["reason"] == "Downloaded", result
-    assert result["bytes"] == cold.model.total_bytes
-    real_stack.wait_state("cold", "DeploymentComplete")
+    """Weights caching ON, but the node got no preload Job: the model pod's own init containers fill the cache."""
+    name = "cold"
+    model = realstack.upload_model(real_stack.real.s3, real_stack.bucket, f"models/{name}", COLD_SIZES, 7)
+    host_path = real_stack.hostpath_root / name
+    assert not host_path.exists()
+    toleration = {**COLD_TAINT, "operator": "Equal"}
+    manifest = realstack.sim_endpoint(
+        name,
+        real_stack,
+        model,
+        replicas=1,
+        weights=True,
+        host_path=str(host_path),
+        router=False,
+        kubernetes={"tolerations": [toleration]},
+        max_deploy_seconds=0,  # no target node means the gate would wait; 0 deploys at once (Degraded)
+    )
+    key = keys.weights_key(ModelSourceConfig.model_validate(manifest["spec"]["modelSourceConfig"]), str(host_path))
+    cache_name = keys.weights_cache_name(key)
+    cache_label = names.label_value(cache_name)
+    objects = client.CustomObjectsApi(real_stack.api)
+    with _tainted(real_core, real_stack.node, COLD_TAINT):
+        try:
+            real_stack.create_endpoint(manifest)
+
+            def untargeted() -> dict[str, Any] | None:
+                mdcc = helming.get_or_none(
+                    lambda: objects.get_namespaced_custom_object(
+                        GROUP, VERSION, real_stack.namespace, MDCC_PLURAL, cache_name
+                    )
+                )
+                status = (mdcc or {}).get("status") or {}
+                return status if "targetNodes" in status and status["targetNodes"] == 0 else None
+
+            # the tainted node is no target of the cache: no Job prepares it
+            realstack.eventually(untargeted, "the cold cache to have no target node", explain=real_stack.describe)
+            (pod,) = real_stack.ready_pods(f"{labels.ENDPOINT_LABEL}={name},{labels.COMPONENT}=model-server", 1)
+            assert pod.spec.node_name == real_stack.node
+            owner, preload = pod.status.init_container_statuses
+            assert (owner.name, preload.name) == (preload_containers.OWNERSHIP_CONTAINER, deployments.INIT_CONTAINER)
+            assert _terminated(owner).exit_code == 0
+            terminated = _terminated(preload)
+            assert terminated.exit_code == 0
+            result = json.loads(terminated.message)
+            assert result["reason"] == "Downloaded", result
+            assert (result["bytes"], result["files"]) == (model.total_bytes, len(COLD_SIZES)), result
+            log = real_core.read_namespaced_pod_log(pod.metadata.name, real_stack.namespace, container="worker")
+            assert f"loaded {len(COLD_SIZES)} files, {model.total_bytes} bytes" in log, log
+            jobs = client.BatchV1Api(real_stack.api).list_namespaced_job(real_stack.namespace).items
+            ours = [j.metadata.name for j in jobs if (j.metadata.labels or {}).get(labels.MDCC_LABEL) == cache_label]
+            assert not ours, ours
+
+            # on the host: the cache the pod filled, owned by the non-root preload's uid, with the uploaded bytes
+            cache_dir = host_path / "warmstart"
+            weights = cache_dir / "weights" / key
+            for path in (cache_dir, weights, *(weights / f.path for f in model.files)):
+                assert (path.stat().st_uid, path.stat().st_gid) == (security.CACHE_UID, security.CACHE_UID), path
+            for uploaded in model.files:
+                digest = hashlib.sha256((weights / uploaded.path).read_bytes()).hexdigest()
+                assert digest == uploaded.sha256, uploaded.path
+            assert not (real_core.read_node(real_stack.node).metadata.labels or {}).get(
+                nodelabels.weights_ready_label(key)
+            ), "only the operator's Jobs label a node"
+        finally:
+            objects.delete_namespaced_custom_object(GROUP, VERSION, real_stack.namespace, realstack.PLURAL, name)
+            realstack.eventually(lambda: real_stack.endpoint(name) is None, "the cold endpoint to be deleted", 120)
+            shutil.rmtree(host_path, ignore_errors=True)

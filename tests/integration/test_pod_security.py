@@ -133,12 +133,14 @@ def test_each_pod_kind_is_admitted_exactly_down_to_its_documented_level(
     # the cache is why caching model pods and Jobs need privileged: baseline refuses hostPath volumes
     for kind in ("model-with-cache", "preload-job", "cleanup-job"):
         assert "hostPath volumes" in (outcome[(kind, "baseline")] or ""), outcome[(kind, "baseline")]
-    # what keeps a model pod from restricted is the hostPath and the user's model server, never warmstart's init
-    # container: it runs non-root, without capabilities, and cannot escalate
+    # what keeps a model pod from restricted is the hostPath, the CHOWN-only cache owner (with the cache only) and the
+    # user's model server, never warmstart's preload: it runs non-root, without capabilities, and cannot escalate
     for kind in ("model-with-cache", "model-without-cache"):
         rejection = outcome[(kind, "restricted")] or ""
-        assert deployments.INIT_CONTAINER not in rejection, rejection
+        assert f'"{deployments.INIT_CONTAINER}"' not in rejection, rejection
         assert '"worker"' in rejection, rejection
+    assert '"warmstart-cache-owner"' in (outcome[("model-with-cache", "restricted")] or "")
+    assert '"warmstart-cache-owner"' not in (outcome[("model-without-cache", "restricted")] or "")
     # the only root in a Job is the CHOWN-only ownership step
     assert 'container "warmstart-cache-owner"' in (outcome[("preload-job", "restricted")] or "")
     assert 'container "preload"' not in (outcome[("preload-job", "restricted")] or "")

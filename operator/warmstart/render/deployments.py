@@ -87,7 +87,10 @@ def preload_init_container(
 ) -> preload_containers.Rendered:
     """`warmstart preload --if-missing`: milliseconds on a warm node, the normal download on a cold one.
 
-    The model volume is the cache volume: the node's `<hostPath>/warmstart`, or an emptyDir when caching is off.
+    A cold node is one no preload Job reached (scale-out beyond the preloaded fleet, a tainted node). The model volume
+    is the cache volume: the node's `<hostPath>/warmstart` (created if missing), or an emptyDir when caching is off.
+    With the node cache, the Jobs' `warmstart-cache-owner` step runs first (`owner_steps`), so the non-root preload
+    can write a directory that no Job prepared.
     """
     source = endpoint.source
     size = endpoint.weights_cache.model_size_bytes if endpoint.weights_cache else None
@@ -142,7 +145,7 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
     preload = preload_init_container(endpoint, generation, context)
     pod_spec: Manifest = {
         "affinity": affinity(endpoint, generation),
-        "initContainers": [preload.container],
+        "initContainers": [*preload.owner_steps, preload.container],
         "containers": [_worker_container(endpoint, generation)],
         "volumes": preload.volumes,
     }

@@ -100,14 +100,14 @@ def _pinned(node: str) -> dict[str, Any]:
 def _pod_spec(
     spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, source: ModelSourceConfig | None
 ) -> dict[str, Any]:
-    cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path, create=True)
+    cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path)
     preload = preload_containers.render(CONTAINER, args, cache, source, ctx)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "affinity": _pinned(node),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": [preload_containers.ownership_container(cache, ctx)],
+        "initContainers": preload.owner_steps,
         "containers": [preload.container],
         "volumes": preload.volumes,
     }

@@ -5,12 +5,12 @@ get the same rights, mounts, environment, resources and termination message; onl
 cache volume (its name, and an emptyDir in its place when a model pod does not cache) come from the pod.
 
 - Non-root (uid/gid 65532) with every capability dropped, no privilege escalation, RuntimeDefault seccomp and a
-  read-only root filesystem (security.CACHE_WRITER). The Jobs hand the cache directory to that uid first
-  (`ownership_container`, root with CAP_CHOWN only); model pods never run root.
+  read-only root filesystem (security.CACHE_WRITER). Every pod that mounts the node cache (the Jobs, and model pods
+  with caching on) hands the cache directory to that uid first (`ownership_container`, root with CAP_CHOWN only):
+  a model pod on a cold node, which no Job has prepared, must be able to fill it.
 - Writable: the cache directory `<hostPath>/warmstart`, mounted at the same path as on the node (so messages and logs
-  name the node's paths), and an emptyDir at /tmp, which is also HOME. The Jobs create the directory
-  (`DirectoryOrCreate`); a model pod only mounts an existing one (`Directory`), so it waits for its node's Job
-  instead of creating a root-owned directory.
+  name the node's paths), and an emptyDir at /tmp, which is also HOME. The kubelet creates the directory when it is
+  missing (`DirectoryOrCreate`, root-owned 0755); `ownership_container` then gives it to 65532.
 - Read-only: a mounted source (fsx, kubernetesVolume) at /mnt/source, and the Hub token Secret.
 - The pod's namespace and service account reach the preload through the downward API: the manifest records who
   downloaded the files, and a pod of another identity re-checks its access to the source before using them.
@@ -63,23 +63,29 @@ class Mounted:
 
 @dataclass(frozen=True)
 class Rendered:
-    """The preload container and the volumes its pod must declare (the cache volume first)."""
+    """The preload container, the init containers its pod runs before it, and the volumes (the cache volume first)."""
 
     container: Manifest
     volumes: list[Manifest]
+    #: `warmstart-cache-owner` when the cache is the node's directory; nothing for an emptyDir
+    owner_steps: list[Manifest]
 
 
-def cache_volume(name: str, host_path: str, *, on_node: bool = True, create: bool = False) -> Mounted:
-    """The node's `<hostPath>/warmstart` (created if missing when `create`), or an emptyDir; mounted at that path."""
+def cache_volume(name: str, host_path: str, *, on_node: bool = True) -> Mounted:
+    """The node's `<hostPath>/warmstart` (created if missing), or an emptyDir; mounted at that path."""
     path = preloading.cache_dir(host_path)
     volume: Manifest = {"name": name, "emptyDir": {}}
     if on_node:
-        volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate" if create else "Directory"}}
+        volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
     return Mounted(volume, {"name": name, "mountPath": path})
 
 
 def ownership_container(cache: Mounted, ctx: RenderContext) -> Manifest:
-    """The Jobs' init container that hands the cache directory to the non-root preload (root with CAP_CHOWN only)."""
+    """The init container that hands the node's cache directory to the non-root preload (root with CAP_CHOWN only).
+
+    The same one runs first in the preload and cleanup Jobs and in model pods that cache, so a cold node's model pod
+    can fill the directory its node's Job never prepared.
+    """
     path = cache.mount["mountPath"]
     return {
         "name": OWNERSHIP_CONTAINER,
@@ -87,7 +93,7 @@ def ownership_container(cache: Mounted, ctx: RenderContext) -> Manifest:
         "imagePullPolicy": ctx.image_pull_policy,
         "command": [BUSYBOX, "sh", "-c", OWNERSHIP_SCRIPT, "sh", path],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
-        "volumeMounts": [cache.mount],
+        "volumeMounts": [dict(cache.mount)],
         "securityContext": copy.deepcopy(security.CACHE_OWNER),
     }
 
@@ -146,7 +152,10 @@ def _identity_env() -> list[Manifest]:
 def render(
     name: str, args: Sequence[str], cache: Mounted, source: ModelSourceConfig | None, ctx: RenderContext
 ) -> Rendered:
-    """The container `name` running `warmstart <args>` with the cache, /tmp and (given a source) its volumes."""
+    """The container `name` running `warmstart <args>` with the cache, /tmp and (given a source) its volumes.
+
+    With the node's cache directory, also the `warmstart-cache-owner` step the pod must run before it.
+    """
     mounted = [cache, _tmp_volume(), *(source_volumes(source) if source is not None else [])]
     container: Manifest = {
         "name": name,
@@ -161,4 +170,5 @@ def render(
         "terminationMessagePolicy": "File",
         "securityContext": copy.deepcopy(security.CACHE_WRITER),
     }
-    return Rendered(container=container, volumes=[m.volume for m in mounted])
+    owner_steps = [ownership_container(cache, ctx)] if "hostPath" in cache.volume else []
+    return Rendered(container=container, volumes=[m.volume for m in mounted], owner_steps=owner_steps)

@@ -25,8 +25,10 @@ CACHE_WRITER: dict[str, Any] = {
 }
 
 #: Hands `<hostPath>/warmstart` to CACHE_UID: the NVMe mount on HyperPod is root-owned, so only root can create the
-#: directory there, and only CAP_CHOWN can give it away. Runs in the operator's preload and cleanup Jobs only, never in
-#: a model pod: root with CHOWN alone (no DAC_OVERRIDE, no FOWNER), nothing else, for one command.
+#: directory there, and only CAP_CHOWN can give it away. Runs first in every pod that mounts the node cache: the
+#: operator's preload and cleanup Jobs, and model pods with caching on (a cold node, which no Job prepared, is filled
+#: by the model pod itself). Root with CHOWN alone (no DAC_OVERRIDE, no FOWNER), one fixed command, never the model
+#: server.
 CACHE_OWNER: dict[str, Any] = {
     "runAsUser": 0,
     "allowPrivilegeEscalation": False,

@@ -77,35 +77,40 @@ def without_names(container: dict[str, Any], cache_volume: str) -> dict[str, Any
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_init_container_is_the_job_container_for_every_source(source: str) -> None:
-    init, job = model_pod(SOURCES[source])["initContainers"][0], job_pod(SOURCES[source])["containers"][0]
-    assert (init["name"], job["name"]) == ("warmstart-preload", "preload")
-    assert without_names(init, "model-weights") == without_names(job, jobs.CACHE_VOLUME)
+    (owner, init), job = model_pod(SOURCES[source])["initContainers"], job_pod(SOURCES[source])
+    assert (init["name"], job["containers"][0]["name"]) == ("warmstart-preload", "preload")
+    assert without_names(init, "model-weights") == without_names(job["containers"][0], jobs.CACHE_VOLUME)
+    # the cache's owner runs first in both pods, and is the same container
+    assert without_names(owner, "model-weights") == without_names(job["initContainers"][0], jobs.CACHE_VOLUME)
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_model_pod_declares_the_job_volumes_with_the_model_volume_as_cache(source: str) -> None:
     model_volumes, job_volumes = model_pod(SOURCES[source])["volumes"], job_pod(SOURCES[source])["volumes"]
-    # the Job creates the node directory; a model pod only mounts it once its node's Job has handed it to 65532
+    # a model pod on a cold node (no Job ever ran there) must not wait for a directory that never appears
     assert job_volumes[0]["hostPath"]["type"] == "DirectoryOrCreate"
-    assert model_volumes[0] == {
-        **job_volumes[0],
-        "name": "model-weights",
-        "hostPath": {**job_volumes[0]["hostPath"], "type": "Directory"},
-    }
+    assert model_volumes[0] == {**job_volumes[0], "name": "model-weights"}
     assert model_volumes[1:] == job_volumes[1:]
 
 
-def test_no_model_pod_container_runs_as_root_and_only_jobs_hold_chown() -> None:
+def test_only_the_cache_owner_step_runs_as_root_and_it_holds_chown_alone() -> None:
     for source in SOURCES.values():
-        pod = model_pod(source)
-        for container in pod["initContainers"]:
-            context = container["securityContext"]
-            assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
-            assert context["capabilities"] == {"drop": ["ALL"]}
-        (owner,) = job_pod(source)["initContainers"]
-        assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
-        assert owner["command"][-1] == f"{HOST_PATH}/warmstart"  # an argument, never spliced into the script
-        assert owner["volumeMounts"] == [{"name": jobs.CACHE_VOLUME, "mountPath": f"{HOST_PATH}/warmstart"}]
+        for pod, preload in ((model_pod(source), "warmstart-preload"), (job_pod(source), "preload")):
+            owner, *rest = pod["initContainers"] + pod["containers"]
+            assert owner["name"] == "warmstart-cache-owner"
+            assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+            assert owner["securityContext"]["allowPrivilegeEscalation"] is False
+            assert owner["command"][-1] == f"{HOST_PATH}/warmstart"  # an argument, never spliced into the script
+            assert [m["mountPath"] for m in owner["volumeMounts"]] == [f"{HOST_PATH}/warmstart"]
+            (writer,) = [c for c in rest if c["name"] == preload]
+            assert writer["securityContext"]["runAsNonRoot"] is True and writer["securityContext"]["runAsUser"] != 0
+            assert writer["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_model_server_mounts_the_node_cache_read_only_and_has_no_owner_step_without_caching() -> None:
+    (server,) = model_pod(SOURCES["s3"])["containers"]
+    assert [m["readOnly"] for m in server["volumeMounts"] if m["name"] == "model-weights"] == [True]
+    assert [c["name"] for c in model_pod(SOURCES["s3"], cache=False)["initContainers"]] == ["warmstart-preload"]
 
 
 def test_preload_is_non_root_without_rights_on_a_read_only_root_with_tmp_as_home() -> None:
@@ -130,7 +135,7 @@ def test_preload_is_non_root_without_rights_on_a_read_only_root_with_tmp_as_home
 
 def test_cache_is_mounted_at_its_node_path_and_is_an_empty_dir_when_caching_is_off() -> None:
     pod = model_pod(SOURCES["s3"], cache=False)
-    init = pod["initContainers"][0]
+    (init,) = pod["initContainers"]
     assert pod["volumes"][0] == {"name": "model-weights", "emptyDir": {}}
     assert init["volumeMounts"][0] == {"name": "model-weights", "mountPath": f"{HOST_PATH}/warmstart"}
     assert init["args"][init["args"].index("--root") + 1] == HOST_PATH
@@ -161,7 +166,7 @@ def test_source_volumes_follow_the_source_type_not_leftover_blocks() -> None:
     assert preload_containers.source_volumes(ModelSourceConfig.model_validate(stale)) == []
     pod = model_pod(stale)
     assert [v["name"] for v in pod["volumes"]] == ["model-weights", preload_containers.TMP_VOLUME]
-    assert "--mount-root" not in pod["initContainers"][0]["args"]
+    assert "--mount-root" not in pod["initContainers"][-1]["args"]
 
 
 @pytest.mark.parametrize(
