@@ -56,14 +56,14 @@ def _block(name: str) -> bytes:
 
 
 def chunks(name: str, size: int, chunk: int = _PART) -> Iterator[bytes]:
-    """The content of file ``name`` of ``size`` bytes, ``chunk`` bytes at a time."""
+    """The content of file ``name`` of ``size`` bytes, ``chunk`` bytes at a time (the same bytes for any ``chunk``)."""
     block = _block(name)
-    left = size
-    while left > 0:
-        take = min(chunk, left)
-        data = (block * (take // len(block) + 1))[:take]
-        yield data
-        left -= take
+    offset = 0
+    while offset < size:
+        take = min(chunk, size - offset)
+        start = offset % len(block)
+        yield (block[start:] + block * (take // len(block) + 1))[:take]
+        offset += take
 
 
 def upload(server: objectstore.Endpoint, bucket: str, prefix: str, total_bytes: int, shards: int = 4) -> SyntheticModel:
