@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import logging
 import pathlib
 import re
 import shutil
@@ -410,6 +411,9 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=4, help="weight files")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path(__file__).parent / "out")
     args = parser.parse_args()
+    progress = logging.getLogger("warmstart.localcluster")  # image builds and cluster start-up report progress here
+    progress.setLevel(logging.INFO)
+    progress.addHandler(logging.StreamHandler(sys.stderr))
     total = int(args.model_gib * models.GIB)
 
     with real_cluster(args.dir.resolve()) as cluster, cluster.api_client() as api:
