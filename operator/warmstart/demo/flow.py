@@ -248,17 +248,24 @@ def preload_results(demo: Demo) -> list[dict[str, Any]]:
 
 
 def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
-    """Stop the operator; on a reused cluster also remove the namespace, the kwok nodes and the cache directory."""
+    """Stop the operator; on a reused cluster first delete what the demo added, while the operator still runs (it
+    removes its finalizers and the node's cache), then the namespace, the kwok nodes and the cache directory."""
+    if reused and demo.operator is not None and demo.operator.poll() is None:
+        demo.store.delete(API_VERSION, "InferenceEndpointConfig", NAME, demo.namespace)
+        deadline = time.monotonic() + 120
+        while (demo.endpoint() or demo.pods()) and time.monotonic() < deadline:
+            time.sleep(1)
     if demo.operator is not None:
         demo.operator.terminate()
         demo.operator.wait(30)
     if not reused:
         return
+    for kind in ("InferenceEndpointConfig", "ModelDataCacheConfig", "ModelImageCache"):
+        for item in demo.store.list(API_VERSION, kind, demo.namespace):
+            if item["metadata"].get("finalizers"):  # left if the operator could not finish in time
+                patch = {"metadata": {"finalizers": None}}
+                demo.store.merge_patch(API_VERSION, kind, item["metadata"]["name"], patch, demo.namespace)
     if demo.namespace != "default":
-        demo.store.delete(API_VERSION, "InferenceEndpointConfig", NAME, demo.namespace)
-        deadline = time.monotonic() + 60
-        while demo.pods() and time.monotonic() < deadline:
-            time.sleep(1)
         demo.core.delete_namespace(demo.namespace, propagation_policy="Background")
     nodes.delete_nodes(demo.api, demo.kwok_nodes)
     shutil.rmtree(host_path, ignore_errors=True)
