@@ -196,7 +196,7 @@ def plot(samples: list[Sample], out: pathlib.Path, model_gib: float) -> list[pat
         values = [f[field] for f in medians.values()]
         ax.bar(labels, values, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    rest = [f["ready_s"] - b for f, b in zip(medians.values(), bottom, strict=True)]
+    rest = [max(0.0, f["ready_s"] - b) for f, b in zip(medians.values(), bottom, strict=True)]
     ax.bar(labels, rest, bottom=bottom, label="other (scheduling, sandbox, probes)", color="lightgrey")
     ax.axhline(GOAL * medians[COLD]["ready_s"], color="red", linestyle="--", label=f"goal: {GOAL} x cold")
     ax.set_ylabel("seconds to Ready (median)")
