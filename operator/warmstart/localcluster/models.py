@@ -72,11 +72,12 @@ def upload(server: objectstore.Endpoint, bucket: str, prefix: str, total_bytes: 
     s3 = server.client()
     files = layout(total_bytes, shards)
     config = json.dumps({"architectures": ["WarmstartSynthetic"], "total_bytes": total_bytes}).encode()
-    started = time.monotonic()
+    started, uploaded = time.monotonic(), 0
     for name, size in files.items():
         key = f"{prefix.strip('/')}/{name}"
         if _size(s3, bucket, key) == size:
             continue
+        uploaded += size
         upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
         parts = []
         for number, data in enumerate(chunks(name, size), start=1):
@@ -84,7 +85,8 @@ def upload(server: objectstore.Endpoint, bucket: str, prefix: str, total_bytes: 
             parts.append({"ETag": etag, "PartNumber": number})
         s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
     s3.upload_fileobj(io.BytesIO(config), bucket, f"{prefix.strip('/')}/config.json")
-    logger.info("model s3://%s/%s: %d bytes in %.1f s", bucket, prefix, total_bytes, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    logger.info("model s3://%s/%s: %d of %d bytes uploaded in %.1f s", bucket, prefix, uploaded, total_bytes, seconds)
     return SyntheticModel(bucket=bucket, prefix=prefix.strip("/"), files={**files, "config.json": len(config)})
 
 
