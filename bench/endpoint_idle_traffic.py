@@ -1,5 +1,7 @@
 """Idle API traffic of one endpoint (weights + image cache + router), re-applying children on every timer tick versus
-only on change, side by side. Needs a running local cluster: WARMSTART_KUBECONFIG=.cluster/kubeconfig python bench/endpoint_idle_traffic.py
+only on change, side by side. Needs a running local cluster:
+
+    WARMSTART_KUBECONFIG=.cluster/kubeconfig python bench/endpoint_idle_traffic.py
 """
 
 import os
@@ -37,16 +39,17 @@ for label, resync in (("apply every tick (before)", -1.0), ("apply on change (af
         )
         with operating.operator(kc, [ns]):
             kube.create_custom(api, body)
-            kube.wait_for(lambda: ep.status(api, ns, "idle").get("state") == "DeploymentComplete", timeout=180)
+            kube.wait_for(lambda ns=ns: ep.status(api, ns, "idle").get("state") == "DeploymentComplete", timeout=180)
             time.sleep(6)
             start, t0 = total(), time.monotonic()
             time.sleep(60)
             rate = (total() - start) / (time.monotonic() - t0)
             print(
-                f"{label}: {rate:.2f} API requests/s for one idle endpoint with caches and router (timer 2 s; all controllers)"
+                f"{label}: {rate:.2f} API requests/s for one idle endpoint with caches and router "
+                "(timer 2 s; all controllers)"
             )
             client.CustomObjectsApi(api).delete_namespaced_custom_object(
                 ep.GROUP, ep.VERSION, ns, "inferenceendpointconfigs", "idle"
             )
-            kube.wait_for(lambda: ep.endpoint(api, ns, "idle") is None, timeout=120)
+            kube.wait_for(lambda ns=ns: ep.endpoint(api, ns, "idle") is None, timeout=120)
     client.CoreV1Api(api).delete_namespace(ns)

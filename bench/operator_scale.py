@@ -8,7 +8,7 @@ For each size (nodes, caches) it creates `nodes` kwok nodes in `caches` groups o
     kopf's own watch and annotation traffic is not in it).
 Two sizes show how requests grow: with nodes + caches, not with their product.
 
-    .venv/bin/python bench/operator_scale.py                # 100/10 then 500/50; own cluster unless WARMSTART_KUBECONFIG
+    .venv/bin/python bench/operator_scale.py               # 100/10 then 500/50; own cluster unless WARMSTART_KUBECONFIG
     .venv/bin/python bench/operator_scale.py --sizes 500x50
 
 Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes.
@@ -271,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
             figures = measure(api, kubeconfig, node_count, cache_count, out)
             results.append(figures)
             print(
-                f"{figures.nodes} nodes, {figures.caches} caches: all Jobs created {figures.jobs_created_s:.1f} s after the MDCCs; "
-                f"last Job done -> all Ready {figures.last_job_to_ready_s:.1f} s; create -> all Ready {figures.create_to_ready_s:.1f} s; "
+                f"{figures.nodes} nodes, {figures.caches} caches: "
+                f"all Jobs created {figures.jobs_created_s:.1f} s after the MDCCs; "
+                f"last Job done -> all Ready {figures.last_job_to_ready_s:.1f} s; "
+                f"create -> all Ready {figures.create_to_ready_s:.1f} s; "
                 f"peak RSS {figures.peak_rss_mb:.0f} MB; API requests {figures.total_requests} {figures.requests} "
                 f"= {figures.total_requests / (figures.nodes + figures.caches):.2f} per (node + cache)",
                 flush=True,
@@ -283,8 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(results) >= 2:
         small, large = results[0], results[-1]
         print(
-            f"requests grew {large.total_requests / small.total_requests:.2f}x for {(large.nodes + large.caches) / (small.nodes + small.caches):.2f}x "
-            f"nodes + caches (the product grew {(large.nodes * large.caches) / (small.nodes * small.caches):.0f}x)"
+            f"requests grew {large.total_requests / small.total_requests:.2f}x "
+            f"for {(large.nodes + large.caches) / (small.nodes + small.caches):.2f}x nodes + caches "
+            f"(the product grew {(large.nodes * large.caches) / (small.nodes * small.caches):.0f}x)"
         )
     return 0
 

@@ -169,7 +169,8 @@ BASELINE = """
 import os, sys, time, boto3
 bucket, dest, endpoint, fsync = sys.argv[1:5]
 s3 = boto3.client("s3", endpoint_url=endpoint)
-keys = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="model/") for o in p.get("Contents", [])]
+pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="model/")
+keys = [o["Key"] for p in pages for o in p.get("Contents", [])]
 t0 = time.monotonic()
 for k in keys:
     path = os.path.join(dest, k[len("model/"):])

@@ -119,7 +119,8 @@ class FileS3Server:
         keys = [k for k in keys if k.startswith(prefix)]
         contents = "".join(
             f"<Contents><Key>{escape(k)}</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>"
-            f"<ETag>&quot;{self.etags[bucket + '/' + k]}&quot;</ETag><Size>{os.path.getsize(os.path.join(self.dir, bucket, k))}</Size>"
+            f"<ETag>&quot;{self.etags[bucket + '/' + k]}&quot;</ETag>"
+            f"<Size>{os.path.getsize(os.path.join(self.dir, bucket, k))}</Size>"
             f"<StorageClass>STANDARD</StorageClass></Contents>"
             for k in keys
         )

@@ -59,7 +59,7 @@ def routers_for(quick: bool, with_sglang: bool) -> list[str]:
         names[1:1] = ["warmstart roundrobin", "warmstart leastoutstanding", "warmstart session"]
     if with_sglang:
         names += ["sglang cache_aware", "sglang random"]
-    return names + ["ideal"]
+    return [*names, "ideal"]
 
 
 def offline_random_hit_ratio(cfg: dict[str, object]) -> float:
@@ -350,7 +350,8 @@ def render(
                 lines.append(
                     f"| {label} | {rate}/s | {stats[f'raw_p50@{rate}']:.3f} | {stats[f'raw_p99@{rate}']:.3f} | "
                     f"{added50:.3f} | {added99:.3f} | {cpu:.3f} | "
-                    f"{stats.get(f'inside_p50@{rate}', math.nan):.2f} / {stats.get(f'inside_p99@{rate}', math.nan):.2f} | "
+                    f"{stats.get(f'inside_p50@{rate}', math.nan):.2f} / "
+                    f"{stats.get(f'inside_p99@{rate}', math.nan):.2f} | "
                     f"{stats[f'errors@{rate}']:.0f} |"
                 )
         lines.append("")

@@ -13,7 +13,7 @@
 #   skopeo, umoci                   copy and assemble OCI images (pause, shell-less test images)
 #   busybox-static                  the static no-op binary the image carries
 #   iptables, conntrack             host networking the kubelet and kube-proxy program
-#   gcc, libc6-dev                  compile the static pause (sandbox) image (localcluster/images/pause.c)
+#   gcc, libc6-dev                  compile the static pause (sandbox) and shell-less images (localcluster/programs/*.c)
 set -euo pipefail
 
 packages=(

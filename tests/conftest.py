@@ -102,7 +102,7 @@ class RealClusters:
         self._directory.mkdir(parents=True)
         try:
             return running.up(self._directory, real_nodes=1, timeout=300.0)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - any start failure fails the test with its reason
             self._directory = None
             pytest.fail(f"the real node did not start: {error}")
 

@@ -192,7 +192,7 @@ def rate(bytes_per_second: float) -> str:
 
 def duration(seconds: float) -> str:
     """'42s', '4m 00s', '1h 05m'."""
-    whole = int(round(seconds))
+    whole = round(seconds)
     if whole < 60:
         return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
     minutes, secs = divmod(whole, 60)
@@ -265,7 +265,10 @@ def as_json(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: floa
 
 
 def source_bytes(source: ModelSourceConfig) -> int:
-    """Measure a source with the preloader's own listing: S3 (honours AWS_ENDPOINT_URL_S3 and s3Storage.endpointUrl) or the Hub."""
+    """Measure a source with the preloader's own listing: S3 or the Hub.
+
+    S3 honours AWS_ENDPOINT_URL_S3 and s3Storage.endpointUrl.
+    """
     if source.model_source_type not in (ModelSourceType.S3, ModelSourceType.HUGGINGFACE):
         raise PlanError(f"cannot list a {source.model_source_type.value} source from here: give the size with --size")
     try:
@@ -278,8 +281,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="warmstart plan",
         description="Plan NVMe capacity, first-fill and warm-start times for a model across instance types.",
-        epilog="Exit status: 0 when the model fits every --instance-type given (or, without any, at least one type in the "
-        "table), 1 when it does not, 2 on bad input or a source that cannot be listed.",
+        epilog="Exit status: 0 when the model fits every --instance-type given (or, without any, at least one type "
+        "in the table), 1 when it does not, 2 on bad input or a source that cannot be listed.",
     )
     size = parser.add_mutually_exclusive_group(required=True)
     size.add_argument("--size", help="model size, e.g. 300GB, 1.5TB, 512GiB (decimal GB = 10^9 bytes)")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import pathlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 
 import helming
 import kube
@@ -62,6 +63,15 @@ def _release_objects(api: client.ApiClient, release: str, namespaces: list[str])
         f"ClusterRoleBinding/{o.metadata.name}" for o in rbac.list_cluster_role_binding(label_selector=selector).items
     ]
     found += [f"PriorityClass/{o.metadata.name}" for o in scheduling.list_priority_class(label_selector=selector).items]
+    admission = client.AdmissionregistrationV1Api(api)
+    found += [
+        f"ValidatingAdmissionPolicy/{o.metadata.name}"
+        for o in admission.list_validating_admission_policy(label_selector=selector).items
+    ]
+    found += [
+        f"ValidatingAdmissionPolicyBinding/{o.metadata.name}"
+        for o in admission.list_validating_admission_policy_binding(label_selector=selector).items
+    ]
     for ns in namespaces:
         found += [
             f"Deployment/{ns}/{o.metadata.name}"
@@ -78,11 +88,65 @@ def _release_objects(api: client.ApiClient, release: str, namespaces: list[str])
             f"RoleBinding/{ns}/{o.metadata.name}"
             for o in rbac.list_namespaced_role_binding(ns, label_selector=selector).items
         ]
+        found += [f"Role/{ns}/{o.metadata.name}" for o in rbac.list_namespaced_role(ns, label_selector=selector).items]
         found += [
             f"Secret/{ns}/{o.metadata.name}"
             for o in core.list_namespaced_secret(ns, label_selector=f"name={release}").items
         ]
     return found
+
+
+def _forbidden(call: Callable[[], Any]) -> client.ApiException:
+    try:
+        call()
+    except client.ApiException as error:
+        return error
+    raise AssertionError("the call was allowed")
+
+
+def _check_confinement(
+    admin: client.ApiClient, sa_kubeconfig: pathlib.Path, namespace: str, node: str, seed: dict[str, Any]
+) -> None:
+    """The chart's namespaced mode and policies, as the operator's own ServiceAccount meets them."""
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(admin).create_namespace({"metadata": {"name": other, "labels": {"warmstart.io/test": "true"}}})
+    operator_api = config.new_client_from_config(config_file=str(sa_kubeconfig))
+    try:
+        # RBAC: full rights in the watched namespace, none in another one
+        assert client.BatchV1Api(operator_api).list_namespaced_job(namespace) is not None
+        config_map = {"metadata": {"name": "probe"}}
+        for call in (
+            lambda: client.BatchV1Api(operator_api).list_namespaced_job(other),
+            lambda: client.CoreV1Api(operator_api).create_namespaced_config_map(other, config_map),
+            lambda: client.AppsV1Api(operator_api).list_namespaced_deployment(other),
+            lambda: client.RbacAuthorizationV1Api(operator_api).list_namespaced_role_binding(other),
+            lambda: client.CoreV1Api(operator_api).list_namespaced_secret(namespace),
+        ):
+            assert _forbidden(call).status == 403
+        # nodes: its own cache labels only; never another label, a taint or an annotation
+        nodes_api = client.CoreV1Api(operator_api)
+        nodes_api.patch_node(node, {"metadata": {"labels": {"cache.inference.sagemaker.aws.amazon.com/probe": "x"}}})
+        nodes_api.patch_node(node, {"metadata": {"labels": {"cache.inference.sagemaker.aws.amazon.com/probe": None}}})
+        for patch in (
+            {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}},
+            {"metadata": {"labels": {nodes.INSTANCE_TYPE_LABEL: "ml.p5.48xlarge"}}},
+            {"metadata": {"annotations": {"evil": "1"}}},
+            {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}},
+            {"spec": {"unschedulable": True}},
+        ):
+            error = _forbidden(lambda patch=patch: nodes_api.patch_node(node, patch))  # type: ignore[misc]
+            assert "the warmstart operator may" in json.loads(error.body)["message"], error.body
+        # admission: a cache root the values do not allow is refused at create time
+        escape = json.loads(json.dumps(seed))
+        escape["metadata"] = {"name": "escape", "namespace": namespace}
+        escape["spec"]["modelCacheConfig"]["weightsCache"]["hostPath"] = "/var/lib/kubelet"
+        error = _forbidden(
+            lambda: helming.custom(admin).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, escape)
+        )
+        assert "is not an allowed cache root" in json.loads(error.body)["message"], error.body
+    finally:
+        operator_api.close()
+        client.CoreV1Api(admin).delete_namespace(other)
 
 
 def _seed(namespace: str, instance_type: str, suffix: str) -> dict[str, Any]:
@@ -133,8 +197,15 @@ def test_install_seed_upgrade_uninstall(
         )
         fullname = f"{release}-warmstart"
         installed = _release_objects(api_client, release, [namespace])
-        for expected in (f"Deployment/{namespace}/{fullname}", f"ServiceAccount/{namespace}/{fullname}", f"RoleBinding/{namespace}/{fullname}",
-                         f"ClusterRole/{fullname}-cluster", f"ClusterRole/{fullname}-namespaced", f"PriorityClass/warmstart-prepull-{suffix}"):  # fmt: skip
+        for expected in (f"Deployment/{namespace}/{fullname}", f"ServiceAccount/{namespace}/{fullname}",
+                         f"RoleBinding/{namespace}/{fullname}",
+                         f"Role/{namespace}/{fullname}",
+                         f"ClusterRole/{fullname}-cluster", f"PriorityClass/warmstart-prepull-{suffix}"):  # fmt: skip
+            assert expected in installed, installed
+        # namespaced mode: no ClusterRole holds the namespaced permissions
+        assert f"ClusterRole/{fullname}-namespaced" not in installed, installed
+        for expected in (f"ValidatingAdmissionPolicy/{fullname}-cache-roots",
+                         f"ValidatingAdmissionPolicy/{fullname}-node-labels"):  # fmt: skip
             assert expected in installed, installed
         crd = client.ApiextensionsV1Api(api_client).read_custom_resource_definition(f"{PLURAL}.{GROUP}")
         assert crd.spec.names.kind == "InferenceEndpointConfig"
@@ -159,14 +230,25 @@ def test_install_seed_upgrade_uninstall(
             assert "Forbidden" not in operator.output(), f"the chart's RBAC refused a request:\n{operator.tail()}"
             pods = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component!=operator").items
             assert {p.spec.node_name for p in pods if p.spec.node_name} <= set(node_names)
+            _check_confinement(api_client, sa_kubeconfig, namespace, node_names[0], seed)
 
             # delete while the operator runs, so its finalizers are removed and nothing is left to block the namespace
             helming.custom(api_client).delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, "example-model"
             )
-            kube.wait_for(lambda: _state(api_client, namespace, "example-model") is None and
-                             helming.get_or_none(lambda: helming.custom(api_client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "example-model")) is None,
-                             what="the endpoint to be deleted", timeout=120)  # fmt: skip
+            kube.wait_for(
+                lambda: (
+                    _state(api_client, namespace, "example-model") is None
+                    and helming.get_or_none(
+                        lambda: helming.custom(api_client).get_namespaced_custom_object(
+                            GROUP, VERSION, namespace, PLURAL, "example-model"
+                        )
+                    )
+                    is None
+                ),
+                what="the endpoint to be deleted",
+                timeout=120,
+            )
 
         # upgrade: a changed value reaches the operator's environment; a bad value is refused and changes nothing
         helming.run_helm(

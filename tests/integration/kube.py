@@ -105,7 +105,7 @@ def seed_manifest() -> dict[str, Any]:
 
 
 def service_account_kubeconfig(api: Any, admin: Path, namespace: str, name: str, out: Path) -> Path:
-    """A kubeconfig that authenticates as a ServiceAccount (TokenRequest API), so RBAC applies as it would in-cluster."""
+    """A kubeconfig authenticating as a ServiceAccount (TokenRequest API), so RBAC applies as it would in-cluster."""
     from kubernetes import client
 
     token = (

@@ -39,7 +39,7 @@ def operator(
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(running.run(config, kubeconfig=kubeconfig, stop_flag=stop, ready_flag=ready))
-        except BaseException as error:  # surfaced in the test thread below
+        except BaseException as error:  # noqa: BLE001 - surfaced in the test thread below
             failure.append(error)
         finally:
             ready.set()

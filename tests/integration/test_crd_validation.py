@@ -100,6 +100,11 @@ CASES: list[tuple[str, Mutation, str]] = [
         _set("spec.modelCacheConfig.weightsCache.hostPath", "/opt/../etc"),
         "hostPath must not contain a '..' path segment",
     ),
+    (
+        "replicas beyond int32",
+        _set("spec.replicas", 2**31),
+        "spec.replicas in body should be less than or equal to 2147483647",
+    ),
     ("modelName not a DNS label", _set("spec.modelName", "Example_Model"), "spec.modelName: Invalid value"),
     ("modelName too long", _set("spec.modelName", "m" * 64), "spec.modelName: Too long"),
     (

@@ -40,7 +40,7 @@ class HostView:
 
 
 def host_view(cluster_dirs: tuple[pathlib.Path, ...]) -> HostView:
-    prefixes = tuple(str(d) for d in cluster_dirs) + (str(nodeplans.RUN_ROOT), "/run/netns")
+    prefixes = (*(str(d) for d in cluster_dirs), str(nodeplans.RUN_ROOT), "/run/netns")
     mountpoints = [line.split()[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()]
     cgroup_dirs = {
         str(path)

@@ -1,4 +1,4 @@
-"""Routing wiring on the real control plane: the operator renders the router; a strategy change reaches a running router live."""
+"""Routing wiring on the real control plane: the operator renders the router; a strategy change reaches it live."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ def test_strategy_change_reaches_the_running_router_without_restart(
             )
 
             port = _free_port()
-            # the router authenticates as the ServiceAccount the operator rendered, so its least-privilege Role is what it gets
+            # the router authenticates as the ServiceAccount the operator rendered,
+            # so its least-privilege Role is what it gets
             router_kubeconfig = kube.service_account_kubeconfig(
                 api_client, cluster.kubeconfig, namespace, "routed-router", tmp_path / "router.kubeconfig"
             )

@@ -191,7 +191,8 @@ class HubServer:
         if cursor + PAGE_SIZE < len(items):
             host = h.headers.get("Host")
             extra["Link"] = (
-                f'<http://{host}/api/models/{repo_id}/tree/{rev}?recursive=True&expand=False&cursor={cursor + PAGE_SIZE}>; rel="next"'
+                f"<http://{host}/api/models/{repo_id}/tree/{rev}"
+                f'?recursive=True&expand=False&cursor={cursor + PAGE_SIZE}>; rel="next"'
             )
         return self._json(h, page, head, extra)
 

@@ -73,7 +73,7 @@ def test_unpinned_model_is_pinned_to_main_for_the_download(hub: HubServer, env: 
 def test_allow_and_ignore_patterns(hub: HubServer, env: dict[str, str], root: Path) -> None:
     repo = new_repo(hub, model_files())
     source = hub_source(repo, allowPatterns=["*.json", "*.safetensors", "*.pth"], ignorePatterns=["original/*"])
-    code, result = preload("--source-json", source, "--key", "hub-pat", root=root)
+    code, _ = preload("--source-json", source, "--key", "hub-pat", root=root)
     assert code == 0
     assert set(tree_digests(cache_dir(root, "hub-pat"))) == {  # huggingface_hub's fnmatch: '*' crosses '/'
         "config.json",

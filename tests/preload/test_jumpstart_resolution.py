@@ -153,9 +153,9 @@ def test_version_selection(s3: Any, buckets: tuple[str, str], requested: str | N
 def test_unknown_id_version_and_instance_type(s3: Any, buckets: tuple[str, str]) -> None:
     with pytest.raises(jumpstart.ModelNotFound, match="'no-such-model' is not in"):
         resolve(s3, "no-such-model", None, "ml.g5.2xlarge", True)
-    with pytest.raises(jumpstart.VersionNotFound, match="no version matching '9.9.9'.*2.0.1"):
+    with pytest.raises(jumpstart.VersionNotFound, match=r"no version matching '9\.9\.9'.*2\.0\.1"):
         resolve(s3, "meta-textgeneration-llama-3-1-8b", "9.9.9", "ml.g5.2xlarge", True)
-    with pytest.raises(jumpstart.UnsupportedInstanceType, match="ml.c5.xlarge"):
+    with pytest.raises(jumpstart.UnsupportedInstanceType, match=r"ml\.c5\.xlarge"):
         resolve(s3, "huggingface-llm-mistral-7b", None, "ml.c5.xlarge", True)
 
 

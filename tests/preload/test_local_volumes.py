@@ -1,4 +1,4 @@
-"""FSx and PVC sources: a nested local tree standing in for the mount, copied in parallel ranges; symlinks kept inside."""
+"""FSx and PVC sources: a nested local tree stands in for the mount, copied in parallel ranges; symlinks kept inside."""
 
 from __future__ import annotations
 

@@ -39,3 +39,14 @@ def test_forget_starts_over() -> None:
     applying.record(memo, "uid", CHILDREN, None)
     applying.forget(memo, "uid")
     assert applying.needed(memo, "uid", CHILDREN, None)
+
+
+def test_a_rejected_rendering_is_not_sent_again_until_it_changes() -> None:
+    memo = kopf.Memo()
+    applying.record(memo, "uid", CHILDREN, None, error="Service m: spec.ports[0].port: Invalid value")
+    assert not applying.needed(memo, "uid", CHILDREN, None), "the same rejected rendering is not re-applied"
+    assert applying.rejected(memo, "uid", CHILDREN) == "Service m: spec.ports[0].port: Invalid value"
+    changed = [{**CHILDREN[0], "spec": {"ports": [{"port": 9000}]}}]
+    assert applying.needed(memo, "uid", changed, None) and applying.rejected(memo, "uid", changed) is None
+    applying.record(memo, "uid", changed, None)
+    assert applying.rejected(memo, "uid", changed) is None

@@ -217,7 +217,8 @@ def argocd_cm() -> str:
         "data": data,
     }
     header = (
-        "# Argo CD health checks for the warmstart kinds. GENERATED from health/*.lua by tests/unit/test_argocd_health.py\n"
+        "# Argo CD health checks for the warmstart kinds. "
+        "GENERATED from health/*.lua by tests/unit/test_argocd_health.py\n"
         "# (UPDATE_GOLDEN=1); edit the .lua files. Merge into your argocd-cm, e.g.\n"
         "#   kubectl -n argocd patch configmap argocd-cm --type merge --patch-file argocd-cm.yaml\n"
     )

@@ -33,6 +33,10 @@ VALUES: dict[str, dict[str, Any]] = {
         "serviceAccount": {"roleArn": "arn:aws:iam::123456789012:role/warmstart-operator"},
         "jumpstart": {"region": "us-east-1", "bucket": "my-jumpstart-mirror", "gatedBucket": "my-gated-mirror"},
         "preload": {"env": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}, "podAnnotations": {"team": "ml"}},
+        "cache": {
+            "allowedHostPaths": ["/opt/dlami/nvme", "/mnt/cache"],
+            "extraTolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+        },
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "networkPolicy": {
             "enabled": True,
@@ -119,9 +123,9 @@ def test_rbac_has_no_wildcards(helm: pathlib.Path, tmp_path: pathlib.Path, name:
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
 
-def _rules(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+def _rules(docs: list[dict[str, Any]], kind: str = "ClusterRole") -> dict[tuple[str, str], set[str]]:
     granted: dict[tuple[str, str], set[str]] = {}
-    for role in by_kind(docs, "ClusterRole"):
+    for role in by_kind(docs, kind):
         for rule in role["rules"]:
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
@@ -160,10 +164,25 @@ def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Pa
     docs = documents(template(helm, VALUES["ha"], tmp_path))
     bindings = by_kind(docs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert {b["roleRef"]["kind"] for b in bindings} == {"Role"}, "Roles in the watched namespaces, not ClusterRoles"
+    assert sorted(r["metadata"]["namespace"] for r in by_kind(docs, "Role")) == ["team-a", "team-b"]
     assert [b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")] == ["warmstart-cluster"]
     peerings = by_kind(docs, "KopfPeering")
     assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
-    assert _rules(docs)[("kopf.dev", "kopfpeerings")] >= {"get", "list", "watch", "patch"}
+    assert _rules(docs, "Role")[("kopf.dev", "kopfpeerings")] >= {"get", "list", "watch", "patch"}
+    # outside the watched namespaces: node labels, reading CRDs, namespaces (kopf) and the PriorityClass; no
+    # workload, no ConfigMap, no RBAC object, no write to anything cluster-scoped but node labels
+    cluster = _rules(docs)
+    assert cluster[("", "namespaces")] == {"get", "list", "watch"}
+    assert set(cluster) == {
+        ("", "namespaces"),
+        ("", "nodes"),
+        ("scheduling.k8s.io", "priorityclasses"),
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+    }
+    assert cluster[("scheduling.k8s.io", "priorityclasses")] == {"get", "list", "watch"}
+    assert cluster[("", "nodes")] == {"get", "list", "watch", "patch"}
+    assert ("", "secrets") not in _rules(docs, "Role")
 
 
 def test_chart_crds_are_the_generated_crds(helm: pathlib.Path) -> None:
@@ -209,9 +228,19 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.render.jumpstart_region == "us-east-1"
     assert settings.render.jumpstart_bucket == "my-jumpstart-mirror"
     assert settings.render.jumpstart_gated_bucket == "my-gated-mirror"
-    assert settings.render.preload_env == {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}
+    assert settings.render.preload_env_names == ("AWS_ENDPOINT_URL_S3",)
+    assert settings.render.preload_env_secret == "warmstart-preload-env"
+    # the value reaches tenant namespaces in a Secret only, never the operator's or a pod's spec
+    assert "http://s3.local:9000" not in json.dumps(deployment)
+    secrets = by_kind(docs, "Secret")
+    assert sorted(s["metadata"]["namespace"] for s in secrets) == ["team-a", "team-b"]
+    assert {s["stringData"]["AWS_ENDPOINT_URL_S3"] for s in secrets} == {"http://s3.local:9000"}
     assert settings.render.preload_pod_annotations == {"team": "ml"}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
+    assert settings.render.allowed_host_paths == ("/opt/dlami/nvme", "/mnt/cache")
+    assert settings.render.extra_tolerations == (
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+    )
     (account,) = by_kind(docs, "ServiceAccount")
     assert account["metadata"]["annotations"] == {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/warmstart-operator"
@@ -240,7 +269,10 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"replicaCount": 0}, "/replicaCount"),
         ({"repliaCount": 2}, "additional properties 'repliaCount' not allowed"),
         ({"jumpstart": {"region": "Oregon"}}, "/jumpstart/region"),
-        ({"cache": {"defaultHostPath": "/var/lib/warmstart"}}, "additional properties 'cache' not allowed"),
+        ({"cache": {"defaultHostPath": "/var/lib/warmstart"}}, "additional properties 'defaultHostPath' not allowed"),
+        ({"cache": {"allowedHostPaths": ["/"]}}, "/cache/allowedHostPaths/0"),
+        ({"cache": {"allowedHostPaths": ["/opt/../etc"]}}, "/cache/allowedHostPaths/0"),
+        ({"cache": {"allowedHostPaths": []}}, "/cache/allowedHostPaths"),
         ({"serviceAccount": {"roleArn": "my-role"}}, "/serviceAccount/roleArn"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
@@ -274,3 +306,41 @@ def test_argocd_application_values_pass_the_schema(helm: pathlib.Path, tmp_path:
     (deployment,) = by_kind(docs, "Deployment")
     assert _env(deployment)["WARMSTART_OPERATOR_IMAGE"] == "example.com/ml/warmstart:0.1.0"
     assert by_kind(docs, "ServiceMonitor")
+
+
+def test_admission_policy_names_the_allowed_roots_and_scopes_to_watched_namespaces(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    docs = documents(template(helm, VALUES["ha"], tmp_path))
+    (policy,) = [p for p in by_kind(docs, "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("cache-roots")]
+    (binding,) = [
+        b for b in by_kind(docs, "ValidatingAdmissionPolicyBinding") if b["metadata"]["name"].endswith("cache-roots")
+    ]
+    allowed = next(v for v in policy["spec"]["variables"] if v["name"] == "allowed")
+    assert json.loads(allowed["expression"]) == ["/opt/dlami/nvme", "/mnt/cache"]
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"inferenceendpointconfigs", "jumpstartmodels", "modeldatacacheconfigs"}
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector["values"] == ["team-a", "team-b"]
+    default_docs = documents(template(helm, {}, tmp_path))
+    (default_binding,) = [
+        b
+        for b in by_kind(default_docs, "ValidatingAdmissionPolicyBinding")
+        if b["metadata"]["name"].endswith("cache-roots")
+    ]
+    assert "matchResources" not in default_binding["spec"]  # cluster-wide mode: every namespace
+
+
+def test_node_label_policy_matches_only_the_operators_service_account(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    docs = documents(template(helm, {}, tmp_path))
+    (policy,) = [p for p in by_kind(docs, "ValidatingAdmissionPolicy") if p["metadata"]["name"].endswith("node-labels")]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:warmstart-system:warmstart'"
+    )
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["nodes"] and rule["operations"] == ["UPDATE"]

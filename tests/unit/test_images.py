@@ -171,7 +171,7 @@ def test_the_small_images_are_one_static_binary_each(tmp_path: pathlib.Path, mon
     assert smallimages.ensure(smallimages.PAUSE) == pause  # the second call finds it by its tag
     assert (pause.repository, shellless.repository) == ("warmstart/pause", "warmstart/shellless")
     layout = tmp_path / "warmstart/images/oci"
-    for image, binary, user in ((pause, "pause", "65535:65535"), (shellless, "hello", None)):
+    for image, binary in ((pause, "pause"), (shellless, "hello")):
         unpacked = tmp_path / binary
         subprocess.run(
             ["umoci", "raw", "unpack", "--image", image.source.removeprefix("oci:"), str(unpacked)],

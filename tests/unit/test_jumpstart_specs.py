@@ -1,4 +1,4 @@
-"""JumpStart resolution's pure parts (warmstart.api.jumpstartspecs): version choice, instance families, the ranked-config merge, bucket names."""
+"""JumpStart resolution's pure parts: version choice, instance families, the ranked-config merge, bucket names."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_pick_version(requested: str | None, chosen: str) -> None:
 
 
 def test_unknown_version_lists_the_newest() -> None:
-    with pytest.raises(jumpstart.VersionNotFound, match="3.0.0.*2.0.10"):
+    with pytest.raises(jumpstart.VersionNotFound, match=r"3\.0\.0.*2\.0\.10"):
         jumpstart.pick_version("m", "3.0.0", VERSIONS)
     with pytest.raises(jumpstart.VersionNotFound):
         jumpstart.pick_version("m", "3.*", VERSIONS)

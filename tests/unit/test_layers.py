@@ -1,4 +1,4 @@
-"""The import contracts hold: controllers -> render -> api; render is pure; the router and the preloader import only api.
+"""The import contracts hold: controllers -> render -> api; render is pure; the router and preloader import only api.
 
 The router and the preloader are separate programs in the operator's image: a module they import pulls its
 dependencies into their start-up and its changes into their releases, so they may import only the API.

@@ -13,6 +13,11 @@ def test_environment_is_read_into_settings() -> None:
     assert read.peering == "warmstart" and read.peering_priority == 7
 
 
+def test_router_node_selector_is_read_from_json() -> None:
+    read = settings.from_env({"WARMSTART_ROUTER_NODE_SELECTOR": '{"role": "cpu"}'})
+    assert read.render.router_node_selector == {"role": "cpu"}
+
+
 def test_an_empty_environment_keeps_the_defaults() -> None:
     assert settings.from_env({}) == settings.OperatorSettings()
 
@@ -35,3 +40,11 @@ def test_drift_timers_run_at_the_configured_resync_interval() -> None:
         "tick_weights_cache": 1.0,  # weights caches tick each second and check the resync interval themselves
     }
     assert len(timers) == 4
+
+
+def test_in_a_pod_the_api_server_is_the_address_the_kubelet_gives_not_a_dns_name() -> None:
+    fallback = "https://kubernetes.default.svc"
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert running.in_cluster_server(env, fallback) == "https://10.96.0.1:443"
+    assert running.in_cluster_server({**env, "KUBERNETES_SERVICE_HOST": "fd00::1"}, fallback) == "https://[fd00::1]:443"
+    assert running.in_cluster_server({}, fallback) == fallback

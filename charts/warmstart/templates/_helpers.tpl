@@ -54,3 +54,58 @@ app.kubernetes.io/component: operator
 {{- define "warmstart.peering" -}}
 {{- if or .Values.peering.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
 {{- end }}
+
+{{/* The operator's rules inside a namespace it watches: a ClusterRole's (all namespaces) or a Role's (one). */}}
+{{- define "warmstart.namespacedRules" -}}
+# the four kinds: read and finalize them, write their status
+- apiGroups: [inference.sagemaker.aws.amazon.com]
+  resources: [inferenceendpointconfigs, jumpstartmodels, modeldatacacheconfigs, modelimagecaches]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [inference.sagemaker.aws.amazon.com]
+  resources:
+    - inferenceendpointconfigs/status
+    - jumpstartmodels/status
+    - modeldatacacheconfigs/status
+    - modelimagecaches/status
+    - inferenceendpointconfigs/finalizers
+    - jumpstartmodels/finalizers
+    - modeldatacacheconfigs/finalizers
+    - modelimagecaches/finalizers
+  verbs: [get, patch, update]
+# preload Jobs, pre-pull DaemonSets, model and router Deployments, Services, router ConfigMaps
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [apps]
+  resources: [daemonsets, deployments]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [services, configmaps]
+  verbs: [get, list, watch, create, patch, update, delete]
+# pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+# the router's identity: a ServiceAccount and a Role that reads its ConfigMap and the EndpointSlices. Granting a
+# Role requires holding its permissions, hence endpointslices below.
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- if and (include "warmstart.peering" .) .Values.watchNamespaces }}
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}

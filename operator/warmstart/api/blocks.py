@@ -56,7 +56,8 @@ class IntelligentRoutingSpec(ApiModel):
     enabled: bool = Field(default=False, description="Deploy the router in front of the model replicas.")
     routing_strategy: RoutingStrategyField = Field(
         default=RoutingStrategy.PREFIXAWARE,
-        description="random, roundrobin, leastoutstanding, session, prefixaware or kvaware (served as prefixaware). Changeable live.",
+        description="random, roundrobin, leastoutstanding, session, prefixaware or kvaware (served as prefixaware). "
+        "Changeable live.",
     )
     auto_scaling_spec: dict[str, Any] | None = Field(
         default=None, description="Accepted for compatibility; not acted on."

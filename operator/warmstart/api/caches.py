@@ -31,7 +31,12 @@ class NodeTargeting(ApiModel):
         default=None, description="Required node affinity (preferences are ignored for targeting)."
     )
     tolerate_all_taints: bool = Field(
-        default=True, description="Tolerate every taint, so tainted GPU nodes are cached too."
+        default=True,
+        description=(
+            "Tolerate the GPU node-pool taints (nvidia.com/gpu, aws.amazon.com/neuron) and the operator's extra"
+            " tolerations, so tainted GPU nodes are cached too. Never every taint; control-plane nodes are never"
+            " targeted."
+        ),
     )
 
 

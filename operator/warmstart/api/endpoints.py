@@ -60,7 +60,9 @@ class InferenceEndpointConfigSpec(ApiModel):
     node_affinity: NodeAffinity | None = Field(
         default=None, description="Explicit node affinity instead of instance types."
     )
-    replicas: int = Field(default=1, ge=0, description="Desired model server replicas (scale subresource).")
+    replicas: int = Field(
+        default=1, ge=0, le=2**31 - 1, description="Desired model server replicas (scale subresource)."
+    )
     invocation_endpoint: str = Field(
         default="invocations", max_length=256, description="Invocation path of the model server."
     )

@@ -55,7 +55,7 @@ class JumpStartModelSpec(ApiModel):
 
     model: JumpStartModelRef = Field(description="The JumpStart model.")
     server: JumpStartServer = Field(description="The server.")
-    replicas: int = Field(default=1, ge=0, description="Desired replicas (scale subresource).")
+    replicas: int = Field(default=1, ge=0, le=2**31 - 1, description="Desired replicas (scale subresource).")
     max_deploy_time_in_seconds: int = Field(
         default=3600, ge=0, description="How long to wait for the weights cache before deploying anyway."
     )

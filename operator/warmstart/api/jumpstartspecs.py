@@ -104,7 +104,7 @@ class Resolution:
 def buckets(
     region: str, env: Mapping[str, str], content: str | None = None, gated: str | None = None
 ) -> tuple[str, str]:
-    """(content bucket, gated bucket) for a region: the ones given, else the override variables in `env`, else JumpStart's."""
+    """(content bucket, gated bucket) for a region: those given, else the overrides in `env`, else JumpStart's."""
     content = content or next(
         (env[name] for name in CONTENT_BUCKET_ENV if env.get(name)), f"jumpstart-cache-prod-{region}"
     )
@@ -239,7 +239,8 @@ def resolve(
         image = uri
     elif variants:
         raise UnsupportedInstanceType(
-            f"JumpStart model {model_id!r} {chosen} has no image for instance type {instance_type} (nor family {family(instance_type)})"
+            f"JumpStart model {model_id!r} {chosen} has no image for instance type {instance_type} "
+            f"(nor family {family(instance_type)})"
         )
 
     eula_key = spec.get("hosting_eula_key") or None

@@ -114,7 +114,8 @@ class ModelSourceConfig(ApiModel):
     model_location: str | None = Field(
         default=None,
         max_length=1024,
-        description="Path of the model inside the source: an S3 prefix or key, or a directory on the file system. No '..' segments.",
+        description="Path of the model inside the source: an S3 prefix or key, or a directory on the file system. "
+        "No '..' segments.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {"rule": NO_DOTDOT, "message": "modelLocation must not contain a '..' path segment"},

@@ -4,6 +4,9 @@ The endpoint timer runs every few seconds so that the deployment gate opens prom
 tick would cost the API server ~10 requests per endpoint per tick for nothing. A child is re-applied when its rendered
 manifest changed, when the Deployment's generation moved (someone edited or deleted it), after an operator restart
 (the memory is per process), and at least every `FULL_RESYNC_SECONDS` to correct drift in the other children.
+
+A rendering the API server rejected is remembered with its error (`record(..., error=...)`): it is not sent again
+until it changes (or the full resync comes), and the reconcile reports the error in status instead (`rejected`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Applied:
     digest: str
     deployment_generation: int | None
     at: float
+    error: str | None = None
 
 
 def digest(children: list[dict[str, Any]]) -> str:
@@ -57,9 +61,21 @@ def needed(memo: kopf.Memo, uid: str, children: list[dict[str, Any]], deployment
     )
 
 
-def record(memo: kopf.Memo, uid: str, children: list[dict[str, Any]], deployment: Mapping[str, Any] | None) -> None:
-    """Remember a successful apply."""
-    _memory(memo)[uid] = Applied(digest(children), _generation(deployment), time.monotonic())
+def record(
+    memo: kopf.Memo,
+    uid: str,
+    children: list[dict[str, Any]],
+    deployment: Mapping[str, Any] | None,
+    error: str | None = None,
+) -> None:
+    """Remember an apply: successful, or rejected by the API server with `error`."""
+    _memory(memo)[uid] = Applied(digest(children), _generation(deployment), time.monotonic(), error)
+
+
+def rejected(memo: kopf.Memo, uid: str, children: list[dict[str, Any]]) -> str | None:
+    """The API server's error when exactly this rendering was rejected last time; else None."""
+    last = _memory(memo).get(uid)
+    return last.error if last is not None and last.digest == digest(children) else None
 
 
 def forget(memo: kopf.Memo, uid: str) -> None:

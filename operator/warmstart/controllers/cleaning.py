@@ -18,8 +18,8 @@ from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec
 from warmstart.controllers import labelling, nodes, preloading, weights_reporting
 from warmstart.controllers.storage import Store
+from warmstart.render import hostpaths, keys
 from warmstart.render import jobs as render_jobs
-from warmstart.render import keys
 from warmstart.render import weights_plans as planning
 from warmstart.render.context import RenderContext
 
@@ -64,6 +64,8 @@ def finalize(
     touched = {n.name for n in live.values() if n.labels.get(label) == nodelabels.READY}
     touched |= {j.node for j in preloads} | {n.node for n in old.nodes or [] if n.attempts}
     holders = sorted(n for n in touched if n in live)
+    if hostpaths.refusal(spec.host_path, ctx.allowed_host_paths):
+        holders = []  # no cleanup Job mounts a refused root; only the labels go
     message = f"removing the cache from {len(holders)} nodes"
     preloading.write_status(store, body, old, planning.deleting(old, int(meta.get("generation") or 1), message, now))
     for job in preloads:

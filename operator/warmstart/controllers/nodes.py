@@ -20,6 +20,8 @@ class NodeFacts:
     annotations: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     deleting: bool = False
+    #: spec.taints as the API shows them (key, value, effect)
+    taints: tuple[Mapping[str, str], ...] = ()
 
 
 def node_facts(
@@ -33,6 +35,7 @@ def node_facts(
             annotations=dict(annotations),
             unschedulable=bool(body.get("spec", {}).get("unschedulable")),
             deleting=body.get("metadata", {}).get("deletionTimestamp") is not None,
+            taints=tuple(dict(t) for t in body.get("spec", {}).get("taints") or []),
         )
     }
 

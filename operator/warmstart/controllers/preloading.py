@@ -24,8 +24,8 @@ from warmstart.api.caches import (
 )
 from warmstart.controllers import handling, labelling, nodes, weights_reporting
 from warmstart.controllers.storage import Invalid, Store
+from warmstart.render import hostpaths, keys, names, tolerations
 from warmstart.render import jobs as render_jobs
-from warmstart.render import keys
 from warmstart.render import weights_plans as planning
 from warmstart.render.context import RenderContext
 
@@ -57,12 +57,12 @@ def owner(body: Mapping[str, Any]) -> render_jobs.Owner:
 
 def own_jobs(index: Mapping[Any, Any], owner: render_jobs.Owner, role: str) -> list[planning.PreloadJob]:
     """This cache's Jobs of one role (preload or cleanup) in the Job index, by name."""
-    entries: Iterable[render_jobs.IndexedJob] = index.get((owner.namespace, owner.name), ())
+    entries: Iterable[render_jobs.IndexedJob] = index.get((owner.namespace, names.label_value(owner.name)), ())
     return sorted((e.job for e in entries if e.role == role and e.owner_uid == owner.uid), key=lambda j: j.name)
 
 
 def due(body: Mapping[str, Any], memo: kopf.Memo, jobs_index: Mapping[Any, Any], resync_seconds: float) -> bool:
-    """Whether a timer tick should reconcile: this cache's Jobs changed, a retry is due, or the resync interval passed."""
+    """Whether a tick should reconcile: this cache's Jobs changed, a retry is due, or the resync interval passed."""
     remembered = memory(memo)
     clock = time.monotonic()
     changed = tuple(own_jobs(jobs_index, owner(body), render_jobs.ROLE_PRELOAD)) != remembered.fingerprint
@@ -93,6 +93,12 @@ def read_results(
             result = planning.PreloadResult(reason=reason, message="no termination message")
         found[job.name] = result
     return found
+
+
+def _reachable(facts: Iterable[nodes.NodeFacts], spec: ModelDataCacheConfigSpec, ctx: RenderContext) -> list[Any]:
+    """Nodes a preload Job can be scheduled on: a node tainted for others gets no Job that would wait forever."""
+    tolerated = tolerations.cache_tolerations(ctx.extra_tolerations) if spec.tolerate_all_taints else []
+    return [n for n in facts if tolerations.schedulable(n.taints, tolerated)]
 
 
 def stored_status(body: Mapping[str, Any]) -> ModelDataCacheConfigStatus:
@@ -150,6 +156,11 @@ def _reconcile(
 ) -> None:
     meta = body["metadata"]
     old = _previous_status(body, remembered)
+    refused = hostpaths.refusal(spec.host_path, ctx.allowed_host_paths)
+    if refused:  # no Job mounts a root the admin did not allow
+        generation = int(meta.get("generation") or 1)
+        write_status(store, body, old, hostpaths.refused_status(old, generation, refused, handling.now()))
+        return
     key = keys.weights_key(spec.model_source_config, spec.host_path)
     cache = owner(body)
     generation = int(meta.get("generation") or 1)
@@ -157,7 +168,7 @@ def _reconcile(
     clock = time.monotonic()
     label = nodelabels.weights_ready_label(key)
     remembered.labelled = labelling.recent(remembered.labelled, clock)
-    live = labelling.overlay(nodes.all_nodes(node_facts), label, remembered.labelled)
+    live = labelling.overlay(_reachable(nodes.all_nodes(node_facts), spec, ctx), label, remembered.labelled)
     results = read_results(store, cache.namespace, planning.unrecorded(preloads, old))
     observed = planning.Observed(
         generation=generation,

@@ -25,13 +25,14 @@ from warmstart.api.statuses import (
 from warmstart.controllers import applying, handling, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
-from warmstart.controllers.storage import Store
+from warmstart.controllers.storage import Invalid, Store
 from warmstart.render import (
     caches,
     deployments,
     endpoint_status,
     gating,
     keys,
+    names,
     router,
 )
 from warmstart.render.conditions import condition, merge_conditions
@@ -42,6 +43,9 @@ from warmstart.render.endpoints import Endpoint
 from warmstart.render.unsupported import unsupported_fields
 
 Manifest = dict[str, Any]
+
+#: the reason of an endpoint whose rendered children the API server refused
+RENDER_REJECTED = "RenderRejected"
 
 
 def reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
@@ -91,18 +95,28 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         endpoint.weights_enabled, weights, (now - waiting_since).total_seconds(), endpoint.max_deploy_time_seconds
     )
 
-    deployment = store.get("apps/v1", "Deployment", endpoint.ref.name, endpoint.ref.namespace)
+    deployment = store.get("apps/v1", "Deployment", endpoint.child_name, endpoint.ref.namespace)
     if gate.open and _serving_weights_key(deployment) != wkey:
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
     children = _children(endpoint, gate.open, Generation(wkey, ikey), context)
     if applying.needed(memo, endpoint.ref.uid, children, deployment):
-        deployment = _apply(store, endpoint, children) or deployment
-        applying.record(memo, endpoint.ref.uid, children, deployment)
+        try:
+            deployment = _apply(store, endpoint, children) or deployment
+        except Invalid as error:  # the spec renders to something the API server refuses: say so, do not loop
+            applying.record(memo, endpoint.ref.uid, children, deployment, error=str(error))
+        else:
+            applying.record(memo, endpoint.ref.uid, children, deployment)
+    rejection = applying.rejected(memo, endpoint.ref.uid, children)
+    if rejection is not None:
+        message = f"the API server rejected what this spec renders (fix the spec): {rejection}"[:1024]
+        conds = [*endpoint_status.failed(generation, RENDER_REJECTED, message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        return
     elif not gate.open and deployment is not None and deployment.get("spec", {}).get("replicas") != endpoint.replicas:
         deployment = store.merge_patch(
             "apps/v1",
             "Deployment",
-            endpoint.ref.name,
+            endpoint.child_name,
             {"spec": {"replicas": endpoint.replicas}},
             endpoint.ref.namespace,
         )
@@ -146,7 +160,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
             image_cache_key=ikey,
         ),
         warm_placement=placement,
-        deployment_name=endpoint.ref.name if deployment is not None else None,
+        deployment_name=endpoint.child_name if deployment is not None else None,
         router_name=router_name,
         waiting_since=handling.timestamp(waiting_since)
         if not gate.open or gate.degraded
@@ -190,7 +204,7 @@ def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: s
 
 
 def _children(endpoint: Endpoint, gate_open: bool, generation: Generation, context: RenderContext) -> list[Manifest]:
-    """Everything this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
+    """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
     wanted: list[Manifest] = []
     if endpoint.weights_enabled:
         wanted.append(caches.weights_cache(endpoint))
@@ -209,7 +223,7 @@ def _apply(store: Store, endpoint: Endpoint, children: list[Manifest]) -> Manife
     for manifest in children:
         if manifest["kind"] in (MDCC_KIND, MIC_KIND):
             sharing.attach(store, manifest, endpoint.ref.uid)
-        elif manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == endpoint.ref.name:
+        elif manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == endpoint.child_name:
             applied_deployment = store.apply(manifest)
         else:
             store.apply(manifest)
@@ -260,7 +274,7 @@ def _release_stale(store: Store, endpoint: Endpoint, indexes: Mapping[str, Any],
 def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> WarmPlacement:
     """Count the endpoint's scheduled pods on weights-warm versus cold nodes."""
     pods = sharing.lookup(
-        indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.kind.lower())
+        indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.label_value, endpoint.ref.kind.lower())
     )
     nodes: dict[str, NodeFacts] = {n.name: n for n in all_nodes(indexes["node_facts"])}
     label = nodelabels.weights_ready_label(wkey)
@@ -338,8 +352,8 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
         handling.patch_status(store, kind, body, {"state": EndpointState.DELETION_IN_PROGRESS.value})
         if (body.get("status") or {}).get("routerName"):
             routing.remove(store, ns, name)
-        store.delete("apps/v1", "Deployment", name, ns)
-        store.delete("v1", "Service", name, ns)
+        store.delete("apps/v1", "Deployment", names.child_name(name), ns)
+        store.delete("v1", "Service", names.child_name(name), ns)
         for cache_name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)):
             sharing.release(store, MDCC_KIND, cache_name, ns, uid)
         for cache_name in set(sharing.lookup(indexes["image_caches_by_parent"], uid)):

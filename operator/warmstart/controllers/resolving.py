@@ -15,7 +15,7 @@ from warmstart.api import jumpstartspecs
 from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
-from warmstart.render import endpoints
+from warmstart.render import endpoints, hostpaths
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint, JumpStartResolution, ObjectRef
 
@@ -52,7 +52,15 @@ def object_ref(kind: str, body: Mapping[str, Any]) -> ObjectRef:
 
 
 def resolve(kind: str, body: Mapping[str, Any], context: RenderContext, cache: JumpStartCache) -> Endpoint:
-    """The Endpoint for an IEC or JumpStartModel body."""
+    """The Endpoint for an IEC or JumpStartModel body; a weights cache on a refused root fails it."""
+    endpoint = _endpoint(kind, body, context, cache)
+    refused = hostpaths.refusal(endpoint.host_path, context.allowed_host_paths) if endpoint.weights_enabled else None
+    if refused:
+        raise ResolutionFailed(hostpaths.REASON, refused)
+    return endpoint
+
+
+def _endpoint(kind: str, body: Mapping[str, Any], context: RenderContext, cache: JumpStartCache) -> Endpoint:
     ref = object_ref(kind, body)
     try:
         if kind == IEC_KIND:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import random
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -52,7 +54,19 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In a pod: the service account. Elsewhere: the kubeconfig in $KUBECONFIG (set from --kubeconfig)."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    in_pod = kopf.login_with_service_account(**kwargs)
+    if in_pod is not None:
+        return dataclasses.replace(in_pod, server=in_cluster_server(os.environ, in_pod.server))
+    return kopf.login_with_kubeconfig(**kwargs)
+
+
+def in_cluster_server(env: Mapping[str, str], fallback: str) -> str:
+    """The API server as the kubelet tells every pod (KUBERNETES_SERVICE_HOST/PORT), as client-go's in-cluster config
+    does. kopf names `kubernetes.default.svc`, which only resolves where the cluster runs a DNS add-on."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return fallback
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 def start_metrics(port: int) -> None:

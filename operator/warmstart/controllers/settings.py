@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -38,6 +39,13 @@ def _json_map(raw: str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _json_list(raw: str) -> list[Any]:
+    value = json.loads(raw)
+    if not isinstance(value, list):
+        raise ValueError("expected a JSON array")
+    return value
+
+
 def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     """Read WARMSTART_* variables; unset ones keep their defaults."""
     env = os.environ if env is None else env
@@ -53,7 +61,15 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
         if env.get(var):
             render[field] = env[var]
     render["preload_pod_annotations"] = _json_map(env.get("WARMSTART_PRELOAD_POD_ANNOTATIONS"))
-    render["preload_env"] = _json_map(env.get("WARMSTART_PRELOAD_ENV"))
+    render["router_node_selector"] = _json_map(env.get("WARMSTART_ROUTER_NODE_SELECTOR"))
+    if env.get("WARMSTART_PRELOAD_ENV_NAMES"):
+        render["preload_env_names"] = sorted(str(n) for n in _json_list(env["WARMSTART_PRELOAD_ENV_NAMES"]))
+    if env.get("WARMSTART_PRELOAD_ENV_SECRET"):
+        render["preload_env_secret"] = env["WARMSTART_PRELOAD_ENV_SECRET"]
+    if env.get("WARMSTART_ALLOWED_HOST_PATHS"):
+        render["allowed_host_paths"] = [str(p) for p in _json_list(env["WARMSTART_ALLOWED_HOST_PATHS"])]
+    if env.get("WARMSTART_EXTRA_TOLERATIONS"):
+        render["extra_tolerations"] = _json_list(env["WARMSTART_EXTRA_TOLERATIONS"])
     settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
     if env.get("WARMSTART_NAMESPACES"):
         settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]

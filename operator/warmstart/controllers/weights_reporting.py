@@ -1,4 +1,4 @@
-"""What weights caches tell the world besides their status: Prometheus metrics, and Events on the cache and its parents."""
+"""What weights caches report besides their status: Prometheus metrics, and Events on the cache and its parents."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from warmstart.localcluster import nodeplans, tomlwriting, versions
+from warmstart.localcluster import nodeplans, tomlwriting
 
 #: Debian's containernetworking-plugins install here.
 CNI_BIN_DIR = pathlib.Path("/usr/lib/cni")
@@ -34,18 +34,16 @@ DISABLED_CONTAINERD_PLUGINS = (
 )
 
 
-def pause_image(registry: str) -> str:
-    return f"{registry}/pause:{versions.PAUSE_TAG}"
+def containerd_config(node: nodeplans.NodePlan, registry: str, sandbox_image: str) -> str:
+    """containerd's config.toml for ``node``: own root, state and socket; CRI with the settings above.
 
-
-def containerd_config(node: nodeplans.NodePlan, registry: str) -> str:
-    """containerd's config.toml for ``node``: own root, state and socket; CRI with the settings above."""
+    ``sandbox_image`` is the pause image as pushed to ``registry`` (``imaging.pause_image()``)."""
     runc_options: dict[str, tomlwriting.Value] = {
         "SystemdCgroup": False,
         "Root": str(node.state_dir / "runc"),  # runc's own state; the default /run/containerd/runc is shared
     }
     cri: dict[str, tomlwriting.Value] = {
-        "sandbox_image": pause_image(registry),
+        "sandbox_image": sandbox_image,
         "restrict_oom_score_adj": True,
         "netns_mounts_under_state_dir": True,  # pod netns under the state dir, not /run/netns
         "enable_selinux": False,

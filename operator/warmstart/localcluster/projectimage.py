@@ -90,7 +90,10 @@ def reference(source: pathlib.Path, base_reference: str) -> str:
 
 
 def ensure(store: imagestore.Store, base: imagestore.LocalImage, source: pathlib.Path) -> imagestore.LocalImage:
-    """The project image for ``source`` on ``base``, built first if missing (call under :func:`imagestore.build_lock`)."""
+    """The project image for ``source`` on ``base``, built first if missing.
+
+    Call under :func:`imagestore.build_lock`.
+    """
     base_reference = imagestore.LOCAL_PREFIX + base.name
     ref = reference(source, base_reference)
     if store.has_image(ref):

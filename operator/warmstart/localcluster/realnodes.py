@@ -36,6 +36,7 @@ from warmstart.localcluster import (
     cgroups,
     clusterstate,
     hoststate,
+    imaging,
     kubeconfigs,
     nodeadvertising,
     nodeconfigs,
@@ -43,6 +44,7 @@ from warmstart.localcluster import (
     nodeplans,
     objectstore,
     probing,
+    pushing,
     registry,
     testimages,
 )
@@ -189,12 +191,12 @@ def start(
         hoststate.take().save(snapshot_path)
     plan.hostpath_root.mkdir(parents=True, exist_ok=True)
     registry.start(state, plan)
-    for image in (testimages.pause(), testimages.busybox()):
-        registry.push(image, plan.registry)
+    sandbox_image = pushing.push(imaging.pause_image(), plan.registry)
+    registry.push(testimages.busybox(), plan.registry)
     objectstore.start(state, plan, binaries.versitygw)
     nodeadvertising.bind_nodes(api)
     for node in plan.nodes:
-        _start_containerd(state, node, plan, deadline)
+        _start_containerd(state, node, plan, sandbox_image, deadline)
     for node in plan.nodes:
         _start_kubelet(state, node, binaries.kubelet, pki, state.server)
     _start_kube_proxy(state, plan, binaries.kube_proxy, pki)
@@ -254,7 +256,11 @@ def scope(plan: nodeplans.RealNodesPlan) -> hoststate.Scope:
 
 
 def _start_containerd(
-    state: clusterstate.State, node: nodeplans.NodePlan, plan: nodeplans.RealNodesPlan, deadline: float
+    state: clusterstate.State,
+    node: nodeplans.NodePlan,
+    plan: nodeplans.RealNodesPlan,
+    sandbox_image: str,
+    deadline: float,
 ) -> None:
     for path in (node.containerd_root, node.cni_conf_dir, node.cni_ipam_dir, node.state_dir):
         path.mkdir(parents=True, exist_ok=True)
@@ -264,7 +270,7 @@ def _start_containerd(
     for stale in node.cni_conf_dir.iterdir():
         stale.unlink()
     (node.cni_conf_dir / "10-warmstart.conflist").write_text(json.dumps(nodeconfigs.cni_conflist(node), indent=2))
-    node.containerd_config.write_text(nodeconfigs.containerd_config(node, plan.registry))
+    node.containerd_config.write_text(nodeconfigs.containerd_config(node, plan.registry, sandbox_image))
     binary = shutil.which("containerd")
     assert binary is not None  # preflight checked
     component = containerd_component(node.index)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import importlib.resources
 import logging
 import os
@@ -158,7 +159,8 @@ def _start(
         for name in COMPONENTS:
             log = clusterstate.log_path(directory, name)
             state.launch(directory, name, argvs[name], env=_env(name, directory))
-            _wait(f"{name} to report healthy", deadline, lambda: _healthy_or_dead(name, state, checks[name], log))
+            healthy = functools.partial(_healthy_or_dead, name, state, checks[name], log)
+            _wait(f"{name} to report healthy", deadline, healthy)
             logger.info("%s is up (pid %d)", name, state.pids[name])
         with cluster.api_client() as api:
             _wait("the default ServiceAccount in namespace default", deadline, lambda: _default_sa_exists(api))

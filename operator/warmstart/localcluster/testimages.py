@@ -1,9 +1,6 @@
-"""Building the two tiny images every real node needs, as OCI layouts in the user cache: pause and busybox.
-
-- ``pause``: the sandbox image of every pod (containerd's ``sandbox_image``), a static binary
-  compiled from ``images/pause.c`` with ``gcc -static``: no public registry is reachable here.
-- ``busybox``: Debian's busybox-static with a few applet links, /etc/passwd and /tmp: a small image
-  with a shell, ``wget`` and ``httpd`` for tests that need a real container.
+"""Building the busybox test image, as an OCI layout in the user cache: Debian's busybox-static with a few applet
+links, /etc/passwd and /tmp: a small image with a shell, ``wget`` and ``httpd`` for tests that need a real container.
+(The pause image is built by :mod:`smallimages`, see ``imaging.pause_image()``.)
 
 Each layer is a tar written here (uid 0, mtime 0), added with ``umoci raw add-layer``, so no
 unpacking (and no root) is needed. A layout is rebuilt only when its inputs change: the directory
@@ -14,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.resources
 import io
 import pathlib
 import shutil
@@ -22,7 +18,7 @@ import subprocess
 import tarfile
 import tempfile
 
-from warmstart.localcluster import building, versions
+from warmstart.localcluster import building
 
 BUSYBOX = pathlib.Path("/bin/busybox")
 BUSYBOX_APPLETS = (
@@ -91,23 +87,6 @@ class Layout:
     def name(self) -> str:
         """``repository:tag``, the part of a reference that stays the same in every registry."""
         return f"{self.repository}:{self.tag}"
-
-
-def pause() -> Layout:
-    """The static pause image (``pause:<PAUSE_TAG>``), built once per source."""
-    source = importlib.resources.files("warmstart.localcluster").joinpath("images", "pause.c").read_bytes()
-    key = hashlib.sha256(source).hexdigest()[:12]
-    layout = Layout("pause", versions.PAUSE_TAG, _cache() / f"pause-{versions.PAUSE_TAG}-{key}")
-    if not _complete(layout):
-        _require("gcc", "umoci")
-        with tempfile.TemporaryDirectory() as scratch:
-            c_file = pathlib.Path(scratch) / "pause.c"
-            c_file.write_bytes(source)
-            binary = pathlib.Path(scratch) / "pause"
-            _run(["gcc", "-Os", "-s", "-static", "-o", str(binary), str(c_file)])
-            layer = _tar({"pause": (binary.read_bytes(), 0o755)}, dirs=(), links={})
-            _assemble(layout, layer, ["--config.entrypoint=/pause"])
-    return layout
 
 
 def busybox() -> Layout:

@@ -19,8 +19,6 @@ HELM = "v3.22.0"
 #: The S3-compatible server (posix backend over a directory) that real-node tests and the demo download from.
 #: v1.8.0 is the only version the module proxy serves.
 VERSITYGW = "v1.8.0"
-#: The tag of the static pause (sandbox) image the real nodes' containerd uses (built from ``images/pause.c``).
-PAUSE_TAG = "3.10"
 
 
 class Recipe(str, enum.Enum):

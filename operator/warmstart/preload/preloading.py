@@ -1,4 +1,4 @@
-"""One preload of one key: list, check capacity, resume, fetch, verify, publish. Returns a Result or raises PreloadError."""
+"""One preload of one key: list, check capacity, resume, fetch, verify, publish; a Result, or PreloadError."""
 
 from __future__ import annotations
 

@@ -123,7 +123,8 @@ def check_capacity(needed: int, path: str, statvfs: Callable[[str], os.statvfs_r
         raise PreloadError(
             Reason.INSUFFICIENT_CAPACITY,
             f"the model needs {capacity.needed} bytes (+{capacity.margin} margin) but only {capacity.available} bytes "
-            f"are available on the filesystem of {path} ({_gib(capacity.needed)} needed, {_gib(capacity.available)} free)",
+            f"are available on the filesystem of {path} "
+            f"({_gib(capacity.needed)} needed, {_gib(capacity.available)} free)",
         )
     return capacity
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from warmstart.api.blocks import DEFAULT_HOST_PATH
 
 
 class RenderContext(BaseModel):
@@ -17,9 +21,19 @@ class RenderContext(BaseModel):
     preload_pod_annotations: dict[str, str] = Field(
         default_factory=dict, description="Annotations on every preload Job pod."
     )
-    preload_env: dict[str, str] = Field(
-        default_factory=dict,
-        description="Environment for preload containers, e.g. AWS_ENDPOINT_URL_S3 or HF_ENDPOINT for mirrors.",
+    preload_env_names: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "Environment variables of preload containers (e.g. AWS_ENDPOINT_URL_S3, HF_ENDPOINT for mirrors), each"
+            " read from the key of that name in the Secret `preload_env_secret` of the pod's namespace: values never"
+            " appear in a pod spec."
+        ),
+    )
+    preload_env_secret: str = Field(
+        default="warmstart-preload-env", description="Secret in each namespace holding the preload environment."
+    )
+    router_node_selector: dict[str, str] = Field(
+        default_factory=dict, description="nodeSelector of the router pods (empty: any node)."
     )
     prepull_priority_class: str = Field(
         default="warmstart-prepull", description="PriorityClass of image pre-pull pods."
@@ -34,3 +48,11 @@ class RenderContext(BaseModel):
         default=None, description="Override of the JumpStart gated content bucket."
     )
     jumpstart_region: str = Field(default="us-west-2", description="Region of the JumpStart buckets.")
+    extra_tolerations: tuple[dict[str, Any], ...] = Field(
+        default=(),
+        description="Tolerations of cache pods besides the GPU node-pool ones (Helm cache.extraTolerations).",
+    )
+    allowed_host_paths: tuple[str, ...] = Field(
+        default=(DEFAULT_HOST_PATH,),
+        description="Cache roots a weights cache may use (its hostPath equals one or lies under one).",
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 from warmstart.api import GROUP
 from warmstart.api.caches import MIC_KIND, ModelImageCacheSpec, NodeTargeting
-from warmstart.render import keys, labels, owners
+from warmstart.render import keys, labels, owners, tolerations
 from warmstart.render.context import RenderContext
 
 Manifest = dict[str, Any]
@@ -118,13 +118,13 @@ def _container(name: str, image: str, pull_policy: str, command: list[str], read
     }
 
 
-def _affinity(targeting: NodeTargeting) -> Manifest | None:
+def _affinity(targeting: NodeTargeting) -> Manifest:
+    """The targeting's required affinity, kept off control-plane nodes (a DaemonSet otherwise covers every node)."""
     required = (
         targeting.node_affinity.required_during_scheduling_ignored_during_execution if targeting.node_affinity else None
     )
-    if required is None:
-        return None
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required.to_api()}}
+    guarded = tolerations.exclude_control_plane(required.to_api() if required is not None else None)
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": guarded}}
 
 
 def pod_spec(spec: ModelImageCacheSpec, context: RenderContext) -> Manifest:
@@ -164,11 +164,9 @@ def pod_spec(spec: ModelImageCacheSpec, context: RenderContext) -> Manifest:
     }
     if spec.node_selector:
         body["nodeSelector"] = dict(spec.node_selector)
-    affinity = _affinity(targeting_of(spec))
-    if affinity:
-        body["affinity"] = affinity
+    body["affinity"] = _affinity(targeting_of(spec))
     if spec.tolerate_all_taints:
-        body["tolerations"] = [{"operator": "Exists"}]
+        body["tolerations"] = tolerations.cache_tolerations(context.extra_tolerations)
     if spec.image_pull_secrets:
         body["imagePullSecrets"] = [{"name": secret} for secret in spec.image_pull_secrets]
     return body

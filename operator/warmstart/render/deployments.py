@@ -7,7 +7,7 @@ from typing import Any
 
 from warmstart.api import nodelabels, preloading
 from warmstart.api.workers import Worker
-from warmstart.render import labels, owners, preload_containers
+from warmstart.render import labels, owners, preload_containers, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -29,7 +29,7 @@ class Generation:
 
 
 def pod_selector(endpoint: Endpoint) -> dict[str, str]:
-    return {labels.ENDPOINT_LABEL: endpoint.ref.name, labels.ENDPOINT_KIND_LABEL: endpoint.ref.kind.lower()}
+    return {labels.ENDPOINT_LABEL: endpoint.label_value, labels.ENDPOINT_KIND_LABEL: endpoint.ref.kind.lower()}
 
 
 def selector_string(endpoint: Endpoint) -> str:
@@ -44,7 +44,7 @@ def _warm_term(label: str, weight: int) -> Manifest:
 
 
 def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
-    """Required: the target nodes. Preferred: weights-warm, then image-warm, then the instance-type order."""
+    """Required: the target nodes, never a control-plane node. Preferred: weights-warm, image-warm, instance types."""
     preferred = []
     if endpoint.weights_enabled:
         preferred.append(_warm_term(nodelabels.weights_ready_label(generation.weights_key), WEIGHTS_WARM_WEIGHT))
@@ -66,15 +66,16 @@ def affinity(endpoint: Endpoint, generation: Generation) -> Manifest:
         preferred += [
             p.to_api() for p in endpoint.node_affinity.preferred_during_scheduling_ignored_during_execution or []
         ]
-    node_affinity: Manifest = {}
-    required = endpoint.targeting().node_affinity
-    if required and required.required_during_scheduling_ignored_during_execution:
-        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = (
-            required.required_during_scheduling_ignored_during_execution.to_api()
+    targeted = endpoint.targeting().node_affinity
+    required = targeted.required_during_scheduling_ignored_during_execution if targeted else None
+    node_affinity: Manifest = {
+        "requiredDuringSchedulingIgnoredDuringExecution": tolerations.exclude_control_plane(
+            required.to_api() if required is not None else None
         )
+    }
     if preferred:
         node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
-    return {"nodeAffinity": node_affinity} if node_affinity else {}
+    return {"nodeAffinity": node_affinity}
 
 
 def _env(worker: Worker) -> list[Manifest]:
@@ -160,7 +161,7 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": endpoint.ref.name,
+            "name": endpoint.child_name,
             "namespace": endpoint.ref.namespace,
             "labels": {**labels.managed({labels.COMPONENT: "model-server"}), **selector},
             "ownerReferences": [_controller_ref(endpoint)],
@@ -181,7 +182,7 @@ def service(endpoint: Endpoint) -> Manifest:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": endpoint.ref.name,
+            "name": endpoint.child_name,
             "namespace": endpoint.ref.namespace,
             "labels": {**labels.managed({labels.COMPONENT: "model-server"}), **pod_selector(endpoint)},
             "ownerReferences": [_controller_ref(endpoint)],

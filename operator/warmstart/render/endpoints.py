@@ -19,7 +19,7 @@ from warmstart.api.sources import ModelSourceConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.api.workers import EnvironmentVariable, ModelInvocationPort, ModelVolumeMount, Resources, Worker
 from warmstart.placement import instance_type_affinity
-from warmstart.render import keys
+from warmstart.render import keys, names
 
 JUMPSTART_PORT = 8080
 JUMPSTART_MOUNT = "/opt/ml/model"
@@ -56,6 +56,16 @@ class Endpoint(BaseModel):
     routing: IntelligentRoutingSpec | None = None
     kubernetes: KubernetesSettings | None = None
     resolved_env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def child_name(self) -> str:
+        """Name of the model Deployment and Service (and stem of the router's): a DNS-1035 label."""
+        return names.child_name(self.ref.name)
+
+    @property
+    def label_value(self) -> str:
+        """The endpoint's name as a label value on its children and pods."""
+        return names.label_value(self.ref.name)
 
     @property
     def weights_enabled(self) -> bool:

@@ -147,7 +147,7 @@ def digest_of(image_id: str) -> str | None:
 
 
 def failures(pods: Iterable[PrepullPod]) -> list[ImagePullFailure]:
-    """One failure per node whose pod is not Ready and waits with an error, by node name; the message names the image."""
+    """One failure per node whose pod is not Ready and waits on an error, by node name; the message names the image."""
     by_node: dict[str, ImagePullFailure] = {}
     for pod in pods:
         if pod.ready or pod.deleting or not pod.errors or pod.node is None:

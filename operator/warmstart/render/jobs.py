@@ -6,8 +6,9 @@ Choices (docs/weights-cache.md explains them for users):
 - `restartPolicy: Never` so every attempt leaves a pod with its own termination message, and a `podFailurePolicy`
   that fails the Job at once on the preload's permanent exit codes (retrying NotFound is pointless) while pod
   disruptions (drain, preemption) do not count against `backoffLimit`.
-- The container is the one the model pods' init container also runs (preload_containers.py): root without
-  capabilities on a read-only root filesystem, writing only `<hostPath>/warmstart` (not the whole NVMe) and `/tmp`.
+- The container is the one the model pods' init container also runs (preload_containers.py): non-root (65532)
+  without capabilities on a read-only root filesystem, writing only `<hostPath>/warmstart` (not the whole NVMe) and
+  `/tmp`. Before it, `warmstart-cache-owner` (root with CAP_CHOWN only) creates that directory and hands it to 65532.
 - No service-account token is mounted: the preload never calls the Kubernetes API (IRSA / Pod Identity inject their
   own token volume).
 """
@@ -24,7 +25,7 @@ from typing import Any
 from warmstart.api import GROUP, preloading
 from warmstart.api.caches import MDCC_KIND, ModelDataCacheConfigSpec
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import labels, owners, preload_containers
+from warmstart.render import labels, names, owners, preload_containers, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
@@ -82,7 +83,12 @@ def cleanup_job_name(key: str, node: str) -> str:
 
 def _labels(owner: Owner, node: str, role: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     return labels.managed(
-        {labels.MDCC_LABEL: owner.name, labels.NODE_LABEL: node, labels.ROLE_LABEL: role, **(extra or {})}
+        {
+            labels.MDCC_LABEL: names.label_value(owner.name),
+            labels.NODE_LABEL: node,
+            labels.ROLE_LABEL: role,
+            **(extra or {}),
+        }
     )
 
 
@@ -94,20 +100,21 @@ def _pinned(node: str) -> dict[str, Any]:
 def _pod_spec(
     spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, source: ModelSourceConfig | None
 ) -> dict[str, Any]:
-    cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path)
+    cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path, create=True)
     preload = preload_containers.render(CONTAINER, args, cache, source, ctx)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "affinity": _pinned(node),
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": [preload_containers.ownership_container(cache, ctx)],
         "containers": [preload.container],
         "volumes": preload.volumes,
     }
     if spec.service_account_name:
         pod["serviceAccountName"] = spec.service_account_name
     if spec.tolerate_all_taints:
-        pod["tolerations"] = [{"operator": "Exists"}]
+        pod["tolerations"] = tolerations.cache_tolerations(ctx.extra_tolerations)
     return pod
 
 

@@ -1,14 +1,17 @@
-"""The preload container and the volumes it needs: one rendering for the per-node Job and the model pods' init container.
+"""The preload container and its volumes: one rendering for the per-node Job and the model pods' init container.
 
 Both run the same program for the same job (fill `<hostPath>/warmstart` on one node, see api/preloading.py), so they
 get the same rights, mounts, environment, resources and termination message; only the container's name and the
 cache volume (its name, and an emptyDir in its place when a model pod does not cache) come from the pod.
 
-- Root with every capability dropped, no privilege escalation, RuntimeDefault seccomp and a read-only root
-  filesystem (security.CACHE_WRITER): the NVMe cache root on HyperPod is root-owned.
+- Non-root (uid/gid 65532) with every capability dropped, no privilege escalation, RuntimeDefault seccomp and a
+  read-only root filesystem (security.CACHE_WRITER). The Jobs hand the cache directory to that uid first
+  (`ownership_container`, root with CAP_CHOWN only); model pods never run root.
 - Writable: the cache directory `<hostPath>/warmstart`, mounted at the same path as on the node (so messages and logs
-  name the node's paths), and an emptyDir at /tmp, which is also HOME.
-- Read-only: a mounted source (fsx, kubernetesVolume) at /mnt/source, and the Hub token Secret with mode 0400.
+  name the node's paths), and an emptyDir at /tmp, which is also HOME. The Jobs create the directory
+  (`DirectoryOrCreate`); a model pod only mounts an existing one (`Directory`), so it waits for its node's Job
+  instead of creating a root-owned directory.
+- Read-only: a mounted source (fsx, kubernetesVolume) at /mnt/source, and the Hub token Secret.
 - The command is explicit, so a mirrored operator image with another entrypoint still works.
 - Volumes the preload adds are prefixed `warmstart-`, so they cannot clash with the model volume a user names.
 """
@@ -31,8 +34,19 @@ TMP_VOLUME = "warmstart-tmp"
 SOURCE_VOLUME = "warmstart-source"
 HF_TOKEN_VOLUME = "warmstart-hf-token"
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
-#: only the owner (root, the preload) reads the token
-HF_TOKEN_MODE = 0o400
+#: readable by the non-root preload without a pod-level fsGroup (which, in a model pod, belongs to the model server);
+#: the volume is mounted only into the preload container, so no other container sees the file whatever its mode
+HF_TOKEN_MODE = 0o444
+#: the operator image's static busybox (see render/daemonsets.py)
+BUSYBOX = "/usr/local/bin/busybox"
+OWNERSHIP_CONTAINER = "warmstart-cache-owner"
+#: give `<hostPath>/warmstart` ($1) to the cache uid. Recursive only while root still owns it: then nothing but root
+#: (an older warmstart) has written below it, so the walk cannot meet a link planted by the non-root writer.
+OWNERSHIP_SCRIPT = (
+    f'owner=$({BUSYBOX} stat -c %u:%g "$1") && '
+    f'{{ [ "$owner" = {security.CACHE_UID}:{security.CACHE_UID} ] || '
+    f'{BUSYBOX} chown -R -h {security.CACHE_UID}:{security.CACHE_UID} "$1"; }}'
+)
 #: downloads stream to disk: small requests fit beside the GPU workload; the limit stops a runaway on a shared node
 RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}
 
@@ -53,13 +67,27 @@ class Rendered:
     volumes: list[Manifest]
 
 
-def cache_volume(name: str, host_path: str, *, on_node: bool = True) -> Mounted:
-    """The node's `<hostPath>/warmstart` (created if missing), or an emptyDir in its place; mounted at that path."""
+def cache_volume(name: str, host_path: str, *, on_node: bool = True, create: bool = False) -> Mounted:
+    """The node's `<hostPath>/warmstart` (created if missing when `create`), or an emptyDir; mounted at that path."""
     path = preloading.cache_dir(host_path)
     volume: Manifest = {"name": name, "emptyDir": {}}
     if on_node:
-        volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+        volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate" if create else "Directory"}}
     return Mounted(volume, {"name": name, "mountPath": path})
+
+
+def ownership_container(cache: Mounted, ctx: RenderContext) -> Manifest:
+    """The Jobs' init container that hands the cache directory to the non-root preload (root with CAP_CHOWN only)."""
+    path = cache.mount["mountPath"]
+    return {
+        "name": OWNERSHIP_CONTAINER,
+        "image": ctx.operator_image,
+        "imagePullPolicy": ctx.image_pull_policy,
+        "command": [BUSYBOX, "sh", "-c", OWNERSHIP_SCRIPT, "sh", path],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "volumeMounts": [cache.mount],
+        "securityContext": copy.deepcopy(security.CACHE_OWNER),
+    }
 
 
 def _tmp_volume() -> Mounted:
@@ -94,6 +122,14 @@ def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
     return found
 
 
+def preload_env(ctx: RenderContext) -> list[Manifest]:
+    """The operator-wide preload variables as Secret references: their values never appear in a pod spec."""
+    return [
+        {"name": n, "valueFrom": {"secretKeyRef": {"name": ctx.preload_env_secret, "key": n}}}
+        for n in sorted(ctx.preload_env_names)
+    ]
+
+
 def render(
     name: str, args: Sequence[str], cache: Mounted, source: ModelSourceConfig | None, ctx: RenderContext
 ) -> Rendered:
@@ -105,8 +141,7 @@ def render(
         "imagePullPolicy": ctx.image_pull_policy,
         "command": [preloading.COMMAND],
         "args": list(args),
-        "env": [{"name": "HOME", "value": "/tmp"}]
-        + [{"name": k, "value": v} for k, v in sorted(ctx.preload_env.items())],
+        "env": [{"name": "HOME", "value": "/tmp"}, *preload_env(ctx)],
         "resources": {kind: dict(values) for kind, values in RESOURCES.items()},
         "volumeMounts": [m.mount for m in mounted],
         "terminationMessagePath": preloading.TERMINATION_LOG,

@@ -1,4 +1,4 @@
-"""The router in front of an endpoint: its ConfigMap (strategy and knobs), Deployment, Service and least-privilege RBAC."""
+"""The router before an endpoint: its ConfigMap (strategy and knobs), Deployment, Service and least-privilege RBAC."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 
 from warmstart.api.routers import CONFIGMAP_KEY, RouterConfig
-from warmstart.render import labels, owners, security
+from warmstart.render import labels, names, owners, security
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -18,7 +18,8 @@ ROUTER_METRICS_PORT_NAME = "http"
 
 
 def name(endpoint_name: str) -> str:
-    return f"{endpoint_name}-router"
+    """`<endpoint>-router`, hash-shortened when that is not a DNS-1035 label (the router Service needs one)."""
+    return names.child_name(endpoint_name, "-router")
 
 
 def config(endpoint: Endpoint) -> RouterConfig:
@@ -35,7 +36,9 @@ def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
     return {
         "name": name(ref.name),
         "namespace": ref.namespace,
-        "labels": labels.managed({labels.COMPONENT: "router", labels.ENDPOINT_LABEL: ref.name, **(extra or {})}),
+        "labels": labels.managed(
+            {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value, **(extra or {})}
+        ),
         "ownerReferences": [owners.owner_reference(ref.kind, ref.name, ref.uid, controller=True)],
     }
 
@@ -91,7 +94,7 @@ def role_binding(endpoint: Endpoint) -> Manifest:
 
 def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
     router = name(endpoint.ref.name)
-    selector = {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.ref.name}
+    selector = {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value}
     container = {
         "name": "router",
         "image": context.operator_image,
@@ -101,7 +104,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             "--namespace",
             endpoint.ref.namespace,
             "--service",
-            endpoint.ref.name,
+            endpoint.child_name,
             "--configmap",
             router,
             "--port",
@@ -115,6 +118,13 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": dict(security.RESTRICTED),
     }
+    pod_spec: Manifest = {
+        "serviceAccountName": router,
+        "containers": [container],
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    if context.router_node_selector:
+        pod_spec["nodeSelector"] = dict(context.router_node_selector)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -124,11 +134,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": {**labels.managed(), **selector}},
-                "spec": {
-                    "serviceAccountName": router,
-                    "containers": [container],
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                },
+                "spec": pod_spec,
             },
         },
     }
@@ -140,7 +146,7 @@ def service(endpoint: Endpoint) -> Manifest:
         "kind": "Service",
         "metadata": _meta(endpoint),
         "spec": {
-            "selector": {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.ref.name},
+            "selector": {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value},
             "ports": [
                 {
                     "name": "http",

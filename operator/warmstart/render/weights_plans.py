@@ -24,7 +24,7 @@ from warmstart import placement
 from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus
 from warmstart.api.states import CacheState, ConditionType, NodeCacheState
-from warmstart.render import conditions
+from warmstart.render import conditions, tolerations
 
 RETRY_BASE_SECONDS = 30.0
 RETRY_MAX_SECONDS = 600.0
@@ -106,8 +106,13 @@ class Plan:
 
 
 def target_nodes(spec: ModelDataCacheConfigSpec, nodes: Iterable[NodeLike]) -> list[NodeLike]:
-    """Live nodes matching the cache's targeting, by name."""
-    matching = [n for n in nodes if placement.node_matches(n.labels, n.name, spec.node_selector, spec.node_affinity)]
+    """Live nodes matching the cache's targeting, by name; never a control-plane node."""
+    matching = [
+        n
+        for n in nodes
+        if placement.node_matches(n.labels, n.name, spec.node_selector, spec.node_affinity)
+        and not tolerations.is_control_plane(n.labels)
+    ]
     return sorted(matching, key=lambda n: n.name)
 
 

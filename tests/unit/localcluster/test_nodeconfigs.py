@@ -28,13 +28,15 @@ def plan(tmp_path: pathlib.Path) -> nodeplans.RealNodesPlan:
 
 
 def containerd(plan: nodeplans.RealNodesPlan, index: int) -> dict[str, Any]:
-    return tomllib.loads(nodeconfigs.containerd_config(plan.nodes[index], plan.registry))
+    return tomllib.loads(
+        nodeconfigs.containerd_config(plan.nodes[index], plan.registry, "127.0.0.1:5001/warmstart/pause:k")
+    )
 
 
 def test_containerd_clamps_oom_score_and_pulls_pause_from_the_local_registry(plan: nodeplans.RealNodesPlan) -> None:
     cri = containerd(plan, 0)["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True
-    assert cri["sandbox_image"] == "127.0.0.1:5001/pause:3.10"
+    assert cri["sandbox_image"] == "127.0.0.1:5001/warmstart/pause:k"
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
     assert cri["registry"]["config_path"] == str(plan.nodes[0].registry_hosts_dir)
 

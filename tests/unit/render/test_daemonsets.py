@@ -113,7 +113,13 @@ def test_targeting_tolerations_secrets_priority_and_annotations() -> None:
     pod = template["spec"]
     required = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert required["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["ml.g5.24xlarge"]
-    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
+    ]  # the GPU node-pool taints only, never every taint
+    assert {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"} in (
+        required["nodeSelectorTerms"][0]["matchExpressions"]
+    )
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["priorityClassName"] == CONTEXT.prepull_priority_class
     assert template["metadata"]["annotations"] == {"sim.warmstart.io/duration": "2s"}

@@ -1,4 +1,4 @@
-"""Endpoint rendering: the seed example's Deployment, Service and caches match golden files; keys and affinity behave."""
+"""Endpoint rendering: the seed example's Deployment, Service, caches match golden files; keys and affinity behave."""
 
 from __future__ import annotations
 
@@ -51,6 +51,13 @@ def test_router_objects_golden() -> None:
         REF, seed_spec(intelligentRoutingSpec={"enabled": True, "routingStrategy": "prefixaware"})
     )
     check_golden("router", router.manifests(endpoint, CONTEXT))
+
+
+def test_router_pods_go_where_the_chart_puts_them() -> None:
+    endpoint = endpoints.from_iec(REF, seed_spec(intelligentRoutingSpec={"enabled": True}))
+    placed = CONTEXT.model_copy(update={"router_node_selector": {"role": "cpu"}})
+    assert router.deployment(endpoint, placed)["spec"]["template"]["spec"]["nodeSelector"] == {"role": "cpu"}
+    assert "nodeSelector" not in router.deployment(endpoint, CONTEXT)["spec"]["template"]["spec"]
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from warmstart.render.weights_plans import JobPhase
 GOLDEN = Path(__file__).parent / "golden" / "jobs"
 CONTEXT = RenderContext(
     operator_image="warmstart:test",
-    preload_env={"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"},
+    preload_env_names=("AWS_ENDPOINT_URL_S3",),
     preload_pod_annotations={"sim.warmstart.io/duration": "2s", "team": "operator"},
 )
 CODES = sorted(preloading.PERMANENT_EXIT_CODES.values())
@@ -115,7 +115,10 @@ def test_job_is_pinned_tolerant_restricted_and_owned() -> None:
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
     ]
     assert "nodeName" not in pod
-    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
+    ]  # the GPU node-pool taints only, never every taint
     host_paths = [v["hostPath"] for v in pod["volumes"] if "hostPath" in v]
     assert host_paths == [{"path": "/opt/dlami/nvme/warmstart", "type": "DirectoryOrCreate"}]
     owner = job["metadata"]["ownerReferences"][0]

@@ -14,7 +14,7 @@ from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import ObjectRef
 
-CONTEXT = RenderContext(operator_image="warmstart:test", preload_env={"HF_ENDPOINT": "http://hub.local"})
+CONTEXT = RenderContext(operator_image="warmstart:test", preload_env_names=("HF_ENDPOINT",))
 HOST_PATH = "/mnt/nvme0"
 SIZE = 20_000_000_000
 
@@ -85,14 +85,35 @@ def test_init_container_is_the_job_container_for_every_source(source: str) -> No
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_model_pod_declares_the_job_volumes_with_the_model_volume_as_cache(source: str) -> None:
     model_volumes, job_volumes = model_pod(SOURCES[source])["volumes"], job_pod(SOURCES[source])["volumes"]
-    assert model_volumes[0] == {**job_volumes[0], "name": "model-weights"}
+    # the Job creates the node directory; a model pod only mounts it once its node's Job has handed it to 65532
+    assert job_volumes[0]["hostPath"]["type"] == "DirectoryOrCreate"
+    assert model_volumes[0] == {
+        **job_volumes[0],
+        "name": "model-weights",
+        "hostPath": {**job_volumes[0]["hostPath"], "type": "Directory"},
+    }
     assert model_volumes[1:] == job_volumes[1:]
 
 
-def test_preload_is_root_without_rights_on_a_read_only_root_with_tmp_as_home() -> None:
+def test_no_model_pod_container_runs_as_root_and_only_jobs_hold_chown() -> None:
+    for source in SOURCES.values():
+        pod = model_pod(source)
+        for container in pod["initContainers"]:
+            context = container["securityContext"]
+            assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
+            assert context["capabilities"] == {"drop": ["ALL"]}
+        (owner,) = job_pod(source)["initContainers"]
+        assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+        assert owner["command"][-1] == f"{HOST_PATH}/warmstart"  # an argument, never spliced into the script
+        assert owner["volumeMounts"] == [{"name": jobs.CACHE_VOLUME, "mountPath": f"{HOST_PATH}/warmstart"}]
+
+
+def test_preload_is_non_root_without_rights_on_a_read_only_root_with_tmp_as_home() -> None:
     container = job_pod(SOURCES["s3"])["containers"][0]
     assert container["securityContext"] == {
-        "runAsUser": 0,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
@@ -115,9 +136,17 @@ def test_cache_is_mounted_at_its_node_path_and_is_an_empty_dir_when_caching_is_o
     assert init["args"][init["args"].index("--root") + 1] == HOST_PATH
 
 
-def test_hub_token_is_readable_by_its_owner_only() -> None:
-    volumes = {v["name"]: v for v in model_pod(SOURCES["huggingface"])["volumes"]}
-    assert volumes[preload_containers.HF_TOKEN_VOLUME]["secret"]["defaultMode"] == 0o400
+def test_hub_token_is_read_only_and_mounted_into_the_preload_container_alone() -> None:
+    pod = model_pod(SOURCES["huggingface"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    # no write bit; readable by the non-root preload without a pod-wide fsGroup
+    assert volumes[preload_containers.HF_TOKEN_VOLUME]["secret"]["defaultMode"] == 0o444
+    mounting = [
+        c["name"]
+        for c in pod["initContainers"] + pod["containers"]
+        if any(m["name"] == preload_containers.HF_TOKEN_VOLUME for m in c.get("volumeMounts") or [])
+    ]
+    assert mounting == ["warmstart-preload"]
 
 
 def test_fsx_names_left_unset_are_not_passed_to_the_csi_driver() -> None:
@@ -141,3 +170,14 @@ def test_source_volumes_follow_the_source_type_not_leftover_blocks() -> None:
 def test_a_model_volume_with_a_plain_name_does_not_clash_with_the_preload_volumes(source: str, volume: str) -> None:
     names = [v["name"] for v in model_pod(SOURCES[source], volume=volume)["volumes"]]
     assert names[0] == volume and len(names) == len(set(names))
+
+
+def test_operator_wide_preload_environment_reaches_pods_as_secret_references_only() -> None:
+    for pod in (model_pod(SOURCES["s3"]), job_pod(SOURCES["s3"])):
+        preload = next(c for c in pod.get("initContainers", []) + pod["containers"] if c["command"] == ["warmstart"])
+        (hub,) = [e for e in preload["env"] if e["name"] == "HF_ENDPOINT"]
+        assert hub == {
+            "name": "HF_ENDPOINT",
+            "valueFrom": {"secretKeyRef": {"name": "warmstart-preload-env", "key": "HF_ENDPOINT"}},
+        }
+        assert "value" not in hub

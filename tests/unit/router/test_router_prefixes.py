@@ -31,7 +31,7 @@ def test_hashes_are_stable_across_calls() -> None:
 
 def test_chat_rendering_extends_with_each_message() -> None:
     first = [{"role": "system", "content": "rules"}, {"role": "user", "content": "hello"}]
-    longer = first + [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]
+    longer = [*first, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "more"}]
     assert render_messages(longer).startswith(render_messages(first))
 
 

@@ -134,7 +134,7 @@ def test_bounded_load_caps_a_hot_prefix_and_replicates_it_in_order() -> None:
 def test_adding_a_replica_moves_about_one_ninth_of_homes_all_to_it() -> None:
     policy = prefixaware()
     before = {group: policy.choose(snapshot(), key(group)).candidates[0] for group in range(900)}
-    grown = NAMES + ["http://10.0.0.8:8000"]
+    grown = [*NAMES, "http://10.0.0.8:8000"]
     after = {group: policy.choose(snapshot(names=grown), key(group)).candidates[0] for group in range(900)}
     moved = [group for group in before if before[group] != after[group]]
     assert all(after[group] == grown[-1] for group in moved)
@@ -217,7 +217,7 @@ def test_a_new_prefix_avoids_the_home_with_a_prefill_backlog() -> None:
 
 def test_an_existing_prefix_stays_with_its_first_holder_when_a_replica_joins() -> None:
     policy = prefixaware()
-    grown = NAMES + ["http://10.0.0.8:8000"]
+    grown = [*NAMES, "http://10.0.0.8:8000"]
     # a prefix whose rendezvous top, once the fleet grows, is the new replica
     group = next(g for g in range(500) if policy.choose(snapshot(names=grown), key(g)).candidates[0] == grown[-1])
     old_home = policy.choose(snapshot(), key(group)).candidates[0]

@@ -33,14 +33,14 @@ def test_load_without_manifest_reads_what_is_there(tmp_path: pathlib.Path) -> No
 def test_a_file_shorter_than_the_manifest_says_fails_the_start(tmp_path: pathlib.Path) -> None:
     write_model(tmp_path, {"weights.bin": b"abcdef"})
     (tmp_path / "weights.bin").write_bytes(b"abc")
-    with pytest.raises(loading.WeightsError, match="weights.bin: expected 6 bytes, found 3 bytes"):
+    with pytest.raises(loading.WeightsError, match=r"weights\.bin: expected 6 bytes, found 3 bytes"):
         loading.load(tmp_path)
 
 
 def test_a_missing_file_fails_the_start(tmp_path: pathlib.Path) -> None:
     write_model(tmp_path, {"a.bin": b"a", "b.bin": b"b"})
     (tmp_path / "b.bin").unlink()
-    with pytest.raises(loading.WeightsError, match="b.bin: expected 1 bytes, found missing"):
+    with pytest.raises(loading.WeightsError, match=r"b\.bin: expected 1 bytes, found missing"):
         loading.load(tmp_path)
 
 

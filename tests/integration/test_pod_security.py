@@ -1,0 +1,144 @@
+"""Pod Security on the real control plane: which level each kind of warmstart pod needs (docs/security.md).
+
+Three namespaces enforce `privileged`, `baseline` and `restricted` (the API server's built-in PodSecurity admission).
+Every kind of pod warmstart runs is rendered by the real renderers (the operator pod by the real helm) and created as
+a bare Pod with `dryRun=All`, so admission decides exactly as it would for the Pods a Deployment, Job or DaemonSet
+creates. Each kind must be admitted at the level docs/security.md names and rejected at every stricter one. And no
+container warmstart adds to a model pod may be the reason a model pod fails `restricted`: what is left is the hostPath
+volume and the user's model server.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+import kube
+from warmstart.api.caches import ModelDataCacheConfigSpec, ModelImageCacheSpec
+from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.api.preloading import PERMANENT_EXIT_CODES
+from warmstart.render import daemonsets, deployments, endpoints, jobs, router
+from warmstart.render.context import RenderContext
+from warmstart.render.deployments import Generation
+from warmstart.render.endpoints import ObjectRef
+
+pytestmark = pytest.mark.cluster
+
+LEVELS = ("privileged", "baseline", "restricted")
+#: the least privileged level that admits each kind of pod (docs/security.md, "Pod Security levels")
+REQUIRED = {
+    "operator": "restricted",
+    "router": "restricted",
+    "image-prepull": "restricted",
+    "model-without-cache": "baseline",
+    "model-with-cache": "privileged",
+    "preload-job": "privileged",
+    "cleanup-job": "privileged",
+}
+CONTEXT = RenderContext(operator_image="warmstart:test")
+SEED = kube.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
+
+
+def _endpoint(cache: bool) -> endpoints.Endpoint:
+    spec = yaml.safe_load(SEED.read_text())["spec"]
+    spec["modelCacheConfig"]["weightsCache"]["enabled"] = cache
+    ref = ObjectRef(kind="InferenceEndpointConfig", name="psa", namespace="ns", uid="u-1")
+    return endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(spec))
+
+
+def _template(manifest: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = manifest["spec"]["template"]["spec"]
+    return spec
+
+
+def _operator_pod(helm: pathlib.Path) -> dict[str, Any]:
+    rendered = subprocess.run(
+        [str(helm), "template", "ws", str(kube.ROOT / "charts" / "warmstart"), "--kube-version", "1.37.0",
+         "-s", "templates/deployment.yaml"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    (deployment,) = [d for d in yaml.safe_load_all(rendered) if d]
+    return _template(deployment)
+
+
+def pod_specs(helm: pathlib.Path) -> dict[str, dict[str, Any]]:
+    """Every kind of pod warmstart creates, as its controller would create it."""
+    cached, uncached = _endpoint(True), _endpoint(False)
+    generation = Generation(cached.weights_key(), cached.image_key())
+    mdcc = ModelDataCacheConfigSpec.model_validate({"modelSourceConfig": cached.source.to_api()})
+    owner = jobs.Owner(name="weights-x", namespace="ns", uid="u-2")
+    request = jobs.PreloadRequest(owner=owner, key="k" * 12, node="node-0", attempt=1, generation=1)
+    mic = ModelImageCacheSpec.model_validate({"image": cached.worker.image})
+    mic_owner = daemonsets.Owner(name="image-x", namespace="ns", uid="u-3")
+    return {
+        "operator": _operator_pod(helm),
+        "router": _template(router.deployment(cached, CONTEXT)),
+        "image-prepull": _template(daemonsets.daemonset(mic_owner, mic, "k" * 12, CONTEXT)),
+        "model-without-cache": _template(deployments.deployment(uncached, generation, CONTEXT)),
+        "model-with-cache": _template(deployments.deployment(cached, generation, CONTEXT)),
+        "preload-job": _template(jobs.preload_job(request, mdcc, CONTEXT, sorted(PERMANENT_EXIT_CODES.values()))),
+        "cleanup-job": _template(jobs.cleanup_job(owner, "k" * 12, "node-0", mdcc, CONTEXT)),
+    }
+
+
+@pytest.fixture
+def level_namespaces(api_client: client.ApiClient) -> Iterator[dict[str, str]]:
+    core = client.CoreV1Api(api_client)
+    suffix = uuid.uuid4().hex[:6]
+    made = {level: f"psa-{level}-{suffix}" for level in LEVELS}
+    for level, name in made.items():
+        labels = {"pod-security.kubernetes.io/enforce": level, "warmstart.io/test": "true"}
+        core.create_namespace({"metadata": {"name": name, "labels": labels}})
+    try:
+        yield made
+    finally:
+        for name in made.values():
+            core.delete_namespace(name)
+
+
+def _admit(api: client.ApiClient, namespace: str, kind: str, spec: dict[str, Any]) -> str | None:
+    """Create the pod with dryRun=All; None when admitted, else the rejection message."""
+    # not Pod Security's business: these name objects (ServiceAccount, PriorityClass) this test does not create
+    body = {k: v for k, v in spec.items() if k not in ("serviceAccountName", "priorityClassName")}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": kind, "namespace": namespace}, "spec": body}
+    try:
+        client.CoreV1Api(api).create_namespaced_pod(namespace, pod, dry_run="All")
+    except client.ApiException as error:
+        assert error.status == 403, error.body
+        return str(json.loads(error.body)["message"])
+    return None
+
+
+def test_each_pod_kind_is_admitted_exactly_down_to_its_documented_level(
+    api_client: client.ApiClient, helm: pathlib.Path, level_namespaces: dict[str, str]
+) -> None:
+    specs = pod_specs(helm)
+    assert set(specs) == set(REQUIRED)
+    outcome = {
+        (kind, level): _admit(api_client, level_namespaces[level], kind, spec)
+        for kind, spec in specs.items()
+        for level in LEVELS
+    }
+    for (kind, level), rejection in outcome.items():
+        expected = LEVELS.index(level) <= LEVELS.index(REQUIRED[kind])
+        assert (rejection is None) == expected, f"{kind} at {level}: {rejection or 'admitted'}"
+    # the cache is why caching model pods and Jobs need privileged: baseline refuses hostPath volumes
+    for kind in ("model-with-cache", "preload-job", "cleanup-job"):
+        assert "hostPath volumes" in (outcome[(kind, "baseline")] or ""), outcome[(kind, "baseline")]
+    # what keeps a model pod from restricted is the hostPath and the user's model server, never warmstart's init
+    # container: it runs non-root, without capabilities, and cannot escalate
+    for kind in ("model-with-cache", "model-without-cache"):
+        rejection = outcome[(kind, "restricted")] or ""
+        assert deployments.INIT_CONTAINER not in rejection, rejection
+        assert '"worker"' in rejection, rejection
+    # the only root in a Job is the CHOWN-only ownership step
+    assert 'container "warmstart-cache-owner"' in (outcome[("preload-job", "restricted")] or "")
+    assert 'container "preload"' not in (outcome[("preload-job", "restricted")] or "")
