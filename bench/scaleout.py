@@ -42,6 +42,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.demo import seed
 from warmstart.localcluster import imaging, models, pushing, realnodes, running
 from warmstart.render import deployments, endpoints
 from warmstart.render.context import RenderContext
@@ -290,8 +291,9 @@ class Bench:
         elif not (weights / models_manifest()).is_file():
             raise SystemExit(f"no warm cache in {weights} (the priming run should have filled it)")
 
-    def apply(self, manifest: dict[str, Any]) -> None:
+    def apply(self, manifest: dict[str, Any], secret: dict[str, Any]) -> None:
         self.core.create_namespace({"metadata": {"name": self.namespace, "labels": {"warmstart.io/bench": "true"}}})
+        self.core.create_namespaced_secret(self.namespace, secret)
         self.apps.create_namespaced_deployment(self.namespace, manifest)
 
     def scale(self, replicas: int) -> None:
@@ -430,15 +432,17 @@ def main() -> int:
             flush=True,
         )
         bench = Bench(cluster, api, image, uuid.uuid4().hex[:8])
+        secret = seed.preload_secret(bench.namespace, real.s3.access_key, real.s3.secret_key)
         context = RenderContext(
             operator_image=image,
-            preload_env={"AWS_ACCESS_KEY_ID": real.s3.access_key, "AWS_SECRET_ACCESS_KEY": real.s3.secret_key},
+            preload_env_names=seed.PRELOAD_ENV_NAMES,
+            allowed_host_paths=(str(real.hostpath_root),),
         )
         spec = endpoint_spec(model, real.s3.pod_url, real.s3.region, image, str(bench.host_path))
         manifest, generation = model_deployment(spec, bench.namespace, context)
         samples: list[Sample] = []
         try:
-            bench.apply(manifest)
+            bench.apply(manifest, secret)
             prime = bench.run(COLD, generation.weights_key)
             print(f"priming run (not counted): {prime.ready_s:.1f} s, init {prime.init_reason}", flush=True)
             for run in range(args.runs):

@@ -62,11 +62,16 @@ def test_real_seed_leaves_the_example_untouched() -> None:
     assert json.dumps(base, sort_keys=True) == before
 
 
-def test_operator_env_gives_preloads_the_image_and_s3_keys_and_watches_one_namespace() -> None:
-    settings = from_env(seed.operator_env("reg/warmstart:1", "AK", "SK", "demo-x", "6s"))
+def test_operator_env_references_the_s3_keys_from_the_secret_allows_the_cache_root_and_watches_one_namespace() -> None:
+    settings = from_env(seed.operator_env("reg/warmstart:1", "demo-x", "/tmp/c/hostpath", "6s"))
     assert settings.render.operator_image == "reg/warmstart:1"
-    assert settings.render.preload_env == {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}
+    assert settings.render.preload_env_names == ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    assert settings.render.allowed_host_paths == ("/tmp/c/hostpath",)
     assert settings.namespaces == ["demo-x"]
+    secret = seed.preload_secret("demo-x", "AK", "SK")
+    assert secret["metadata"] == {"name": settings.render.preload_env_secret, "namespace": "demo-x"}
+    assert secret["stringData"] == {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}
+    assert "SK" not in json.dumps(seed.operator_env("i", "n", "/r", "6s"))
 
 
 def _pod(node: str, message: str, ready_at: str | None) -> dict:

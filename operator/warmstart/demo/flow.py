@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from warmstart.api import API_VERSION
+from warmstart.api import API_VERSION, nodelabels
 from warmstart.api.crds import KINDS, crd
 from warmstart.controllers.storage import Store, load_api_client
 from warmstart.demo import facts, seed
@@ -183,7 +183,8 @@ def run(args: argparse.Namespace) -> None:
             if namespace != "default":
                 demo.core.create_namespace({"metadata": {"name": namespace}})
             install_crds(demo.store)
-            env = seed.operator_env(image, real.s3.access_key, real.s3.secret_key, namespace, PRELOAD_SECONDS)
+            demo.store.apply(seed.preload_secret(namespace, real.s3.access_key, real.s3.secret_key))
+            env = seed.operator_env(image, namespace, str(real.hostpath_root), PRELOAD_SECONDS)
             demo.operator = start_operator(cluster.kubeconfig, demo.operator_log, env)
             print(f"    log: {demo.operator_log}")
         manifest = seed.real_seed(
@@ -255,7 +256,9 @@ def preload_results(demo: Demo) -> list[dict[str, Any]]:
 
 def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
     """Stop the operator; on a reused cluster first delete what the demo added, while the operator still runs (it
-    removes its finalizers and the node's cache), then the namespace, the kwok nodes and the cache directory."""
+    removes its finalizers and the node's cache), then the namespace, the kwok nodes, the cache directory and the
+    node label that advertised it."""
+    key = ((demo.endpoint().get("status") or {}).get("resolved") or {}).get("weightsCacheKey", "")
     if reused and demo.operator is not None and demo.operator.poll() is None:
         demo.store.delete(API_VERSION, "InferenceEndpointConfig", NAME, demo.namespace)
         deadline = time.monotonic() + 120
@@ -275,6 +278,10 @@ def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
         demo.core.delete_namespace(demo.namespace, propagation_policy="Background")
     nodes.delete_nodes(demo.api, demo.kwok_nodes)
     shutil.rmtree(host_path, ignore_errors=True)
+    if key:  # the node's label for a cache that is gone with the directory
+        label = nodelabels.weights_ready_label(key)
+        for node in demo.store.list("v1", "Node", label_selector=label):
+            demo.store.merge_patch("v1", "Node", node["metadata"]["name"], {"metadata": {"labels": {label: None}}})
 
 
 def main(argv: list[str]) -> int:

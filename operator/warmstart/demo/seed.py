@@ -9,6 +9,8 @@ import copy
 import json
 from typing import Any
 
+from warmstart.render.context import RenderContext
+
 Manifest = dict[str, Any]
 
 PORT = 8000
@@ -51,15 +53,32 @@ def real_seed(
     return manifest
 
 
-def operator_env(image: str, access_key: str, secret_key: str, namespace: str, preload_seconds: str) -> dict[str, str]:
-    """The operator's WARMSTART_* settings: the pushed image for preloads, the S3 keys, one namespace watched.
+#: the preload's S3 variables; their values come from the namespace's preload Secret (see :func:`preload_secret`)
+PRELOAD_ENV_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def operator_env(image: str, namespace: str, cache_root: str, preload_seconds: str) -> dict[str, str]:
+    """The operator's WARMSTART_* settings: the pushed image for preloads, the preload variables it references from
+    the namespace's Secret, ``cache_root`` as the only allowed cache root, one namespace watched.
 
     The kwok duration annotation only steers preload Jobs on kwok nodes; a real kubelet ignores it.
     """
     return {
         "WARMSTART_OPERATOR_IMAGE": image,
-        "WARMSTART_PRELOAD_ENV": json.dumps({"AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}),
+        "WARMSTART_PRELOAD_ENV_NAMES": json.dumps(list(PRELOAD_ENV_NAMES)),
+        "WARMSTART_ALLOWED_HOST_PATHS": json.dumps([cache_root]),
         "WARMSTART_PRELOAD_POD_ANNOTATIONS": json.dumps({"sim.warmstart.io/duration": preload_seconds}),
         "WARMSTART_NAMESPACES": namespace,
         "WARMSTART_RESYNC_SECONDS": "2",
+    }
+
+
+def preload_secret(namespace: str, access_key: str, secret_key: str) -> Manifest:
+    """The Secret the preload containers read their S3 keys from (the operator's default name)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": RenderContext().preload_env_secret, "namespace": namespace},
+        "type": "Opaque",
+        "stringData": dict(zip(PRELOAD_ENV_NAMES, (access_key, secret_key), strict=True)),
     }
