@@ -124,3 +124,29 @@ def test_synthetic_model_layout_adds_up_and_content_is_deterministic_and_not_con
     assert first == b"".join(models.chunks("a", 5 * 2**20))
     assert first != b"".join(models.chunks("b", 5 * 2**20))
     assert len(set(first[:4096])) > 200
+
+
+def test_a_failing_step_fails_the_demo_with_a_non_zero_exit_naming_the_step() -> None:
+    from warmstart.demo import flow
+
+    try:
+        with flow.step("pushing the image"):
+            raise RuntimeError("registry refused")
+    except SystemExit as failed:
+        assert failed.code != 0 and failed.code is not None
+        assert "pushing the image" in str(failed.code) and "registry refused" in str(failed.code)
+    else:
+        raise AssertionError("the step did not fail")
+
+
+def test_the_demo_cli_documents_reuse_and_its_switches() -> None:
+    import contextlib
+    import io
+
+    from warmstart.demo import flow
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        flow.main(["--help"])
+    for switch in ("--dir", "--skip-bench", "--skip-routing", "--model-gib", "--namespace"):
+        assert switch in out.getvalue()
