@@ -8,7 +8,8 @@ file (checked against the preload manifest) before /health answers, so "Ready" i
 The weights (a synthetic model of --model-gib GiB in several files) sit in the cluster's real S3 server.
 
 - warm cache: the node's `<hostPath>/warmstart` holds the model, the init container finds it and exits;
-- cold cache: that directory is deleted first, the init container downloads the model from S3;
+- cold cache: that directory is emptied first (left as the node's preload Job prepares it: owned by the preload's
+  uid), the init container downloads the model from S3;
 - image pre-pulled: the project image is in the node's containerd; not pre-pulled: removed with `ctr images rm`
   first, so the kubelet pulls it from the local registry.
 
@@ -27,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import re
 import shutil
@@ -44,7 +46,7 @@ from kubernetes.client.exceptions import ApiException
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.demo import seed
 from warmstart.localcluster import imaging, models, pushing, realnodes, running
-from warmstart.render import deployments, endpoints
+from warmstart.render import deployments, endpoints, security
 from warmstart.render.context import RenderContext
 
 BUCKET = "bench-scaleout"
@@ -285,9 +287,14 @@ class Bench:
                 raise SystemExit(f"ctr images rm {self.image}: {done.stderr.strip()}")
 
     def set_cache(self, warm: bool, key: str) -> None:
-        weights = self.host_path / "warmstart" / "weights" / key
+        """Cold: the cache directory as the node's preload Job leaves it before a download (empty, owned by the
+        preload's uid; model pods mount it with `type: Directory`, so it must exist). Warm: the weights are there."""
+        cache = self.host_path / "warmstart"
+        weights = cache / "weights" / key
         if not warm:
-            shutil.rmtree(self.host_path / "warmstart", ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir(parents=True)
+            os.chown(cache, security.CACHE_UID, security.CACHE_UID)
         elif not (weights / models_manifest()).is_file():
             raise SystemExit(f"no warm cache in {weights} (the priming run should have filled it)")
 

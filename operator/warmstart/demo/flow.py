@@ -19,6 +19,7 @@ namespace and removes what it added (namespace, kwok nodes, cache directory) at 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -232,7 +233,10 @@ def run(args: argparse.Namespace) -> None:
                 subprocess.run([sys.executable, str(ROOT / "bench" / "routing.py"), "--quick"], check=True)
                 print(f"    plots: {ROOT / 'bench' / 'out'}/*.png")
     finally:
-        cleanup(demo, reused is not None, host_path)
+        try:
+            cleanup(demo, reused is not None, host_path)
+        except (client.ApiException, OSError, RuntimeError) as error:  # must not hide the step that failed
+            print(f"demo: clean-up incomplete: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         if args.down:
             running.down(directory)
     say(
@@ -275,7 +279,8 @@ def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
                 patch = {"metadata": {"finalizers": None}}
                 demo.store.merge_patch(API_VERSION, kind, item["metadata"]["name"], patch, demo.namespace)
     if demo.namespace != "default":
-        demo.core.delete_namespace(demo.namespace, propagation_policy="Background")
+        with contextlib.suppress(client.ApiException):  # not created if an earlier step failed
+            demo.core.delete_namespace(demo.namespace, propagation_policy="Background")
     nodes.delete_nodes(demo.api, demo.kwok_nodes)
     shutil.rmtree(host_path, ignore_errors=True)
     if key:  # the node's label for a cache that is gone with the directory
