@@ -13,8 +13,10 @@ $(BIN)/warmstart: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(BIN)/warmstart
 
-## demo: local control plane + CRDs + operator + the seed example, warm vs cold placement, router comparison
+## demo: local control plane with one REAL node + CRDs + operator + the seed example on it (real preload, real
+## simulator), warm vs cold pods, the real node's warm vs cold start, router comparison (needs root)
 demo: $(BIN)/warmstart
+	bash scripts/install-host-packages.sh
 	$(BIN)/warmstart demo --dir $(CLUSTER_DIR)
 
 ## test: every test (unit, real-control-plane integration, e2e); reuses a running cluster if WARMSTART_KUBECONFIG is set
@@ -53,11 +55,14 @@ lint: $(BIN)/warmstart
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+## bench: preload, routing, operator scale, idle traffic; scale-out on a real node (reuses the real-node cluster in
+## CLUSTER_DIR if one runs there, else starts and stops one: needs root, see docs/localcluster.md)
 bench: $(BIN)/warmstart
 	$(BIN)/python bench/preload.py
 	$(BIN)/python bench/routing.py
 	$(BIN)/python bench/operator_scale.py
 	$(BIN)/python bench/endpoint_idle_traffic.py
+	$(BIN)/python bench/scaleout.py --dir $(CLUSTER_DIR)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info bench/out
