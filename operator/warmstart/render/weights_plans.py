@@ -205,21 +205,32 @@ class _NodePlanner:
             return self._ready(node.name, previous, current)
         return self._failed(node.name, previous, current)
 
+    def _record(
+        self,
+        node: str,
+        state: NodeCacheState,
+        result: PreloadResult,
+        previous: NodeCacheStatus | None,
+        job: PreloadJob,
+    ) -> NodeCacheStatus:
+        """The node's entry for a finished Job's result; recorded (metrics, Events) the first time it is seen."""
+        entry = NodeCacheStatus(
+            node=node,
+            state=state,
+            reason=result.reason,
+            message=_clip(result.message) or None,
+            bytes=result.bytes,
+            seconds=result.seconds,
+            attempts=job.attempt,
+        )
+        if not _is_recorded(previous, job):
+            self.plan.recorded.append((entry, job))
+        return entry
+
     def _ready(self, node: str, previous: NodeCacheStatus | None, job: PreloadJob | None) -> NodeCacheStatus:
         result = self.observed.results.get(job.name) if job else None
         if result is not None and job is not None and job.phase == JobPhase.SUCCEEDED:
-            entry = NodeCacheStatus(
-                node=node,
-                state=NodeCacheState.READY,
-                reason=result.reason,
-                message=_clip(result.message) or None,
-                bytes=result.bytes,
-                seconds=result.seconds,
-                attempts=job.attempt,
-            )
-            if not _is_recorded(previous, job):
-                self.plan.recorded.append((entry, job))
-            return entry
+            return self._record(node, NodeCacheState.READY, result, previous, job)
         if previous is not None and previous.state == NodeCacheState.READY:
             return previous
         attempts = job.attempt if job else (previous.attempts if previous else None)
@@ -256,17 +267,7 @@ class _NodePlanner:
             result = PreloadResult(
                 reason=reason, message=f"preload Job {job.name} failed ({reason}) without a termination message"
             )
-        entry = NodeCacheStatus(
-            node=node,
-            state=NodeCacheState.FAILED,
-            reason=result.reason,
-            message=_clip(result.message) or None,
-            bytes=result.bytes,
-            seconds=result.seconds,
-            attempts=job.attempt,
-        )
-        if not _is_recorded(previous, job):
-            self.plan.recorded.append((entry, job))
+        entry = self._record(node, NodeCacheState.FAILED, result, previous, job)
         if job.generation < self.observed.generation:
             return self._rerun(node, job, f"spec changed after {result.reason}; preloading again")
         if self.retryable(result.reason) and job.attempt < MAX_ATTEMPTS:
