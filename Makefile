@@ -21,6 +21,7 @@ demo: $(BIN)/warmstart
 
 ## test: every test (unit, real-control-plane integration, e2e); reuses a running cluster if WARMSTART_KUBECONFIG is set
 test: $(BIN)/warmstart
+	bash scripts/install-host-packages.sh
 	$(BIN)/pytest -q
 
 test-unit: $(BIN)/warmstart
