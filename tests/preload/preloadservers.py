@@ -68,11 +68,15 @@ class MotoServer:
 
 
 class CorruptingProxy:
-    """An HTTP proxy to an S3 server that flips one byte in GET bodies of chosen keys: a store returning bad data."""
+    """An HTTP proxy to an S3 server that flips one byte in GET bodies of chosen keys: a store returning bad data.
 
-    def __init__(self, upstream: str, corrupt_paths: set[str]) -> None:
+    `etags` maps real ETags to others that the proxy shows instead (headers and listings; If-Match is mapped
+    back): how an object looks when S3 encrypted it with SSE-KMS or SSE-C, whose ETag is not the content's MD5."""
+
+    def __init__(self, upstream: str, corrupt_paths: set[str], etags: dict[str, str] | None = None) -> None:
         self.upstream = urlparse(upstream)
         self.corrupt_paths = corrupt_paths
+        self.etags = dict(etags or {})
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,15 +88,24 @@ class CorruptingProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                headers = dict(self.headers)
+                for real, shown in proxy.etags.items():
+                    for k in [k for k in headers if k.lower() == "if-match"]:
+                        headers[k] = headers[k].replace(shown, real)
                 conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
-                conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
                 path = urlparse(self.path).path
                 if self.command == "GET" and path in proxy.corrupt_paths and data:
                     data = bytes([data[0] ^ 0xFF]) + data[1:]
+                if "xml" in (resp.getheader("Content-Type") or ""):
+                    for real, shown in proxy.etags.items():
+                        data = data.replace(real.encode(), shown.encode())
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
+                    if k.lower() == "etag":
+                        v = proxy.etags.get(v.strip('"'), v.strip('"')).join('""')
                     if k.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))

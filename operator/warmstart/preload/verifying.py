@@ -11,7 +11,8 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from warmstart.api.preloading import Reason
 from warmstart.preload.results import PreloadError
@@ -48,12 +49,25 @@ def part_size_candidates(size: int, parts: int, hint: int | None = None) -> list
     return out[:MAX_CANDIDATES]
 
 
-class _PartHasher:
-    """MD5 of each part of one candidate part size, fed the file's bytes in order."""
+class Hasher(Protocol):
+    """What a running checksum offers: hashlib's objects, and the CRC wrappers of `s3checksums`."""
 
-    def __init__(self, part_size: int) -> None:
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+    def digest(self) -> bytes: ...
+
+
+def _md5() -> Hasher:
+    return hashlib.md5(usedforsecurity=False)
+
+
+class PartHasher:
+    """A checksum (MD5 unless told) of each part of one candidate part size, fed the file's bytes in order."""
+
+    def __init__(self, part_size: int, new: Callable[[], Hasher] = _md5) -> None:
         self.part_size = part_size
-        self.current = hashlib.md5(usedforsecurity=False)
+        self.new = new
+        self.current = new()
         self.filled = 0
         self.digests: list[bytes] = []
 
@@ -65,14 +79,21 @@ class _PartHasher:
             view = view[take:]
             if self.filled == self.part_size:
                 self.digests.append(self.current.digest())
-                self.current, self.filled = hashlib.md5(usedforsecurity=False), 0
+                self.current, self.filled = self.new(), 0
+
+    def composite(self) -> tuple[bytes, int]:
+        """The checksum of the parts' checksums, and the number of parts."""
+        digests = self.digests + ([self.current.digest()] if self.filled else [])
+        combined = self.new()
+        combined.update(b"".join(digests))
+        return combined.digest(), len(digests)
 
     def etag(self) -> str:
-        digests = self.digests + ([self.current.digest()] if self.filled else [])
-        return f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{len(digests)}"
+        digest, count = self.composite()
+        return f"{digest.hex()}-{count}"
 
 
-def _read_chunks(path: str) -> Any:
+def read_chunks(path: str) -> Any:
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
@@ -85,7 +106,7 @@ def s3_etag(path: str, size: int, etag: str, name: str, part_size_hint: int | No
     etag = etag.strip('"').lower()
     if "-" not in etag:
         digest = hashlib.md5(usedforsecurity=False)
-        for chunk in _read_chunks(path):
+        for chunk in read_chunks(path):
             digest.update(chunk)
         if digest.hexdigest() != etag:
             raise PreloadError(
@@ -107,8 +128,8 @@ def s3_etag(path: str, size: int, etag: str, name: str, part_size_hint: int | No
             return
         candidates = candidates[1:]
     for sizes in filter(None, [candidates]):
-        hashers = [_PartHasher(p) for p in sizes]
-        for chunk in _read_chunks(path):
+        hashers = [PartHasher(p) for p in sizes]
+        for chunk in read_chunks(path):
             for hasher in hashers:
                 hasher.feed(chunk)
         if any(h.etag() == etag for h in hashers):
@@ -143,7 +164,7 @@ def _parallel_etag(path: str, size: int, part_size: int) -> str:
 
 def sha256(path: str, expected: str, name: str) -> None:
     digest = hashlib.sha256()
-    for chunk in _read_chunks(path):
+    for chunk in read_chunks(path):
         digest.update(chunk)
     if digest.hexdigest() != expected.lower():
         raise PreloadError(
@@ -153,7 +174,7 @@ def sha256(path: str, expected: str, name: str) -> None:
 
 def git_blob_sha1(path: str, expected: str, name: str) -> None:
     digest = hashlib.sha1(f"blob {os.stat(path).st_size}\0".encode(), usedforsecurity=False)
-    for chunk in _read_chunks(path):
+    for chunk in read_chunks(path):
         digest.update(chunk)
     if digest.hexdigest() != expected.lower():
         raise PreloadError(

@@ -32,6 +32,7 @@ class RemoteFile:
     sha256: str | None = None  # Hub LFS oid
     git_sha1: str | None = None  # Hub git blob id of a non-LFS file
     mtime_ns: int | None = None  # local sources: to notice a file changing under the copy
+    checksum_algorithms: tuple[str, ...] = ()  # S3: the additional checksums the listing names (values need a HEAD)
 
     def fingerprint(self) -> dict[str, Any]:
         """What identifies this version of the file: recorded in the journal and the manifest."""

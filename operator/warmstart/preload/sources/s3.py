@@ -23,9 +23,9 @@ from s3transfer.subscribers import BaseSubscriber
 
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload import store, verifying
+from warmstart.preload import s3checksums, store
 from warmstart.preload.results import PreloadError
-from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location, s3processes
+from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location, s3processes, s3verify
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class S3Source:
     def listing(self) -> Listing:
         if self.location and not self.location.endswith("/"):
             try:
-                head = self.client.head_object(Bucket=self.bucket, Key=self.location)
+                head = self.client.head_object(Bucket=self.bucket, Key=self.location, ChecksumMode="ENABLED")
             except botocore.exceptions.ClientError as exc:
                 mapped = error(exc, self.uri())
                 if mapped.reason != Reason.NOT_FOUND:
@@ -189,9 +189,15 @@ class S3Source:
                 raise error(exc, self.uri()) from exc
             else:  # modelLocation names one object: the cache holds that one file
                 name = store.safe_relpath(posixpath.basename(self.location))
-                return Listing(
-                    files=(RemoteFile(name, int(head["ContentLength"]), self.location, etag=head["ETag"].strip('"')),)
+                algorithms = tuple(a for a in s3checksums.ALGORITHMS if head.get(f"Checksum{a}"))
+                file = RemoteFile(
+                    name,
+                    int(head["ContentLength"]),
+                    self.location,
+                    etag=head["ETag"].strip('"'),
+                    checksum_algorithms=algorithms,
                 )
+                return Listing(files=(file,))
         prefix = self.location + "/" if self.location and not self.location.endswith("/") else self.location
         files: list[RemoteFile] = []
         try:
@@ -202,7 +208,11 @@ class S3Source:
                         continue  # a "directory" marker
                     files.append(
                         RemoteFile(
-                            store.safe_relpath(key[len(prefix) :]), int(obj["Size"]), key, etag=obj["ETag"].strip('"')
+                            store.safe_relpath(key[len(prefix) :]),
+                            int(obj["Size"]),
+                            key,
+                            etag=obj["ETag"].strip('"'),
+                            checksum_algorithms=tuple(obj.get("ChecksumAlgorithm") or ()),
                         )
                     )
         except PreloadError:
@@ -290,11 +300,26 @@ class S3Source:
         except Exception:  # noqa: BLE001 - a hint only; the derivation from the ETag does without it
             return None
 
+    def head_checksums(self, file: RemoteFile) -> dict[str, Any]:
+        """HEAD with the additional checksums and the encryption (ChecksumMode=ENABLED), pinned to the listed ETag."""
+        pin = {"IfMatch": f'"{file.etag}"'} if file.etag else {}
+        try:
+            head: dict[str, Any] = self.client.head_object(
+                Bucket=self.bucket, Key=file.ref, ChecksumMode="ENABLED", **pin
+            )
+        except Exception as exc:
+            raise error(exc, self.uri(file.ref)) from exc
+        return head
+
     def verifier(self, file: RemoteFile) -> Callable[[str], None]:
         def verify(path: str) -> None:
-            verifying.check_size(path, file.size, self.uri(file.ref))
-            if file.etag:
-                hint = self.part_size_hint(file) if "-" in file.etag else None
-                verifying.s3_etag(path, file.size, file.etag, self.uri(file.ref), hint)
+            checked = s3verify.verify(
+                path,
+                file,
+                self.uri(file.ref),
+                functools.cache(lambda: self.head_checksums(file)),
+                functools.cache(lambda: self.part_size_hint(file)),
+            )
+            log.debug("%s: verified by %s", self.uri(file.ref), checked)
 
         return verify
