@@ -165,7 +165,8 @@ def mdcc(namespace: str, index: int, instance_type: str) -> dict[str, Any]:
         "s3Storage": {"bucketName": "bench-bucket", "region": "us-west-2"},
         "modelLocation": f"models/m{index}",
     }
-    name = keys.weights_cache_name(keys.weights_key(ModelSourceConfig.model_validate(source), "/opt/dlami/nvme"))
+    key = keys.weights_key_in(ModelSourceConfig.model_validate(source), "/opt/dlami/nvme", namespace, {})
+    name = keys.weights_cache_name(key)
     spec = {"modelSourceConfig": source, "nodeAffinity": instance_type_affinity([instance_type]).to_api()}
     return {
         "apiVersion": API_VERSION,

@@ -119,7 +119,7 @@ def model_deployment(
     """The Deployment the operator would render for ``spec`` (without the owner, which does not exist here)."""
     ref = endpoints.ObjectRef(kind="InferenceEndpointConfig", name="bench-scaleout", namespace=namespace, uid="bench")
     endpoint = endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(spec))
-    generation = deployments.Generation(endpoint.weights_key(), endpoint.image_key())
+    generation = deployments.Generation(endpoint.weights_key({}), endpoint.image_key())
     manifest = deployments.deployment(endpoint, generation, context)
     del manifest["metadata"]["ownerReferences"]
     return manifest, generation

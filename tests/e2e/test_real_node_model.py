@@ -58,7 +58,7 @@ def _deploy(
     )
     source = ModelSourceConfig.model_validate(manifest["spec"]["modelSourceConfig"])
     stack.create_endpoint(manifest)
-    key = keys.weights_key(source, host_path)
+    key = keys.weights_key_in(source, host_path, stack.namespace, {})
     if weights:
         stack.weights_keys.append(key)
     return Deployed(name, model, host_path, key)
@@ -226,7 +226,8 @@ def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
         kubernetes={"tolerations": [toleration]},
         max_deploy_seconds=0,  # no target node means the gate would wait; 0 deploys at once (Degraded)
     )
-    key = keys.weights_key(ModelSourceConfig.model_validate(manifest["spec"]["modelSourceConfig"]), str(host_path))
+    source = ModelSourceConfig.model_validate(manifest["spec"]["modelSourceConfig"])
+    key = keys.weights_key_in(source, str(host_path), real_stack.namespace, {})
     cache_name = keys.weights_cache_name(key)
     cache_label = names.label_value(cache_name)
     objects = client.CustomObjectsApi(real_stack.api)

@@ -9,6 +9,7 @@ does with them.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -28,6 +29,8 @@ import operating
 from preloadservers import CREDENTIALS, MotoServer
 from warmstart.api import preloading
 from warmstart.render import jobs, labels
+
+PRELOAD_ENV_SECRET = "warmstart-preload-env"
 
 pytestmark = pytest.mark.cluster
 
@@ -101,17 +104,31 @@ def mdcc_names(api: client.ApiClient, namespace: str) -> list[str]:
     return sorted(m["metadata"]["name"] for m in ep.caches(api, namespace, "modeldatacacheconfigs"))
 
 
-def container_of(job: Any) -> tuple[list[str], dict[str, str]]:
-    """The preload container's args and environment, with downward-API fields resolved as the kubelet would."""
+def s3_endpoint_in(api: client.ApiClient, namespaces: list[str], url: str) -> dict[str, Any]:
+    """As the chart does: the S3 endpoint in each namespace's preload Secret; the operator knows only the name."""
+    for ns in namespaces:
+        secret = {"metadata": {"name": PRELOAD_ENV_SECRET}, "stringData": {"AWS_ENDPOINT_URL_S3": url}}
+        client.CoreV1Api(api).create_namespaced_secret(ns, secret)
+    return {"preload_env_names": ["AWS_ENDPOINT_URL_S3"], "preload_env_secret": PRELOAD_ENV_SECRET}
+
+
+def container_of(api: client.ApiClient, job: Any) -> tuple[list[str], dict[str, str]]:
+    """The preload container's args and environment, with downward-API fields and Secret references resolved as the
+    kubelet would."""
     pod = job.spec.template.spec
     (container,) = pod.containers
-    fields = {
-        "metadata.namespace": job.metadata.namespace,
-        "spec.serviceAccountName": pod.service_account_name or "default",
-    }
+    namespace = job.metadata.namespace
+    fields = {"metadata.namespace": namespace, "spec.serviceAccountName": pod.service_account_name or "default"}
     env = {}
     for var in container.env or []:
-        env[var.name] = var.value if var.value_from is None else fields[var.value_from.field_ref.field_path]
+        if var.value_from is None:
+            env[var.name] = var.value
+        elif var.value_from.field_ref is not None:
+            env[var.name] = fields[var.value_from.field_ref.field_path]
+        else:
+            ref = var.value_from.secret_key_ref
+            secret = client.CoreV1Api(api).read_namespaced_secret(ref.name, namespace)
+            env[var.name] = base64.b64decode(secret.data[ref.key]).decode()
     return list(container.args), env
 
 
@@ -153,7 +170,7 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
     server, reader = iam_moto
     node = tmp_path / "nvme"
     node.mkdir()
-    render = {"preload_pod_annotations": FAST, "preload_env": {"AWS_ENDPOINT_URL_S3": server.url}}
+    render = {"preload_pod_annotations": FAST, **s3_endpoint_in(api_client, [namespace, second_namespace], server.url)}
     with (
         ep.own_nodes(api_client, 1) as (instance_type, _),
         operating.operator(str(cluster.kubeconfig), [namespace, second_namespace], render=render),
@@ -165,11 +182,11 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
         assert names_a != names_b, "the same S3 source must get a key per namespace"
         assert job_a.metadata.name != job_b.metadata.name
 
-        args_a, env_a = container_of(job_a)
+        args_a, env_a = container_of(api_client, job_a)
         code, result = run(args_a, env_a, node, reader)  # team-a has an IAM role that may read the bucket
         assert code == 0 and result["reason"] == "Downloaded", result
 
-        args_b, env_b = container_of(job_b)  # team-b has no AWS credentials at all
+        args_b, env_b = container_of(api_client, job_b)  # team-b has no AWS credentials at all
         code, result = run(args_b, env_b, node)
         assert result["reason"] == "AccessDenied" and code == 77, result
         assert sorted(p.name for p in weights(node).iterdir() if not p.name.startswith(".")) == [
@@ -180,7 +197,7 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
         deployment = kube.wait_for(
             lambda: _deployment(api_client, second_namespace), timeout=120, what="team-b's Deployment"
         )
-        init = next(c for c in deployment.spec.template.spec.init_containers if "--if-missing" in c.args)
+        init = next(c for c in deployment.spec.template.spec.init_containers if "--if-missing" in (c.args or []))
         model_mount = next(
             m for c in deployment.spec.template.spec.containers for m in c.volume_mounts or [] if m.sub_path
         )
@@ -189,13 +206,13 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
             metadata=client.V1ObjectMeta(namespace=second_namespace),
             spec=client.V1JobSpec(template=deployment.spec.template),
         )
-        code, result = run(*container_of_init(fake_job, init), node)
+        code, result = run(*container_of_init(api_client, fake_job, init), node)
         assert result["reason"] == "AccessDenied", result
 
 
-def container_of_init(job: Any, init: Any) -> tuple[list[str], dict[str, str]]:
+def container_of_init(api: client.ApiClient, job: Any, init: Any) -> tuple[list[str], dict[str, str]]:
     job.spec.template.spec.containers = [init]
-    return container_of(job)
+    return container_of(api, job)
 
 
 def _deployment(api: client.ApiClient, namespace: str) -> Any:
@@ -220,7 +237,7 @@ def test_a_trust_group_shares_one_cache_but_each_pod_proves_its_own_access(
     node.mkdir()
     render = {
         "preload_pod_annotations": {"sim.warmstart.io/duration": "600s"},
-        "preload_env": {"AWS_ENDPOINT_URL_S3": server.url},
+        **s3_endpoint_in(api_client, [namespace, second_namespace], server.url),
         "cache_sharing_groups": {"ml": [namespace, second_namespace]},
     }
     with (
@@ -231,11 +248,15 @@ def test_a_trust_group_shares_one_cache_but_each_pod_proves_its_own_access(
             kube.create_custom(api_client, endpoint(ns, instance_type, S3_SOURCE))
         job_a, job_b = preload_job(api_client, namespace), preload_job(api_client, second_namespace)
         assert mdcc_names(api_client, namespace) == mdcc_names(api_client, second_namespace)
-        code, result = run(*container_of(job_a), node, reader)
+        code, result = run(*container_of(api_client, job_a), node, reader)
         assert result["reason"] == "Downloaded", result
-        code, result = run(*container_of(job_b), node)  # same key, files present, but team-b may not read the source
+        code, result = run(
+            *container_of(api_client, job_b), node
+        )  # same key, files present, but team-b may not read the source
         assert result["reason"] == "AccessDenied" and code == 77, result
-        code, result = run(*container_of(job_b), node, reader)  # with a role that may: one check, then the cache
+        code, result = run(
+            *container_of(api_client, job_b), node, reader
+        )  # with a role that may: one check, then the cache
         assert result["reason"] == "AlreadyPresent" and "re-checked" in result["message"], result
 
 
@@ -261,7 +282,7 @@ def test_two_namespaces_with_a_pvc_of_one_name_get_distinct_caches(
         found = {}
         for ns in (namespace, second_namespace):
             job = preload_job(api_client, ns)
-            code, result = run(*container_of(job), node, mount=volumes[ns])
+            code, result = run(*container_of(api_client, job), node, mount=volumes[ns])
             assert code == 0 and result["reason"] == "Downloaded", result
             found[ns] = mdcc_names(api_client, ns)[0].removeprefix("weights-")
         assert found[namespace] != found[second_namespace]

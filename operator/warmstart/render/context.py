@@ -12,7 +12,7 @@ from warmstart.api.blocks import DEFAULT_HOST_PATH
 class RenderContext(BaseModel):
     """Operator-wide settings that shape rendered children (images, annotations, environment)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # a stale setting name fails loudly
 
     operator_image: str = Field(
         default="warmstart:0.1.0", description="Image with the warmstart entrypoint (preload, router, no-op)."
