@@ -23,6 +23,7 @@ RBAC and CRD validation, the controllers and the scheduler.
 from __future__ import annotations
 
 import pathlib
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,7 +31,7 @@ import pytest
 from kubernetes import client, config
 
 import realstack
-from warmstart.localcluster import imaging, pushing
+from warmstart.localcluster import imaging, pushing, running
 
 
 @pytest.fixture(scope="session")
@@ -53,9 +54,13 @@ def real_stack(
         yield stack
     finally:
         try:
-            realstack.uninstall(helm, stack)
+            if running.running_cluster(cluster.dir) is not None:
+                realstack.uninstall(helm, stack)
+            # else a later test (tests/integration/test_real_node.py) stopped this cluster for a fresh start: its
+            # objects went with it, and only the host directory is left to remove
         finally:
             api.close()
+            shutil.rmtree(stack.hostpath_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
