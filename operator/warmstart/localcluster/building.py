@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import logging
 import os
@@ -22,9 +21,9 @@ import pathlib
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
-from warmstart.localcluster import versions
+from warmstart.localcluster import locking, versions
 
 logger = logging.getLogger(__name__)
 
@@ -267,14 +266,5 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
-@contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    path = cache_root() / "build.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            logger.info("another process is building the local cluster; waiting for it (%s)", path)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+def _build_lock() -> contextlib.AbstractContextManager[None]:
+    return locking.exclusive(cache_root() / "build.lock", "building the local cluster")

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import logging
 import os
 import pathlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-from warmstart.localcluster import building, stepping
+from warmstart.localcluster import building, locking, stepping
 
 logger = logging.getLogger(__name__)
 
@@ -123,15 +122,6 @@ def _runroot_base() -> pathlib.Path:
     return pathlib.Path(runtime) / "warmstart-buildah" if runtime else images_dir() / "run"
 
 
-@contextlib.contextmanager
-def build_lock() -> Iterator[None]:
+def build_lock() -> contextlib.AbstractContextManager[None]:
     """Hold the image build lock (waiting, with a message, while another process builds)."""
-    path = images_dir() / "build.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            logger.info("another process is building images; waiting for it (%s)", path)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+    return locking.exclusive(images_dir() / "build.lock", "building images")
