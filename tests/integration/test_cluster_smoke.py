@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
+import kube
 from warmstart.localcluster import nodes, versions
 
 pytestmark = pytest.mark.cluster
@@ -19,15 +20,8 @@ TIMEOUT = 60.0
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout: float = TIMEOUT) -> T:
-    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
+    """Poll ``probe`` until it returns something truthy (``kube.wait_for``, with this module's timeout)."""
+    return kube.wait_for(probe, timeout=timeout, interval=0.2, what=what)
 
 
 def pod_template(labels: dict[str, str], annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import ipaddress
 import json
 import pathlib
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client, config
 
+import kube
 from warmstart.localcluster import hoststate, nodeplans, nodes, running, versions
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
@@ -109,14 +109,8 @@ def ns(started: Started) -> Iterator[str]:
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout: float = TIMEOUT) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
+    """Poll ``probe`` until it returns something truthy (``kube.wait_for``, with this module's timeout)."""
+    return kube.wait_for(probe, timeout=timeout, interval=0.5, what=what)
 
 
 def job(name: str, node: str, image: str, script: str, **pod: Any) -> dict[str, Any]:
