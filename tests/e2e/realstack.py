@@ -31,6 +31,8 @@ REAL_SELECTOR = {nodeplans.REAL_NODE_LABEL: "true"}
 #: the real node's instance type (``warmstart cluster up --real-nodes``); no kwok node has it
 INSTANCE_TYPE = "ml.g5.xlarge"
 SIM_PORT = 8000
+#: the simulator's readiness path, given as the endpoint's loadBalancer.healthCheckPath
+HEALTH_PATH = "/health"
 MOUNT_PATH = "/opt/ml/model"
 MiB = 1024 * 1024
 
@@ -223,10 +225,9 @@ def sim_endpoint(
             "modelInvocationPort": {"containerPort": SIM_PORT, "name": "http"},
             "modelVolumeMount": {"name": "model-weights", "mountPath": MOUNT_PATH},
             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
-            "probes": {
-                "readinessProbe": {"httpGet": {"path": "/health", "port": SIM_PORT}, "periodSeconds": 1},
-            },
         },
+        # no readiness probe: the operator's default one GETs this path (503 until the weights are read)
+        "loadBalancer": {"healthCheckPath": HEALTH_PATH},
     }
     if router:
         spec["intelligentRoutingSpec"] = {"enabled": True, "routingStrategy": "prefixaware"}

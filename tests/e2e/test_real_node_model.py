@@ -1,6 +1,7 @@
 """An endpoint on the real node, end to end: the preload Job downloads a 1 GB model from the S3 server into the
 hostPath, the project image is pre-pulled, two `warmstart sim` model pods start from the warm cache (reading every
-weight file before they report ready), the router sends real requests to them, and on a cold node (weights caching
+weight file before the operator's default readiness probe passes), real requests to the endpoint's own Service reach
+them through the router pods, and on a cold node (weights caching
 on, but tainted so no preload Job prepared it) the model pod's own init containers download the model into the node
 cache.
 
@@ -27,8 +28,9 @@ import helming
 import realstack
 from warmstart.api import GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
+from warmstart.api.routers import RouterConfig
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import deployments, keys, labels, names, preload_containers, security
+from warmstart.render import deployments, keys, labels, names, preload_containers, router, security
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
@@ -162,15 +164,71 @@ def _post(url: str, prompt: str) -> tuple[str, dict[str, Any]]:
         return str(answer.headers.get("x-sim-replica", "")), json.load(answer)
 
 
-def test_router_runs_on_the_real_node_and_routes_requests_to_the_simulator_pods(
+def _slice_targets(core: client.CoreV1Api, namespace: str, service: str) -> set[str]:
+    """Names of the ready pods the EndpointSlices of `service` list (what kube-proxy sends its ClusterIP to)."""
+    slices = client.DiscoveryV1Api(core.api_client).list_namespaced_endpoint_slice(
+        namespace, label_selector=f"kubernetes.io/service-name={service}"
+    )
+    return {
+        e.target_ref.name
+        for s in slices.items
+        for e in s.endpoints or []
+        if e.target_ref is not None and (e.conditions is None or e.conditions.ready is not False)
+    }
+
+
+def _router_warm_nodes(pod_ip: str) -> list[str] | None:
+    """The warmNodes a router pod applies, from its /router/status on the admin port."""
+    with urllib.request.urlopen(f"http://{pod_ip}:{router.ROUTER_ADMIN_PORT}/router/status", timeout=10) as answer:
+        found: list[str] | None = json.load(answer)["config"].get("warmNodes")
+        return found
+
+
+def _placements(pod_ip: str) -> dict[str, float]:
+    """The router pod's `warmstart_router_placement_requests_total` by placement, from its admin port."""
+    with urllib.request.urlopen(f"http://{pod_ip}:{router.ROUTER_ADMIN_PORT}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("warmstart_router_placement_requests_total{"):
+            placement = line.split('placement="', 1)[1].split('"', 1)[0]
+            found[placement] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_requests_to_the_endpoints_service_reach_the_simulator_pods_through_the_router(
     real_stack: realstack.Stack, real_core: client.CoreV1Api, seed: Deployed
 ) -> None:
+    """The endpoint's own Service (`seed`, as clients call it) leads to the router pods, which forward to the model
+    pods; every request lands on the warm node and the routers count it as warm (warmNodes from the node label)."""
     model_pods = real_stack.ready_pods(seed.pod_selector(), 2)
-    routers = real_stack.ready_pods(f"{labels.COMPONENT}=router,{labels.ENDPOINT_LABEL}=seed", 1)
+    routers = real_stack.ready_pods(f"{labels.COMPONENT}=router,{labels.ENDPOINT_LABEL}=seed", 2)
     assert {p.spec.node_name for p in routers} == {real_stack.node}
-    service = real_core.read_namespaced_service("seed-router", real_stack.namespace)
-    url = f"http://{service.spec.cluster_ip}:{service.spec.ports[0].port}/v1/completions"
+    router_names = {p.metadata.name for p in routers}
+    realstack.eventually(
+        lambda: _slice_targets(real_core, real_stack.namespace, "seed") == router_names,
+        "the endpoint's Service to reach the router pods",
+        explain=real_stack.describe,
+    )
+    assert _slice_targets(real_core, real_stack.namespace, router.models_service_name("seed")) == {
+        p.metadata.name for p in model_pods
+    }
+    # the model pods turned ready by the operator's default probe, on loadBalancer.healthCheckPath
+    for pod in model_pods:
+        probe = pod.spec.containers[0].readiness_probe
+        assert (probe.http_get.path, probe.http_get.port) == (realstack.HEALTH_PATH, "http")
+    configmap = real_core.read_namespaced_config_map(router.name("seed"), real_stack.namespace)
+    assert RouterConfig.from_configmap_data(configmap.data).warm_nodes == (real_stack.node,)
+    for pod in routers:
+        realstack.eventually(
+            lambda ip=pod.status.pod_ip: _router_warm_nodes(ip) == [real_stack.node],
+            f"router {pod.metadata.name} to apply warmNodes",
+            60,
+        )
+    before = sum(_placements(p.status.pod_ip).get("warm", 0.0) for p in routers)
 
+    service = real_core.read_namespaced_service("seed", real_stack.namespace)
+    url = f"http://{service.spec.cluster_ip}:{service.spec.ports[0].port}/v1/completions"
     replicas_by_prefix: dict[int, set[str]] = {}
     for group in range(4):
         prefix = f"system prompt {group}: " + " ".join(f"tok{group}-{i}" for i in range(400))
@@ -184,6 +242,9 @@ def test_router_runs_on_the_real_node_and_routes_requests_to_the_simulator_pods(
     assert {r.rsplit("-", 1)[0] for r in seen} <= names, seen
     for group, replicas in replicas_by_prefix.items():
         assert len(replicas) == 1, f"requests sharing prefix {group} went to {replicas}"
+    # every request went through a router, which counted it as landing on a warm node
+    after = sum(_placements(p.status.pod_ip).get("warm", 0.0) for p in routers)
+    assert after - before == 12, (before, after)
 
 
 #: a taint the preload Jobs do not tolerate: the planner gives the tainted node no Job, the cold endpoint's pods

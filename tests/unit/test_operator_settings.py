@@ -18,6 +18,11 @@ def test_router_node_selector_is_read_from_json() -> None:
     assert read.render.router_node_selector == {"role": "cpu"}
 
 
+def test_router_replicas_come_from_the_chart_value_and_default_to_two() -> None:
+    assert settings.from_env({"WARMSTART_ROUTER_REPLICAS": "3"}).render.router_replicas == 3
+    assert settings.from_env({}).render.router_replicas == 2
+
+
 def test_an_empty_environment_keeps_the_defaults() -> None:
     assert settings.from_env({}) == settings.OperatorSettings()
 

@@ -85,6 +85,10 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [get, list, watch, create, patch, update, delete]
+# the routers' disruption budgets (one router pod evicted at a time)
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch, delete]
 # pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress
 - apiGroups: [""]
   resources: [pods]

@@ -11,6 +11,9 @@ from warmstart.api.sources import NO_DOTDOT
 from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
 
 DEFAULT_HOST_PATH = "/opt/dlami/nvme"
+#: the model container's default readiness path: the SageMaker container contract's `GET /ping`, as in
+#: `loadBalancer.healthCheckPath`'s default
+DEFAULT_HEALTH_CHECK_PATH = "/ping"
 
 
 class WeightsCache(ApiModel):
@@ -62,12 +65,24 @@ class IntelligentRoutingSpec(ApiModel):
     auto_scaling_spec: dict[str, Any] | None = Field(
         default=None, description="Accepted for compatibility; not acted on."
     )
+    router_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="warmstart extension: router pods of this endpoint (default: the operator's, Helm "
+        "router.replicas, 2). Each enforces maxConcurrentRequests on its own.",
+    )
 
 
 class LoadBalancer(ApiModel):
     """Load balancer settings."""
 
-    health_check_path: str | None = Field(default=None, max_length=256, description="Path of the health check.")
+    health_check_path: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Path of the health check; also the path of the model container's default readiness probe "
+        "(an HTTP GET on the invocation port) when worker.probes sets none. Default /ping.",
+    )
     routing_algorithm: str | None = Field(
         default=None, max_length=64, description="least_outstanding_requests or round_robin."
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,7 @@ from warmstart.render import (
     keys,
     names,
     router,
+    services,
 )
 from warmstart.render.conditions import condition, merge_conditions
 from warmstart.render.context import RenderContext
@@ -98,7 +100,9 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     deployment = store.get("apps/v1", "Deployment", endpoint.child_name, endpoint.ref.namespace)
     if gate.open and _serving_weights_key(deployment) != wkey:
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
-    children = _children(endpoint, gate.open, Generation(wkey, ikey), context)
+    traffic = _traffic(store, endpoint, old_status)
+    warm_nodes = _warm_nodes(endpoint, wkey, indexes) if endpoint.routing_enabled else None
+    children = _children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes)
     if applying.needed(memo, endpoint.ref.uid, children, deployment):
         try:
             deployment = _apply(store, endpoint, children) or deployment
@@ -120,7 +124,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
             {"spec": {"replicas": endpoint.replicas}},
             endpoint.ref.namespace,
         )
-    router_name = router.name(endpoint.ref.name) if endpoint.routing_enabled else None
+    router_name = router.name(endpoint.ref.name) if endpoint.routing_enabled or traffic.retiring else None
     if router_name is None and old_status.get("routerName"):
         routing.remove(store, endpoint.ref.namespace, endpoint.ref.name)
 
@@ -203,7 +207,14 @@ def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: s
     return found[0] if found else CacheSummary(name=name)
 
 
-def _children(endpoint: Endpoint, gate_open: bool, generation: Generation, context: RenderContext) -> list[Manifest]:
+def _children(
+    endpoint: Endpoint,
+    gate_open: bool,
+    generation: Generation,
+    context: RenderContext,
+    via_router: bool,
+    warm_nodes: list[str] | None,
+) -> list[Manifest]:
     """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
     wanted: list[Manifest] = []
     if endpoint.weights_enabled:
@@ -211,10 +222,47 @@ def _children(endpoint: Endpoint, gate_open: bool, generation: Generation, conte
     if endpoint.image_cache:
         wanted.append(caches.image_cache(endpoint))
     if gate_open:
-        wanted += [deployments.deployment(endpoint, generation, context), deployments.service(endpoint)]
+        wanted += [
+            deployments.deployment(endpoint, generation, context),
+            services.client_service(endpoint, via_router=via_router),
+        ]
     if endpoint.routing_enabled:
-        wanted += router.manifests(endpoint, context)
+        wanted += router.manifests(endpoint, context, warm_nodes)
     return wanted
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """Where the endpoint's Service sends clients, and whether a turned-off router must wait before its removal."""
+
+    via_router: bool
+    retiring: bool
+
+
+def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any]) -> Traffic:
+    """Re-point the endpoint's Service without a gap.
+
+    Routing on: to the router only once a router pod is ready (before that, and whenever none is, straight to the
+    model pods). Routing off: this reconcile points the Service back at the model pods, and the router is removed by
+    a later one that finds the Service already moved (`retiring` until then); router pods drain for
+    `router.DRAIN_SECONDS` after that, while kube-proxy catches up.
+    """
+    ns = endpoint.ref.namespace
+    if endpoint.routing_enabled:
+        found = store.get("apps/v1", "Deployment", router.name(endpoint.ref.name), ns)
+        return Traffic(via_router=services.router_available(found), retiring=False)
+    if not old_status.get("routerName"):
+        return Traffic(via_router=False, retiring=False)
+    current = store.get("v1", "Service", endpoint.child_name, ns)
+    return Traffic(via_router=False, retiring=services.selects_router(current, endpoint))
+
+
+def _warm_nodes(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> list[str] | None:
+    """Nodes labelled ready for the endpoint's weights cache (the router's warmNodes); None without the cache."""
+    if not endpoint.weights_enabled:
+        return None
+    label = nodelabels.weights_ready_label(wkey)
+    return sorted(n.name for n in all_nodes(indexes["node_facts"]) if n.labels.get(label) == nodelabels.READY)
 
 
 def _apply(store: Store, endpoint: Endpoint, children: list[Manifest]) -> Manifest | None:

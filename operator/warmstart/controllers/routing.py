@@ -8,5 +8,5 @@ from warmstart.render import router
 
 def remove(store: Store, namespace: str, endpoint_name: str) -> None:
     """Delete the router objects (objects already gone are fine)."""
-    for api_version, kind in router.KINDS:
-        store.delete(api_version, kind, router.name(endpoint_name), namespace)
+    for api_version, kind, name in router.objects(endpoint_name):
+        store.delete(api_version, kind, name, namespace)

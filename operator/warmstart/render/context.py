@@ -35,6 +35,9 @@ class RenderContext(BaseModel):
     router_node_selector: dict[str, str] = Field(
         default_factory=dict, description="nodeSelector of the router pods (empty: any node)."
     )
+    router_replicas: int = Field(
+        default=2, ge=1, le=64, description="Router pods of an endpoint that does not set routerReplicas."
+    )
     prepull_priority_class: str = Field(
         default="warmstart-prepull", description="PriorityClass of image pre-pull pods."
     )

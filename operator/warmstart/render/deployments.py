@@ -1,4 +1,4 @@
-"""The model Deployment and its Service: warm-node preferences, the cache volume and the cold-node fallback."""
+"""The model Deployment: warm-node preferences, the cache volume, the cold-node fallback, a default readiness probe."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warmstart.api import nodelabels, preloading
+from warmstart.api.blocks import DEFAULT_HEALTH_CHECK_PATH
 from warmstart.api.workers import Worker
 from warmstart.render import labels, owners, preload_containers, tolerations
 from warmstart.render.context import RenderContext
@@ -18,6 +19,10 @@ IMAGE_WARM_WEIGHT = 30
 #: the first of `instanceTypes` gets this weight, the next one less, never below 1
 INSTANCE_TYPE_TOP_WEIGHT = 10
 INIT_CONTAINER = "warmstart-preload"
+#: the default readiness probe's period and failures: a loaded model turns ready within 5 s, a hung one leaves the
+#: Service (and the router) after 15 s
+READINESS_PERIOD_SECONDS = 5
+READINESS_FAILURE_THRESHOLD = 3
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,23 @@ def preload_init_container(
     return preload_containers.render(INIT_CONTAINER, args, cache, source, context)
 
 
+def default_readiness_probe(endpoint: Endpoint) -> Manifest:
+    """An HTTP GET of `loadBalancer.healthCheckPath` (default /ping) on the invocation port.
+
+    Without a readiness probe a model pod counts as ready as soon as its process starts, minutes before the model has
+    loaded, and the Service and the router would send it requests it cannot answer.
+    """
+    path = endpoint.health_check_path or DEFAULT_HEALTH_CHECK_PATH
+    return {
+        "httpGet": {
+            "path": path if path.startswith("/") else f"/{path}",
+            "port": endpoint.worker.model_invocation_port.name,
+        },
+        "periodSeconds": READINESS_PERIOD_SECONDS,
+        "failureThreshold": READINESS_FAILURE_THRESHOLD,
+    }
+
+
 def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
     worker = endpoint.worker
     port = worker.model_invocation_port
@@ -126,6 +148,8 @@ def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
         container["env"] = env
     if worker.probes:
         container.update(worker.probes.to_api())
+    if "readinessProbe" not in container:
+        container["readinessProbe"] = default_readiness_probe(endpoint)
     return container
 
 
@@ -174,25 +198,6 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
             "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
-        },
-    }
-
-
-def service(endpoint: Endpoint) -> Manifest:
-    """The model Service on the invocation port."""
-    port = endpoint.worker.model_invocation_port
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": endpoint.child_name,
-            "namespace": endpoint.ref.namespace,
-            "labels": {**labels.managed({labels.COMPONENT: "model-server"}), **pod_selector(endpoint)},
-            "ownerReferences": [_controller_ref(endpoint)],
-        },
-        "spec": {
-            "selector": pod_selector(endpoint),
-            "ports": [{"name": port.name, "port": port.container_port, "targetPort": port.name, "protocol": "TCP"}],
         },
     }
 

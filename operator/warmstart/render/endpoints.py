@@ -58,6 +58,7 @@ class Endpoint(BaseModel):
     routing: IntelligentRoutingSpec | None = None
     kubernetes: KubernetesSettings | None = None
     resolved_env: dict[str, str] = Field(default_factory=dict)
+    health_check_path: str | None = None
 
     @property
     def child_name(self) -> str:
@@ -124,6 +125,7 @@ def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
         image_cache=bool(cache and cache.image_cache and cache.image_cache.enabled),
         routing=spec.intelligent_routing_spec,
         kubernetes=spec.kubernetes,
+        health_check_path=spec.load_balancer.health_check_path if spec.load_balancer else None,
     )
 
 
@@ -178,4 +180,5 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
         routing=spec.intelligent_routing_spec,
         kubernetes=spec.kubernetes,
         resolved_env=resolution.env,
+        health_check_path=spec.load_balancer.health_check_path if spec.load_balancer else None,
     )

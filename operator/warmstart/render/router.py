@@ -1,13 +1,19 @@
-"""The router before an endpoint: its ConfigMap (strategy and knobs), Deployment, Service and least-privilege RBAC."""
+"""The router before an endpoint: its ConfigMap (strategy, knobs, warm nodes), Deployment and its disruption budget,
+the model pods' headless Service it follows, and least-privilege RBAC.
+
+Clients reach the router through the endpoint's own Service (`render/services.py` points it here once a router pod is
+ready); the router reaches the model pods through the EndpointSlices of `<endpoint>-models`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
 
 from warmstart.api.routers import CONFIGMAP_KEY, RouterConfig
-from warmstart.render import labels, names, owners, security
+from warmstart.render import deployments, labels, names, owners, security
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -18,6 +24,10 @@ ROUTER_PORT_NAME = "http"
 #: /metrics and /router/status: on the pod only, never in the router's Service
 ROUTER_ADMIN_PORT = 9090
 ROUTER_ADMIN_PORT_NAME = "admin"
+#: seconds a stopping router pod keeps serving, so kube-proxy stops sending it connections before it closes
+DRAIN_SECONDS = 5
+#: where router replicas spread (best effort: ScheduleAnyway)
+SPREAD_TOPOLOGY_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
 
 
 def name(endpoint_name: str) -> str:
@@ -25,10 +35,28 @@ def name(endpoint_name: str) -> str:
     return names.child_name(endpoint_name, "-router")
 
 
-def config(endpoint: Endpoint) -> RouterConfig:
-    """The router configuration rendered from the endpoint spec."""
+def models_service_name(endpoint_name: str) -> str:
+    """`<endpoint>-models`: the model pods' headless Service, whose EndpointSlices the router follows."""
+    return names.child_name(endpoint_name, "-models")
+
+
+def pod_selector(endpoint: Endpoint) -> dict[str, str]:
+    """The labels of this endpoint's router pods."""
+    return {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value}
+
+
+def replicas(endpoint: Endpoint, context: RenderContext) -> int:
+    """Router pods: the endpoint's `routerReplicas`, else the operator's default."""
+    chosen = endpoint.routing.router_replicas if endpoint.routing else None
+    return chosen if chosen is not None else context.router_replicas
+
+
+def config(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None) -> RouterConfig:
+    """The router configuration rendered from the endpoint spec and, with a weights cache, its warm nodes."""
     limits = endpoint.worker.request_limits
     knobs: dict[str, Any] = {"strategy": endpoint.routing_strategy.value}
+    if warm_nodes is not None:
+        knobs["warmNodes"] = sorted(set(warm_nodes))
     if limits and limits.max_concurrent_requests:
         knobs["maxConcurrentRequests"] = limits.max_concurrent_requests
     if limits and limits.max_queue_size is not None:
@@ -50,9 +78,9 @@ def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
     }
 
 
-def configmap(endpoint: Endpoint) -> Manifest:
-    """Only the knobs the endpoint sets; every other knob keeps the router's documented default."""
-    chosen = config(endpoint).model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+def configmap(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None) -> Manifest:
+    """Only the knobs the endpoint sets (and `warmNodes` when given); every other knob keeps its documented default."""
+    chosen = config(endpoint, warm_nodes).model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -99,9 +127,24 @@ def role_binding(endpoint: Endpoint) -> Manifest:
     }
 
 
+def spread(endpoint: Endpoint) -> list[Manifest]:
+    """Spread router pods over nodes, then zones; best effort, so a small cluster still runs every replica."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": pod_selector(endpoint)},
+            "matchLabelKeys": ["pod-template-hash"],
+        }
+        for key in SPREAD_TOPOLOGY_KEYS
+    ]
+
+
 def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
+    """The router pods: rolled with maxUnavailable 0, spread, draining for `DRAIN_SECONDS` before they stop."""
     router = name(endpoint.ref.name)
-    selector = {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value}
+    selector = pod_selector(endpoint)
     container = {
         "name": "router",
         "image": context.operator_image,
@@ -111,7 +154,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             "--namespace",
             endpoint.ref.namespace,
             "--service",
-            endpoint.child_name,
+            models_service_name(endpoint.ref.name),
             "--configmap",
             router,
             "--port",
@@ -127,6 +170,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         ],
         "readinessProbe": {"httpGet": {"path": "/ready", "port": ROUTER_PORT}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 10},
+        "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_SECONDS}}},
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": dict(security.RESTRICTED),
     }
@@ -134,6 +178,7 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         "serviceAccountName": router,
         "containers": [container],
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "topologySpreadConstraints": spread(endpoint),
     }
     if context.router_node_selector:
         pod_spec["nodeSelector"] = dict(context.router_node_selector)
@@ -142,8 +187,9 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         "kind": "Deployment",
         "metadata": _meta(endpoint),
         "spec": {
-            "replicas": 2,
+            "replicas": replicas(endpoint, context),
             "selector": {"matchLabels": selector},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
             "template": {
                 "metadata": {"labels": {**labels.managed(), **selector}},
                 "spec": pod_spec,
@@ -152,43 +198,57 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
     }
 
 
-def service(endpoint: Endpoint) -> Manifest:
+def disruption_budget(endpoint: Endpoint) -> Manifest:
+    """At most one router pod evicted at a time (a drain of a one-router endpoint is not blocked)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(endpoint),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pod_selector(endpoint)}},
+    }
+
+
+def models_service(endpoint: Endpoint) -> Manifest:
+    """Headless Service of the model pods: no virtual IP, only EndpointSlices (ready pods) for the router to follow."""
+    port = endpoint.worker.model_invocation_port
+    meta = _meta(endpoint)
+    meta["name"] = models_service_name(endpoint.ref.name)
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(endpoint),
+        "metadata": meta,
         "spec": {
-            "selector": {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value},
-            "ports": [
-                {
-                    "name": "http",
-                    "port": endpoint.worker.model_invocation_port.container_port,
-                    "targetPort": ROUTER_PORT,
-                    "protocol": "TCP",
-                }
-            ],
+            "clusterIP": "None",
+            "selector": deployments.pod_selector(endpoint),
+            "ports": [{"name": port.name, "port": port.container_port, "targetPort": port.name, "protocol": "TCP"}],
         },
     }
 
 
-def manifests(endpoint: Endpoint, context: RenderContext) -> list[Manifest]:
-    """Everything the router needs, in apply order."""
+def manifests(endpoint: Endpoint, context: RenderContext, warm_nodes: Iterable[str] | None = None) -> list[Manifest]:
+    """Everything the router needs, in apply order; `warm_nodes` (None: no weights cache) go in its ConfigMap."""
     return [
-        configmap(endpoint),
+        configmap(endpoint, warm_nodes),
         service_account(endpoint),
         role(endpoint),
         role_binding(endpoint),
+        models_service(endpoint),
         deployment(endpoint, context),
-        service(endpoint),
+        disruption_budget(endpoint),
     ]
 
 
-#: (apiVersion, kind) of every router object, for removal
-KINDS = [
-    ("apps/v1", "Deployment"),
-    ("v1", "Service"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("v1", "ServiceAccount"),
-    ("v1", "ConfigMap"),
-]
+def objects(endpoint_name: str) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of every router object, for removal; also the `<endpoint>-router` Service that
+    earlier versions rendered (clients now call the endpoint's own Service)."""
+    router = name(endpoint_name)
+    return [
+        ("apps/v1", "Deployment", router),
+        ("policy/v1", "PodDisruptionBudget", router),
+        ("v1", "Service", router),
+        ("v1", "Service", models_service_name(endpoint_name)),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", router),
+        ("rbac.authorization.k8s.io/v1", "Role", router),
+        ("v1", "ServiceAccount", router),
+        ("v1", "ConfigMap", router),
+    ]

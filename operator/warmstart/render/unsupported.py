@@ -17,7 +17,6 @@ _IGNORED = (
     "sageMakerEndpoint",
     "endpointName",
     "autoScalingSpec",
-    "loadBalancer",
     "tags",
 )
 
@@ -32,6 +31,8 @@ def unsupported_fields(spec: InferenceEndpointConfigSpec | JumpStartModelSpec) -
     found = [f"spec.{name}" for name in _IGNORED if _set(data.get(name))]
     if data.get("metrics", {}).get("enabled"):
         found.append("spec.metrics")
+    if _set((data.get("loadBalancer") or {}).get("routingAlgorithm")):  # healthCheckPath is the readiness path
+        found.append("spec.loadBalancer.routingAlgorithm")
     if data.get("modelSourceConfig", {}).get("prefetchEnabled"):
         found.append("spec.modelSourceConfig.prefetchEnabled")
     routing = spec.intelligent_routing_spec

@@ -11,7 +11,7 @@ import yaml
 import golden
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
-from warmstart.render import caches, deployments, endpoints, router
+from warmstart.render import caches, deployments, endpoints, router, services
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import JumpStartResolution, ObjectRef
@@ -41,7 +41,7 @@ def test_seed_renders_golden_children() -> None:
             caches.weights_cache(endpoint, CONTEXT),
             caches.image_cache(endpoint),
             deployments.deployment(endpoint, generation, CONTEXT),
-            deployments.service(endpoint),
+            services.client_service(endpoint, via_router=False),
         ],
     )
 
@@ -82,7 +82,9 @@ def test_request_limits_reach_the_router_and_its_admin_port_stays_off_the_servic
     }
     container = router.deployment(endpoint, CONTEXT)["spec"]["template"]["spec"]["containers"][0]
     assert {port["name"]: port["containerPort"] for port in container["ports"]} == {"http": 8080, "admin": 9090}
-    assert [port["targetPort"] for port in router.service(endpoint)["spec"]["ports"]] == [8080]
+    assert [port["targetPort"] for port in services.client_service(endpoint, via_router=True)["spec"]["ports"]] == [
+        8080
+    ]
 
 
 def test_kvaware_in_any_spelling_is_named_unsupported() -> None:

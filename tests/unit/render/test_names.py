@@ -17,7 +17,7 @@ import yaml
 
 from warmstart.api.caches import ModelDataCacheConfigSpec
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
-from warmstart.render import caches, deployments, endpoints, jobs, names, router
+from warmstart.render import caches, deployments, endpoints, jobs, names, router, services
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import ObjectRef
@@ -71,8 +71,8 @@ def children(name: str) -> list[dict[str, Any]]:
         caches.weights_cache(endpoint, CONTEXT),
         caches.image_cache(endpoint),
         deployments.deployment(endpoint, generation, CONTEXT),
-        deployments.service(endpoint),
-        *router.manifests(endpoint, CONTEXT),
+        services.client_service(endpoint, via_router=True),
+        *router.manifests(endpoint, CONTEXT, ["node-0"]),
         jobs.preload_job(request, mdcc, CONTEXT, [64]),
         jobs.cleanup_job(owner, "0123456789ab", "node-0", mdcc, CONTEXT),
     ]
@@ -107,16 +107,16 @@ def test_a_name_that_fits_is_kept_and_different_names_never_share_a_child() -> N
     assert names.child_name("example-model") == "example-model"
     assert router.name("example-model") == "example-model-router"
     assert names.label_value("team.a.model") == "team.a.model"
-    for suffix in ("", "-router"):
+    for suffix in ("", "-router", "-models"):
         produced = {names.child_name(n, suffix) for n in ENDPOINT_NAMES}
         assert len(produced) == len(ENDPOINT_NAMES), suffix
     assert len({names.label_value(n) for n in ENDPOINT_NAMES}) == len(ENDPOINT_NAMES)
 
 
 @pytest.mark.parametrize("length", range(57, 64))
-def test_router_service_of_a_57_to_63_character_name_is_a_valid_service_name(length: int) -> None:
+def test_models_service_of_a_57_to_63_character_name_is_a_valid_service_name(length: int) -> None:
     name = "m" * length
-    service = router.service(
+    service = router.models_service(
         endpoints.from_iec(ObjectRef(kind="InferenceEndpointConfig", name=name, namespace="n", uid="u"), SPEC)
     )
     assert len(service["metadata"]["name"]) <= 63
