@@ -232,6 +232,36 @@ def test_install_seed_upgrade_uninstall(
             assert {p.spec.node_name for p in pods if p.spec.node_name} <= set(node_names)
             _check_confinement(api_client, sa_kubeconfig, namespace, node_names[0], seed)
 
+            # routing on, under the chart's RBAC: the router gets its disruption budget, and the endpoint's own
+            # Service moves to the router pods once one is ready
+            helming.custom(api_client).patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                "example-model",
+                {"spec": {"intelligentRoutingSpec": {"enabled": True}}},
+            )
+            policy = client.PolicyV1Api(api_client)
+            kube.wait_for(
+                lambda: helming.get_or_none(
+                    lambda: policy.read_namespaced_pod_disruption_budget("example-model-router", namespace)
+                ),
+                what="the router's PodDisruptionBudget",
+                timeout=120,
+            )
+            kube.wait_for(
+                lambda: (
+                    (core.read_namespaced_service("example-model", namespace).spec.selector or {}).get(
+                        "app.kubernetes.io/component"
+                    )
+                    == "router"
+                ),
+                what="the endpoint's Service to select the router pods",
+                timeout=120,
+            )
+            assert "Forbidden" not in operator.output(), f"the chart's RBAC refused a request:\n{operator.tail()}"
+
             # delete while the operator runs, so its finalizers are removed and nothing is left to block the namespace
             helming.custom(api_client).delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, "example-model"

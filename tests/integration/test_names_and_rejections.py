@@ -1,8 +1,8 @@
 """Worst-case endpoint names and rejected renderings, with the real operator against the real control plane.
 
 - An endpoint whose name is 253 characters, starts with a digit and has dots (all valid for a CR) gets every child
-  created by the API server (Deployment, Service, the router's six objects) and reaches DeploymentComplete; so does a
-  63-character name, whose `<name>-router` Service used to be refused.
+  created by the API server (Deployment, Service, the router's objects) and reaches DeploymentComplete; so does a
+  63-character name, whose `<name>-router` Service used to be refused (now its `<name>-models` Service).
 - A spec the CRD accepts but whose rendering the API server refuses (a malformed toleration) ends as
   DeploymentFailed with reason RenderRejected and the API server's message, and stays there.
 """
@@ -59,7 +59,7 @@ def test_worst_case_names_get_every_child_and_complete(
             assert status["deploymentName"] == child and status["routerName"] == router.name(name)
             core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
             assert core.read_namespaced_service(child, namespace)
-            assert core.read_namespaced_service(router.name(name), namespace)
+            assert core.read_namespaced_service(router.models_service_name(name), namespace)
             assert apps.read_namespaced_deployment(router.name(name), namespace)
             assert status["availableReplicas"] == 1
         for name in (WORST, LONG):

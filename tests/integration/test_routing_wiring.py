@@ -88,7 +88,7 @@ def test_strategy_change_reaches_the_running_router_without_restart(
                     "--namespace",
                     namespace,
                     "--service",
-                    "routed",
+                    "routed-models",  # what the router Deployment follows: the model pods' headless Service
                     "--configmap",
                     "routed-router",
                     "--port",
