@@ -17,6 +17,7 @@ import hashlib
 import json
 import pathlib
 import shutil
+import threading
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -245,6 +246,75 @@ def test_requests_to_the_endpoints_service_reach_the_simulator_pods_through_the_
     # every request went through a router, which counted it as landing on a warm node
     after = sum(_placements(p.status.pod_ip).get("warm", 0.0) for p in routers)
     assert after - before == 12, (before, after)
+
+
+def _routing(stack: realstack.Stack, enabled: bool) -> None:
+    client.CustomObjectsApi(stack.api).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        stack.namespace,
+        realstack.PLURAL,
+        "seed",
+        {"spec": {"intelligentRoutingSpec": {"enabled": enabled}}},
+    )
+
+
+def test_turning_routing_off_and_on_never_fails_a_request_to_the_endpoints_service(
+    real_stack: realstack.Stack, real_core: client.CoreV1Api, seed: Deployed
+) -> None:
+    """Requests keep flowing to the same ClusterIP while the Service moves to the model pods, the router is removed,
+    a new router starts and the Service moves back to it: kube-proxy on the real node, no request fails."""
+    model_names = {p.metadata.name for p in real_stack.ready_pods(seed.pod_selector(), 2)}
+    service = real_core.read_namespaced_service("seed", real_stack.namespace)
+    url = f"http://{service.spec.cluster_ip}:{service.spec.ports[0].port}/v1/completions"
+    router_pod = f"{router.name('seed')}-"
+    answered: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        sent = 0
+        while not stop.is_set():
+            try:
+                replica, _answer = _post(url, f"switching, request {sent}")
+                answered.append(replica)
+            except Exception as error:  # noqa: BLE001 - every failure is the finding
+                failures.append(f"request {sent}: {error!r}")
+            sent += 1
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    try:
+        _routing(real_stack, False)
+        realstack.eventually(
+            lambda: _slice_targets(real_core, real_stack.namespace, "seed") == model_names,
+            "the Service to reach the model pods",
+            explain=real_stack.describe,
+        )
+        apps = client.AppsV1Api(real_stack.api)
+        realstack.eventually(
+            lambda: (
+                helming.get_or_none(lambda: apps.read_namespaced_deployment(router.name("seed"), real_stack.namespace))
+                is None
+            ),
+            "the router to be removed",
+            explain=real_stack.describe,
+        )
+        direct = len(answered)
+        _routing(real_stack, True)
+
+        def routed() -> bool:
+            targets = _slice_targets(real_core, real_stack.namespace, "seed")
+            return len(targets) == 2 and all(t.startswith(router_pod) for t in targets)
+
+        realstack.eventually(routed, "the Service to reach the new router pods", explain=real_stack.describe)
+        realstack.eventually(lambda: len(answered) > direct + 20, "requests through the new routers")
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not failures, failures[:5]
+    assert {r.rsplit("-", 1)[0] for r in answered} <= model_names
 
 
 #: a taint the preload Jobs do not tolerate: the planner gives the tainted node no Job, the cold endpoint's pods
