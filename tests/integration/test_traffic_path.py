@@ -133,6 +133,11 @@ def test_client_service_moves_to_the_router_and_back_without_a_gap(
             assert spec.cluster_ip == "None"
             assert ep.status(api_client, namespace, NAME)["routerName"] == ROUTER
 
+            # a Service of the name earlier versions gave the router's, but not this endpoint's (another endpoint's,
+            # named `routed-router`, or the user's): removing the router must leave it alone
+            foreign = {"metadata": {"name": ROUTER}, "spec": {"ports": [{"port": 80}], "selector": {"app": "other"}}}
+            client.CoreV1Api(api_client).create_namespaced_service(namespace, foreign)
+
             # off: back to the model pods first; the router goes only after that
             with _watching(api_client, namespace) as samples:
                 _routing(api_client, namespace, False)
@@ -152,6 +157,7 @@ def test_client_service_moves_to_the_router_and_back_without_a_gap(
             for leftover in ("configmap", "poddisruptionbudget", "role", "service"):
                 name = models if leftover == "service" else ROUTER
                 assert kube.get(str(cluster.kubeconfig), leftover, name, namespace) is None, leftover
+            assert kube.get(str(cluster.kubeconfig), "service", ROUTER, namespace) is not None, "a foreign Service went"
             kube.wait_for(lambda: "routerName" not in ep.status(api_client, namespace, NAME), what="routerName gone")
 
 

@@ -126,7 +126,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         )
     router_name = router.name(endpoint.ref.name) if endpoint.routing_enabled or traffic.retiring else None
     if router_name is None and old_status.get("routerName"):
-        routing.remove(store, endpoint.ref.namespace, endpoint.ref.name)
+        routing.remove(store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid)
 
     facts = _deployment_facts(deployment)
     if facts.rolled_out and gate.open:
@@ -399,7 +399,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
     with handling.lock(memo, uid), handling.api_errors("releasing the endpoint's children", finalizing=True):
         handling.patch_status(store, kind, body, {"state": EndpointState.DELETION_IN_PROGRESS.value})
         if (body.get("status") or {}).get("routerName"):
-            routing.remove(store, ns, name)
+            routing.remove(store, ns, name, uid)
         store.delete("apps/v1", "Deployment", names.child_name(name), ns)
         store.delete("v1", "Service", names.child_name(name), ns)
         for cache_name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)):
