@@ -184,3 +184,14 @@ def test_warm_nodes_reach_the_router_config_sorted_and_only_when_known() -> None
     assert RouterConfig.from_configmap_data(data).warm_nodes == ("node-a", "node-b")
     assert RouterConfig.from_configmap_data(router.configmap(endpoint, [])["data"]).warm_nodes == ()
     assert "warmNodes" not in yaml.safe_load(router.configmap(endpoint)["data"]["router.yaml"])
+
+
+def test_health_check_path_is_acted_on_and_routing_algorithm_is_named_unsupported() -> None:
+    from warmstart.render.unsupported import unsupported_fields
+
+    doc = yaml.safe_load((ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text())["spec"]
+    path_only = InferenceEndpointConfigSpec.model_validate({**doc, "loadBalancer": {"healthCheckPath": "/health"}})
+    assert not [f for f in unsupported_fields(path_only) if "loadBalancer" in f]
+    both = {"healthCheckPath": "/health", "routingAlgorithm": "round_robin"}
+    algorithm = InferenceEndpointConfigSpec.model_validate({**doc, "loadBalancer": both})
+    assert [f for f in unsupported_fields(algorithm) if "loadBalancer" in f] == ["spec.loadBalancer.routingAlgorithm"]
