@@ -67,6 +67,7 @@ _KINDS: dict[str, tuple[str, bool]] = {
     "PriorityClass": ("priorityclasses", False),
     "CustomResourceDefinition": ("customresourcedefinitions", False),
     "EndpointSlice": ("endpointslices", True),
+    "PodMonitor": ("podmonitors", True),
     "InferenceEndpointConfig": ("inferenceendpointconfigs", True),
     "JumpStartModel": ("jumpstartmodels", True),
     "ModelDataCacheConfig": ("modeldatacacheconfigs", True),
