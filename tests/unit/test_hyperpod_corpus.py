@@ -90,8 +90,9 @@ def paths(value: Any) -> set[str]:
 
 #: HyperPod repeats one autoscaling shape (and one trigger shape, singular and in a list) in several places; the corpus
 #: covers each shape's fields once per kind and version, and every place the shape appears.
+_AUTOSCALING = r"^spec\.(autoScalingSpec|intelligentRoutingSpec\.autoScalingSpec|pdSpec\.autoScalingSpec\.\w+)\."
 _SHAPES = (
-    (re.compile(r"^spec\.(autoScalingSpec|intelligentRoutingSpec\.autoScalingSpec|pdSpec\.autoScalingSpec\.\w+)\."), "<autoscaling>."),
+    (re.compile(_AUTOSCALING), "<autoscaling>."),
     (re.compile(r"<autoscaling>\.cloudWatchTrigger(List\[\])?"), "<autoscaling>.<cloudwatch>"),
     (re.compile(r"<autoscaling>\.prometheusTrigger(List\[\])?"), "<autoscaling>.<prometheus>"),
 )  # fmt: skip
