@@ -198,6 +198,7 @@ class S3Source:
             endpoint,
             options,
         )
+        self.role_arn = role_arn
         try:
             self.client = client(region, endpoint, options.concurrency, role_arn)
         except Exception as exc:
@@ -281,7 +282,9 @@ class S3Source:
         scratch: str,
     ) -> None:
         if self.options.processes > 1 and len(files) > 1:
-            factory = functools.partial(S3Source, self.bucket, self.location, self.region, self.endpoint)
+            factory = functools.partial(
+                S3Source, self.bucket, self.location, self.region, self.endpoint, role_arn=self.role_arn
+            )
             s3processes.fetch(factory, self.options, files, part_path, on_bytes, on_done, self.options.processes)
             return
         config = TransferConfig(
