@@ -1,12 +1,13 @@
 """Beside AWS's inference operator (its CRDs: the same group and kinds, without warmstart's owner label), the chart
 refuses to install and the operator refuses to start, each with a message that says why and what to do.
 
-AWS's CRDs are played by warmstart's own with the owner label removed: the names are what matters, and one cluster
-holds one CRD per name. The label is put back afterwards.
+AWS's CRDs are played by a CRD of the same name with AWS's shape (no owner label, no `modelCacheConfig`): one cluster
+holds one CRD per name, so warmstart's own is put back afterwards.
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -25,13 +26,38 @@ CRD = "inferenceendpointconfigs.inference.sagemaker.aws.amazon.com"
 WARMSTART = pathlib.Path(sys.executable).with_name("warmstart")
 
 
+def aws_shaped(kubeconfig: str) -> dict[str, Any]:
+    """Our IEC CRD as AWS's would look to the checks: no owner label, no modelCacheConfig."""
+    crd = kube.kubectl(kubeconfig, "get", "crd", CRD, "-o", "json").stdout
+    body: dict[str, Any] = json.loads(crd)
+    body["metadata"] = {"name": CRD, "labels": {"app.kubernetes.io/name": "hyperpod-inference-operator"}}
+    for version in body["spec"]["versions"]:
+        del version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["modelCacheConfig"]
+    body.pop("status", None)
+    return body
+
+
 @pytest.fixture
 def foreign_crd(cluster: Any) -> Iterator[str]:
     kubeconfig = str(cluster.kubeconfig)
     kube.install_crds(kubeconfig)
+    foreign = aws_shaped(kubeconfig)
     kube.kubectl(kubeconfig, "label", "crd", CRD, f"{CRD_OWNER_LABEL}-")
+    kube.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(foreign))
     try:
         yield kubeconfig
+    finally:
+        kube.install_crds(kubeconfig)
+        kube.kubectl(kubeconfig, "label", "--overwrite", "crd", CRD, f"{CRD_OWNER_LABEL}={CRD_OWNER}")
+
+
+def test_an_earlier_warmstarts_crds_without_the_label_are_not_refused(cluster: Any, helm: pathlib.Path) -> None:
+    kubeconfig = str(cluster.kubeconfig)
+    kube.install_crds(kubeconfig)
+    kube.kubectl(kubeconfig, "label", "crd", CRD, f"{CRD_OWNER_LABEL}-")
+    try:
+        result = helm_dry_run(helm, kubeconfig)
+        assert result.returncode == 0, result.stderr
     finally:
         kube.kubectl(kubeconfig, "label", "--overwrite", "crd", CRD, f"{CRD_OWNER_LABEL}={CRD_OWNER}")
 

@@ -43,6 +43,11 @@ def test_aws_crds_stop_the_operator_with_what_to_do() -> None:
         coexistence.check(store, OperatorSettings())  # type: ignore[arg-type]
 
 
+def test_crds_of_an_earlier_warmstart_without_the_label_are_ours() -> None:
+    earlier = [{**c, "metadata": {"name": c["metadata"]["name"]}} for c in OURS]
+    assert coexistence.foreign_crds(Crds(*earlier)) == []  # type: ignore[arg-type]
+
+
 def test_the_pod_monitor_crd_turns_pod_monitors_on() -> None:
     store = Crds(*OURS, {"metadata": {"name": monitoring.CRD_NAME}})
     assert coexistence.check(store, OperatorSettings()).render.pod_monitors is True  # type: ignore[arg-type]

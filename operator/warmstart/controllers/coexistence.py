@@ -2,12 +2,14 @@
 
 AWS's HyperPod inference operator defines the same group and kinds (InferenceEndpointConfig, JumpStartModel). Two
 controllers of one kind would fight over every endpoint, so warmstart starts only when those CRDs are its own: every
-CRD warmstart generates carries the label `warmstart.io/crd-owner: warmstart` (api/crds.py); AWS's do not.
+CRD warmstart generates carries the label `warmstart.io/crd-owner: warmstart` (api/crds.py), and the schema of every
+warmstart version, labelled or older, has `modelCacheConfig`; AWS's CRDs have neither.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from warmstart.api import CRD_OWNER, CRD_OWNER_LABEL, GROUP, endpoints, jumpstart
 from warmstart.controllers.settings import OperatorSettings
@@ -28,12 +30,27 @@ class ForeignCrds(Exception):
     """The endpoint CRDs in the cluster are not warmstart's (AWS's inference operator installed them)."""
 
 
+#: the spec field every warmstart version of the endpoint kinds has, and AWS's do not
+WARMSTART_FIELD = "modelCacheConfig"
+
+
+def is_warmstarts(crd: dict[str, Any]) -> bool:
+    """Whether a CRD is warmstart's: its owner label, or (a warmstart release before the label) its schema."""
+    if (crd["metadata"].get("labels") or {}).get(CRD_OWNER_LABEL) == CRD_OWNER:
+        return True
+    for version in crd.get("spec", {}).get("versions") or []:
+        spec = version.get("schema", {}).get("openAPIV3Schema", {}).get("properties", {}).get("spec", {})
+        if WARMSTART_FIELD in (spec.get("properties") or {}):
+            return True
+    return False
+
+
 def foreign_crds(store: Store) -> list[str]:
-    """Names of the shared CRDs that exist without warmstart's owner label."""
+    """Names of the shared CRDs that exist and are not warmstart's."""
     found = []
     for name in SHARED_CRDS:
         crd = store.get(CRD_API, CRD_KIND, name)
-        if crd is not None and (crd["metadata"].get("labels") or {}).get(CRD_OWNER_LABEL) != CRD_OWNER:
+        if crd is not None and not is_warmstarts(crd):
             found.append(name)
     return found
 
