@@ -1,4 +1,4 @@
-"""Where caches and pods go: node matching for targeting, the ml.* NVMe capacity table, and the capacity check.
+"""Where caches and pods go: node matching for targeting, the ml.* NVMe and accelerator tables, the capacity check.
 
 The NVMe table lists the local instance-store capacity of each instance type in decimal bytes, as AWS publishes it
 for the EC2 instance family behind each ml.* type (EC2 "instance store volumes" tables; SageMaker HyperPod mounts
@@ -30,6 +30,43 @@ NVME_GB: dict[str, int] = {
     "ml.p6-b200.48xlarge": 30720,
     "ml.trn1.2xlarge": 474, "ml.trn1.32xlarge": 7600, "ml.trn1n.32xlarge": 7600, "ml.trn2.48xlarge": 7600,
 }  # fmt: skip
+
+NVIDIA_GPU = "nvidia.com/gpu"
+NEURON_DEVICE = "aws.amazon.com/neuron"
+
+#: instance type -> accelerators of the instance, as AWS publishes them for the EC2 type behind each ml.* type
+ACCELERATORS: dict[str, tuple[str, int]] = {
+    **{f"ml.g4dn.{size}": (NVIDIA_GPU, 1) for size in ("xlarge", "2xlarge", "4xlarge", "8xlarge", "16xlarge")},
+    "ml.g4dn.12xlarge": (NVIDIA_GPU, 4),
+    **{
+        f"ml.{family}.{size}": (NVIDIA_GPU, count)
+        for family in ("g5", "g6", "g6e")
+        for size, count in (("xlarge", 1), ("2xlarge", 1), ("4xlarge", 1), ("8xlarge", 1), ("16xlarge", 1),
+                            ("12xlarge", 4), ("24xlarge", 4), ("48xlarge", 8))
+    },
+    "ml.p4d.24xlarge": (NVIDIA_GPU, 8), "ml.p4de.24xlarge": (NVIDIA_GPU, 8),
+    "ml.p5.48xlarge": (NVIDIA_GPU, 8), "ml.p5e.48xlarge": (NVIDIA_GPU, 8), "ml.p5en.48xlarge": (NVIDIA_GPU, 8),
+    "ml.p6-b200.48xlarge": (NVIDIA_GPU, 8),
+    "ml.trn1.2xlarge": (NEURON_DEVICE, 1), "ml.trn1.32xlarge": (NEURON_DEVICE, 16),
+    "ml.trn1n.32xlarge": (NEURON_DEVICE, 16), "ml.trn2.48xlarge": (NEURON_DEVICE, 16),
+    "ml.inf2.xlarge": (NEURON_DEVICE, 1), "ml.inf2.8xlarge": (NEURON_DEVICE, 1),
+    "ml.inf2.24xlarge": (NEURON_DEVICE, 6), "ml.inf2.48xlarge": (NEURON_DEVICE, 12),
+}  # fmt: skip
+
+
+def accelerator_request(instance_type: str, wanted: int | None = None, partition: str | None = None) -> dict[str, int]:
+    """The accelerator resources one model pod requests on `instance_type`.
+
+    A MIG partition (`mig-1g.10gb`) is one `nvidia.com/mig-1g.10gb`. Otherwise `wanted` devices of the instance's
+    kind (what the model says it needs), else all the instance has; {} for an instance type not in the table
+    that names no count.
+    """
+    if partition:
+        return {f"nvidia.com/{partition}": 1}
+    resource, count = ACCELERATORS.get(instance_type, (NVIDIA_GPU, 0))
+    count = wanted if wanted else count
+    return {resource: count} if count else {}
+
 
 #: free space kept on the cache filesystem beyond the model itself
 SAFETY_MARGIN_FRACTION = 0.05

@@ -105,7 +105,8 @@ CASES: list[tuple[str, Mutation, str]] = [
         _set("spec.replicas", 2**31),
         "spec.replicas in body should be less than or equal to 2147483647",
     ),
-    ("modelName not a DNS label", _set("spec.modelName", "Example_Model"), "spec.modelName: Invalid value"),
+    ("modelName with a leading dash", _set("spec.modelName", "-llama"), "spec.modelName: Invalid value"),
+    ("instanceType without ml.", _set("spec.instanceType", "g5.24xlarge"), "spec.instanceType: Invalid value"),
     ("modelName too long", _set("spec.modelName", "m" * 64), "spec.modelName: Too long"),
     (
         "unknown routing strategy",
@@ -173,6 +174,34 @@ JUMPSTART = {
         "server": {"instanceType": "ml.g5.12xlarge"},
     },
 }
+
+
+@pytest.mark.parametrize("model_name", ["Llama-3.1-8B-Instruct", "Qwen3_0.6B", "m" * 63])
+def test_model_names_hyperpod_accepts_are_accepted(cluster: Any, namespace: str, model_name: str) -> None:
+    doc = copy.deepcopy(kube.seed_manifest())
+    doc["metadata"]["namespace"] = namespace
+    doc["spec"]["modelName"] = model_name
+    result = kube.apply(cluster.kubeconfig, doc, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("spec.server.instanceType", "g5.12xlarge", "spec.server.instanceType: Invalid value"),
+        ("spec.server.acceleratorPartitionType", "1g.10gb", "spec.server.acceleratorPartitionType: Invalid value"),
+        ("spec.model.gatedModelDownloadRole", "arn:aws:iam::1:role/x", "spec.model.gatedModelDownloadRole"),
+        ("spec.model.modelId", "llama_3", "spec.model.modelId: Invalid value"),
+    ],
+)
+def test_jumpstart_fields_are_checked_as_hyperpod_checks_them(
+    cluster: Any, namespace: str, path: str, value: str, message: str
+) -> None:
+    doc = copy.deepcopy(JUMPSTART)
+    _set(path, value)(doc)
+    result = kube.apply(cluster.kubeconfig, doc, namespace, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
 
 
 def test_accept_eula_must_be_a_boolean(cluster: Any, namespace: str) -> None:

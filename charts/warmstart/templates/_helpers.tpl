@@ -107,6 +107,10 @@ app.kubernetes.io/component: operator
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+# endpoint metrics: a PodMonitor per endpoint with `metrics`, where the Prometheus Operator's CRD is installed
+- apiGroups: [monitoring.coreos.com]
+  resources: [podmonitors]
+  verbs: [get, list, watch, create, patch, delete]
 {{- if and (include "warmstart.peering" .) .Values.watchNamespaces }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]

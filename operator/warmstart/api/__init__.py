@@ -8,3 +8,8 @@ and JumpStart resolution (`jumpstartspecs`). The router and the preloader may im
 GROUP = "inference.sagemaker.aws.amazon.com"
 VERSION = "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
+#: HyperPod's earlier version of the endpoint kinds, served next to VERSION (same schema: see docs/api-versions.md)
+ALPHA_VERSION = "v1alpha1"
+#: the label every warmstart CRD carries, so the chart and the operator can tell AWS's CRDs of the same names apart
+CRD_OWNER_LABEL = "warmstart.io/crd-owner"
+CRD_OWNER = "warmstart"

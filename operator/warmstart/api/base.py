@@ -62,6 +62,9 @@ class SecretKeyRef(ApiModel):
 
     name: str = Field(min_length=1, max_length=253, description="Name of the Secret.")
     key: str = Field(default="token", min_length=1, max_length=253, description="Key inside the Secret.")
+    optional: bool | None = Field(
+        default=None, description="Proceed without it (anonymously) when the Secret or key is missing."
+    )
 
 
 def conditions_schema_extra(schema: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
@@ -63,7 +64,7 @@ class IntelligentRoutingSpec(ApiModel):
         "Changeable live.",
     )
     auto_scaling_spec: dict[str, Any] | None = Field(
-        default=None, description="Accepted for compatibility; not acted on."
+        default=None, description="Autoscaling of the router (HyperPod's autoScalingSpec shape)."
     )
     router_replicas: int | None = Field(
         default=None,
@@ -74,33 +75,45 @@ class IntelligentRoutingSpec(ApiModel):
     )
 
 
+class RoutingAlgorithm(StrEnum):
+    """The load balancer algorithms of HyperPod's `loadBalancer.routingAlgorithm`."""
+
+    LEAST_OUTSTANDING_REQUESTS = "least_outstanding_requests"
+    ROUND_ROBIN = "round_robin"
+
+
 class LoadBalancer(ApiModel):
-    """Load balancer settings."""
+    """The balancer in front of the replicas: warmstart's router plays it (see README, "Load balancing")."""
 
     health_check_path: str | None = Field(
         default=None,
         max_length=256,
-        description="Path of the health check; also the path of the model container's default readiness probe "
-        "(an HTTP GET on the invocation port) when worker.probes sets none. Default /ping.",
+        pattern=r"^/.*",
+        description="HTTP path the balancer checks on each replica: the model container's readiness probe (an HTTP "
+        "GET on the invocation port) when worker.probes.readinessProbe is not set. Default /ping.",
     )
-    routing_algorithm: str | None = Field(
-        default=None, max_length=64, description="least_outstanding_requests or round_robin."
+    routing_algorithm: RoutingAlgorithm | None = Field(
+        default=None,
+        description="least_outstanding_requests or round_robin: the router's strategy when intelligentRoutingSpec "
+        "is not set.",
     )
 
 
 class ModelMetrics(ApiModel):
     """Where the model container exposes metrics."""
 
-    path: str = Field(default="/metrics", max_length=256, description="Metrics path.")
-    port: int = Field(default=8080, ge=1, le=65535, description="Metrics port.")
+    path: str = Field(default="/metrics", max_length=256, pattern=r"^/[a-zA-Z0-9\-_./]*$", description="Metrics path.")
+    port: int = Field(default=8080, ge=1024, le=65535, description="Metrics port of the model container.")
 
 
 class Metrics(ApiModel):
-    """Metrics collection."""
+    """Metrics of the model pods: Prometheus scrape annotations, or a PodMonitor where that CRD is installed."""
 
-    enabled: bool = Field(default=False, description="Enable metrics collection.")
-    metrics_scrape_interval_seconds: int = Field(default=15, ge=1, description="Scrape interval in seconds.")
-    model_metrics: ModelMetrics | None = Field(default=None, description="Model container metrics.")
+    enabled: bool = Field(default=True, description="Scrape the model pods.")
+    metrics_scrape_interval_seconds: int = Field(default=15, ge=5, le=300, description="Scrape interval in seconds.")
+    model_metrics: ModelMetrics | None = Field(
+        default=None, description="Where the model container serves metrics (default /metrics on port 8080)."
+    )
 
 
 class PrometheusTrigger(ApiModel):
@@ -114,6 +127,7 @@ class PrometheusTrigger(ApiModel):
     custom_headers: str | None = Field(default=None, description="Extra query headers.")
     namespace: str | None = Field(default=None, description="Namespace for namespaced queries.")
     use_cached_metrics: bool | None = Field(default=None, description="Cache metric values between polls.")
+    activation_target_value: float | None = Field(default=None, description="Activation threshold.")
 
 
 class AutoScalingSpec(ApiModel):
@@ -128,6 +142,12 @@ class AutoScalingSpec(ApiModel):
     scale_up_stabilization_time: int | None = Field(default=None, ge=0, description="HPA scale-up window, seconds.")
     cloud_watch_trigger: dict[str, Any] | None = Field(default=None, description="CloudWatch trigger.")
     prometheus_trigger: PrometheusTrigger | None = Field(default=None, description="Prometheus trigger.")
+    cloud_watch_trigger_list: list[dict[str, Any]] | None = Field(
+        default=None, max_length=100, description="CloudWatch triggers."
+    )
+    prometheus_trigger_list: list[PrometheusTrigger] | None = Field(
+        default=None, max_length=100, description="Prometheus triggers."
+    )
 
 
 class L2CacheSpec(ApiModel):
@@ -140,22 +160,64 @@ class L2CacheSpec(ApiModel):
 class KvCacheSpec(ApiModel):
     """Managed KV cache tiers (accepted; not implemented by warmstart)."""
 
+    cache_config_file: str | None = Field(default=None, description="KV cache configuration file.")
     enable_l1_cache: bool | None = Field(default=None, description="CPU-memory KV cache.")
     enable_l2_cache: bool | None = Field(default=None, description="Shared KV cache.")
     l2_cache_spec: L2CacheSpec | None = Field(default=None, description="L2 cache settings.")
 
 
+class CustomCertificateConfig(ApiModel):
+    """An ACM certificate for a custom domain."""
+
+    acm_arn: str = Field(
+        pattern=r"^arn:aws:acm:[a-z0-9-]+:[0-9]{12}:certificate/[a-fA-F0-9-]+$", description="ACM certificate ARN."
+    )
+    domain_name: str = Field(
+        max_length=253,
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$",
+        description="Custom domain name.",
+    )
+
+
 class TlsConfig(ApiModel):
     """TLS certificate output (accepted; not implemented by warmstart)."""
 
-    tls_certificate_output_s3_uri: str | None = Field(default=None, description="S3 URI for the certificate.")
+    tls_certificate_output_s3_uri: str | None = Field(
+        default=None, pattern=r"^s3://([^/]+)/?(.*)$", description="S3 URI for the certificate."
+    )
+    custom_certificate_config: CustomCertificateConfig | None = Field(
+        default=None, description="ACM certificate for a custom domain."
+    )
+
+
+class DnsConfig(ApiModel):
+    """Route53 DNS automation for the custom domain of tlsConfig (accepted; not implemented by warmstart)."""
+
+    hosted_zone_id: str = Field(pattern=r"^Z[A-Z0-9]+$", description="Route53 hosted zone ID.")
+
+
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class KubernetesSettings(ApiModel):
-    """Pod-level Kubernetes settings."""
+    """Pod-level Kubernetes settings of the model pods."""
 
     service_account_name: str | None = Field(
-        default=None, max_length=253, description="Service account of the model pods and preload Jobs."
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Service account of the model pods and preload Jobs.",
+    )
+    scheduler_name: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN, description="Scheduler of the model pods."
+    )
+    init_containers: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Init containers (core/v1 Container) of the model pods, run after warmstart's cold-node preload "
+        "init container, so they see the model files.",
+    )
+    volumes: list[dict[str, Any]] | None = Field(
+        default=None, description="Extra volumes (core/v1 Volume) of the model pods, for the init containers."
     )
     image_pull_secrets: list[str] | None = Field(
         default=None, description="warmstart extension: image pull secret names."

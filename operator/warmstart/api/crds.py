@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from warmstart.api import GROUP, VERSION, caches, endpoints, jumpstart
+from warmstart.api import ALPHA_VERSION, CRD_OWNER, CRD_OWNER_LABEL, GROUP, VERSION, caches, endpoints, jumpstart
 from warmstart.api.schemas import structural
 
 
@@ -24,6 +24,8 @@ class Kind:
     model: type[BaseModel]
     columns: list[dict[str, str]]
     scale: bool = False
+    #: older versions served with the same schema (conversion None): HyperPod's v1alpha1 of the endpoint kinds
+    also_served: tuple[str, ...] = ()
     categories: list[str] = field(default_factory=lambda: ["warmstart"])
 
 
@@ -56,6 +58,7 @@ KINDS = [
         endpoints.InferenceEndpointConfig,
         [_col("Model", ".spec.modelName"), *ENDPOINT_COLUMNS],
         scale=True,
+        also_served=(ALPHA_VERSION,),
     ),
     Kind(
         jumpstart.KIND,
@@ -64,6 +67,7 @@ KINDS = [
         jumpstart.JumpStartModel,
         [_col("Model", ".spec.model.modelId"), *ENDPOINT_COLUMNS],
         scale=True,
+        also_served=(ALPHA_VERSION,),
     ),
     Kind(
         caches.MDCC_KIND,
@@ -114,10 +118,21 @@ def crd(kind: Kind) -> dict[str, Any]:
             "statusReplicasPath": ".status.replicas",
             "labelSelectorPath": ".status.selector",
         }
+    versions = [
+        {
+            "name": name,
+            "served": True,
+            "storage": name == VERSION,
+            "schema": {"openAPIV3Schema": schema},
+            "subresources": subresources,
+            "additionalPrinterColumns": kind.columns,
+        }
+        for name in (VERSION, *kind.also_served)
+    ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{kind.plural}.{GROUP}"},
+        "metadata": {"name": f"{kind.plural}.{GROUP}", "labels": {CRD_OWNER_LABEL: CRD_OWNER}},
         "spec": {
             "group": GROUP,
             "names": {
@@ -129,16 +144,9 @@ def crd(kind: Kind) -> dict[str, Any]:
                 "categories": kind.categories,
             },
             "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": schema},
-                    "subresources": subresources,
-                    "additionalPrinterColumns": kind.columns,
-                }
-            ],
+            # no `conversion`: strategy None. v1alpha1 and v1 share one schema, so the API server only rewrites
+            # apiVersion (docs/api-versions.md)
+            "versions": versions,
         },
     }
 

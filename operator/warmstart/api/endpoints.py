@@ -9,6 +9,7 @@ from pydantic import Field
 from warmstart.api.base import ApiModel, api_config
 from warmstart.api.blocks import (
     AutoScalingSpec,
+    DnsConfig,
     IntelligentRoutingSpec,
     KubernetesSettings,
     KvCacheSpec,
@@ -39,17 +40,25 @@ class InferenceEndpointConfigSpec(ApiModel):
     model_name: str = Field(
         min_length=1,
         max_length=63,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        description="Name of the model: a DNS label (lowercase letters, digits and '-', at most 63 characters).",
+        pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}",
+        description="Name of the model, as HyperPod accepts it: at most 63 characters, a letter or digit first "
+        "(e.g. Llama-3.1-8B-Instruct). Child object names derive from the object's name, never from this.",
     )
     model_version: str | None = Field(default=None, max_length=128, description="Version of the model.")
     endpoint_name: str | None = Field(
-        default=None, max_length=63, description="SageMaker endpoint name (accepted; not created by warmstart)."
+        default=None,
+        max_length=63,
+        pattern=r"^$|^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$",
+        description="SageMaker endpoint name (accepted; not created by warmstart).",
     )
     model_source_config: ModelSourceConfig = Field(description="Where the weights come from.")
     worker: Worker = Field(description="The inference server container.")
     instance_type: str | None = Field(
-        default=None, min_length=1, max_length=64, description="Instance type to deploy on, e.g. ml.g5.24xlarge."
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^ml\..*",
+        description="Instance type to deploy on, e.g. ml.g5.24xlarge (the ml. prefix is required, as by HyperPod).",
     )
     instance_types: list[str] | None = Field(
         default=None,
@@ -81,6 +90,9 @@ class InferenceEndpointConfigSpec(ApiModel):
     kv_cache_spec: KvCacheSpec | None = Field(default=None, description="Managed KV cache tiers (not implemented).")
     tls_config: TlsConfig | None = Field(default=None, description="TLS settings (not implemented).")
     kubernetes: KubernetesSettings | None = Field(default=None, description="Pod-level Kubernetes settings.")
+    dns_config: DnsConfig | None = Field(
+        default=None, description="Route53 automation for tlsConfig's custom domain (not implemented)."
+    )
     tags: list[Tag] | None = Field(default=None, description="Tags.")
     environment_variables: list[EnvironmentVariable] | None = Field(
         default=None, description="Extra environment for the worker."

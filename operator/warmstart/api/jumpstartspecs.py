@@ -68,6 +68,8 @@ class Resolution:
     image: str | None
     env: dict[str, str]
     gated: bool
+    #: accelerators (GPUs) one replica needs, as the spec's resource requirements say (None: it does not say)
+    accelerators: int | None
     eula_key: str | None  # in the content bucket
     content_bucket: str
     spec_key: str
@@ -88,6 +90,7 @@ class Resolution:
             "image": self.image,
             "env": self.env,
             "gated": self.gated,
+            "accelerators": self.accelerators,
             "eulaKey": self.eula_key,
             "contentBucket": self.content_bucket,
             "specKey": self.spec_key,
@@ -180,6 +183,15 @@ def _variant(variants: Mapping[str, Any], instance_type: str, field: str) -> Any
     return None
 
 
+def _accelerators(*requirements: Any) -> int | None:
+    """`num_accelerators` of the first resource requirements that give a positive one (variant, then model)."""
+    for found in requirements:
+        count = found.get("num_accelerators") if isinstance(found, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+            return count
+    return None
+
+
 def resolve(
     model_id: str,
     version: str | None,
@@ -244,6 +256,7 @@ def resolve(
         )
 
     eula_key = spec.get("hosting_eula_key") or None
+    accelerators = _accelerators(props.get("resource_requirements"), spec.get("hosting_resource_requirements"))
     gated = bool(spec.get("gated_bucket")) or eula_key is not None
     if gated and not accept_eula:
         where = f" (the EULA is at s3://{content_bucket}/{eula_key})" if eula_key else ""
@@ -260,6 +273,7 @@ def resolve(
         image=image,
         env=env,
         gated=gated,
+        accelerators=accelerators,
         eula_key=eula_key,
         content_bucket=content_bucket,
         spec_key=spec_key,

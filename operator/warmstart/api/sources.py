@@ -9,6 +9,8 @@ from pydantic import Field
 from warmstart.api.base import ApiModel, SecretKeyRef, api_config
 
 NO_DOTDOT = "!self.matches('(^|/)[.][.](/|$)')"
+#: an IAM role ARN, as HyperPod's CRD checks it
+ROLE_ARN = r"^arn:aws[a-z\-]*:iam::\d{12}:role/?[a-zA-Z_0-9+=,.@\-_/]+$"
 
 
 class ModelSourceType(StrEnum):
@@ -37,6 +39,14 @@ class S3Storage(ApiModel):
         default=None,
         max_length=2048,
         description="warmstart extension: endpoint URL of an S3-compatible store. Leave unset for AWS S3.",
+    )
+    role_arn: str | None = Field(
+        default=None,
+        min_length=20,
+        max_length=2048,
+        pattern=ROLE_ARN,
+        description="warmstart extension: IAM role the preload assumes (through STS, with the pod's own credentials) "
+        "to read the bucket. A JumpStartModel's gatedModelDownloadRole lands here.",
     )
 
 

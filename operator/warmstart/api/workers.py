@@ -28,10 +28,7 @@ class ModelInvocationPort(ApiModel):
 
     container_port: int = Field(ge=1, le=65535, description="Container port, 1-65535.")
     name: str = Field(
-        default="http",
-        max_length=15,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        description="IANA service name of the port.",
+        default="http", pattern=r"^http$|^grpc$", description="Protocol name of the port: http or grpc, as HyperPod."
     )
 
 

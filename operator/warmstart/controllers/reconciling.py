@@ -33,6 +33,7 @@ from warmstart.render import (
     endpoint_status,
     gating,
     keys,
+    monitoring,
     names,
     router,
     services,
@@ -106,6 +107,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     if applying.needed(memo, endpoint.ref.uid, children, deployment):
         try:
             deployment = _apply(store, endpoint, children) or deployment
+            _remove_unwanted_monitor(store, endpoint, children, context)
         except Invalid as error:  # the spec renders to something the API server refuses: say so, do not loop
             applying.record(memo, endpoint.ref.uid, children, deployment, error=str(error))
         else:
@@ -228,6 +230,8 @@ def _children(
         ]
     if endpoint.routing_enabled:
         wanted += router.manifests(endpoint, context, warm_nodes)
+    if gate_open and endpoint.metrics_enabled and context.pod_monitors:
+        wanted.append(monitoring.pod_monitor(endpoint))
     return wanted
 
 
@@ -276,6 +280,14 @@ def _apply(store: Store, endpoint: Endpoint, children: list[Manifest]) -> Manife
         else:
             store.apply(manifest)
     return applied_deployment
+
+
+def _remove_unwanted_monitor(
+    store: Store, endpoint: Endpoint, children: list[Manifest], context: RenderContext
+) -> None:
+    """Delete the endpoint's PodMonitor once metrics are off (runs only when the children changed)."""
+    if context.pod_monitors and not any(c["kind"] == monitoring.KIND for c in children):
+        store.delete(monitoring.API_VERSION, monitoring.KIND, endpoint.child_name, endpoint.ref.namespace)
 
 
 def _serving_weights_key(deployment: Mapping[str, Any] | None) -> str | None:

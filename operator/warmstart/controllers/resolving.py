@@ -135,5 +135,11 @@ def _resolve_jumpstart(spec: JumpStartModelSpec, context: RenderContext) -> Jump
             f"JumpStart has no image for {spec.model.model_id} on {spec.server.instance_type}: set spec.server.image",
         )
     return JumpStartResolution(
-        bucket=result.bucket, prefix=result.key, region=result.region, image=image, env=dict(result.env)
+        bucket=result.bucket,
+        prefix=result.key,
+        region=result.region,
+        image=image,
+        env=dict(result.env),
+        gated=result.gated,
+        accelerators=result.accelerators,
     )

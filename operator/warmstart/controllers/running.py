@@ -16,7 +16,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from warmstart.api import GROUP
-from warmstart.controllers import endpoints, images, nodes, sharing, weights
+from warmstart.controllers import coexistence, endpoints, images, nodes, sharing, weights
 from warmstart.controllers import settings as settings_module
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Store, load_api_client
@@ -94,8 +94,10 @@ async def run(
     """Run the operator until `stop_flag` is set (or forever)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = str(kubeconfig)
+    store = Store(load_api_client(str(kubeconfig) if kubeconfig else None))
+    settings = coexistence.check(store, settings)  # ForeignCrds: AWS's operator owns the kinds here
     start_metrics(settings.metrics_port)
-    memo = kopf.Memo(store=Store(load_api_client(str(kubeconfig) if kubeconfig else None)), settings=settings)
+    memo = kopf.Memo(store=store, settings=settings)
     await kopf.operator(
         registry=registry(settings),
         standalone=settings.peering is None,
@@ -133,5 +135,9 @@ def main(argv: list[str]) -> int:
     if args.peering:
         overrides["peering"] = args.peering
     settings = settings.model_copy(update=overrides)
-    asyncio.run(run(settings, kubeconfig=args.kubeconfig))
+    try:
+        asyncio.run(run(settings, kubeconfig=args.kubeconfig))
+    except coexistence.ForeignCrds as error:
+        logging.getLogger(__name__).error("not starting: %s", error)
+        return coexistence.EXIT_FOREIGN_CRDS
     return 0

@@ -59,6 +59,11 @@ class RenderContext(BaseModel):
         default=(DEFAULT_HOST_PATH,),
         description="Cache roots a weights cache may use (its hostPath equals one or lies under one).",
     )
+    pod_monitors: bool = Field(
+        default=False,
+        description="The PodMonitor CRD (monitoring.coreos.com) is installed: endpoint metrics get a PodMonitor "
+        "instead of prometheus.io scrape annotations. Detected at operator start-up.",
+    )
     cache_sharing_groups: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Trust groups: name -> namespaces that may share credentialed weights caches (render/scopes.py).",

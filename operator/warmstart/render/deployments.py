@@ -23,6 +23,12 @@ INIT_CONTAINER = "warmstart-preload"
 #: Service (and the router) after 15 s
 READINESS_PERIOD_SECONDS = 5
 READINESS_FAILURE_THRESHOLD = 3
+#: name of the model container's metrics port when it is not the invocation port
+METRICS_PORT_NAME = "metrics"
+#: the scrape annotations Prometheus' kubernetes_sd examples (and most charts) read, when there is no PodMonitor
+SCRAPE_ANNOTATION = "prometheus.io/scrape"
+PATH_ANNOTATION = "prometheus.io/path"
+PORT_ANNOTATION = "prometheus.io/port"
 
 
 @dataclass(frozen=True)
@@ -112,10 +118,11 @@ def default_readiness_probe(endpoint: Endpoint) -> Manifest:
     Without a readiness probe a model pod counts as ready as soon as its process starts, minutes before the model has
     loaded, and the Service and the router would send it requests it cannot answer.
     """
-    path = endpoint.health_check_path or DEFAULT_HEALTH_CHECK_PATH
+    configured = endpoint.load_balancer.health_check_path if endpoint.load_balancer else None
+    path = configured or DEFAULT_HEALTH_CHECK_PATH
     return {
         "httpGet": {
-            "path": path if path.startswith("/") else f"/{path}",
+            "path": path,
             "port": endpoint.worker.model_invocation_port.name,
         },
         "periodSeconds": READINESS_PERIOD_SECONDS,
@@ -123,21 +130,51 @@ def default_readiness_probe(endpoint: Endpoint) -> Manifest:
     }
 
 
+def metrics_port(endpoint: Endpoint) -> tuple[str, int, str]:
+    """(port name, port number, path) where the model container serves metrics (HyperPod's defaults: 8080 /metrics)."""
+    found = endpoint.metrics.model_metrics if endpoint.metrics else None
+    number, path = (found.port, found.path) if found else (8080, "/metrics")
+    invocation = endpoint.worker.model_invocation_port
+    return (invocation.name if number == invocation.container_port else METRICS_PORT_NAME), number, path
+
+
+def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str) -> Manifest:
+    """The model files (this generation's cache directory), read-only."""
+    return {
+        "name": endpoint.worker.model_volume_mount.name,
+        "mountPath": mount_path,
+        "subPath": f"weights/{generation.weights_key}",
+        "readOnly": True,
+    }
+
+
+def user_init_containers(endpoint: Endpoint, generation: Generation) -> list[Manifest]:
+    """`kubernetes.initContainers`, to run after the preload: a mount of the model volume shows the model files,
+    read-only, as the model container sees them (never the node's whole cache directory)."""
+    model_volume = endpoint.worker.model_volume_mount.name
+    rendered = []
+    for container in (endpoint.kubernetes.init_containers or []) if endpoint.kubernetes else []:
+        mounts = [
+            _model_mount(endpoint, generation, str(m.get("mountPath", ""))) if m.get("name") == model_volume else m
+            for m in container.get("volumeMounts") or []
+        ]
+        rendered.append({**container, "volumeMounts": mounts} if mounts else dict(container))
+    return rendered
+
+
 def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
     worker = endpoint.worker
     port = worker.model_invocation_port
+    ports = [{"name": port.name, "containerPort": port.container_port, "protocol": "TCP"}]
+    if endpoint.metrics_enabled:
+        name, number, _ = metrics_port(endpoint)
+        if number != port.container_port:
+            ports.append({"name": name, "containerPort": number, "protocol": "TCP"})
     container: Manifest = {
         "name": "worker",
         "image": worker.image,
-        "ports": [{"name": port.name, "containerPort": port.container_port, "protocol": "TCP"}],
-        "volumeMounts": [
-            {
-                "name": worker.model_volume_mount.name,
-                "mountPath": worker.model_volume_mount.mount_path,
-                "subPath": f"weights/{generation.weights_key}",
-                "readOnly": True,
-            }
-        ],
+        "ports": ports,
+        "volumeMounts": [_model_mount(endpoint, generation, worker.model_volume_mount.mount_path)],
         "resources": worker.resources.to_api(),
     }
     for key, value in (("args", worker.args), ("command", worker.command), ("workingDir", worker.working_dir)):
@@ -153,6 +190,14 @@ def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
     return container
 
 
+def scrape_annotations(endpoint: Endpoint, context: RenderContext) -> dict[str, str]:
+    """prometheus.io annotations for the model pods, when metrics are on and no PodMonitor does the job."""
+    if not endpoint.metrics_enabled or context.pod_monitors:
+        return {}
+    _, number, path = metrics_port(endpoint)
+    return {SCRAPE_ANNOTATION: "true", PATH_ANNOTATION: path, PORT_ANNOTATION: str(number)}
+
+
 def deployment(endpoint: Endpoint, generation: Generation, context: RenderContext) -> Manifest:
     """The model Deployment: rolls with maxUnavailable 0, so an update never drops serving capacity."""
     selector = pod_selector(endpoint)
@@ -164,18 +209,21 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
     annotations = {
         f"{nodelabels.CACHE_PREFIX}/weights-key": generation.weights_key,
         f"{nodelabels.CACHE_PREFIX}/image-key": generation.image_key,
+        **scrape_annotations(endpoint, context),
         **((endpoint.kubernetes.annotations or {}) if endpoint.kubernetes else {}),
     }
     preload = preload_init_container(endpoint, generation, context)
+    kube = endpoint.kubernetes
     pod_spec: Manifest = {
         "affinity": affinity(endpoint, generation),
-        "initContainers": [*preload.owner_steps, preload.container],
+        "initContainers": [*preload.owner_steps, preload.container, *user_init_containers(endpoint, generation)],
         "containers": [_worker_container(endpoint, generation)],
-        "volumes": preload.volumes,
+        "volumes": [*preload.volumes, *((kube.volumes or []) if kube else [])],
     }
-    kube = endpoint.kubernetes
     if kube and kube.service_account_name:
         pod_spec["serviceAccountName"] = kube.service_account_name
+    if kube and kube.scheduler_name:
+        pod_spec["schedulerName"] = kube.scheduler_name
     if kube and kube.node_selector:
         pod_spec["nodeSelector"] = dict(kube.node_selector)
     if kube and kube.tolerations:

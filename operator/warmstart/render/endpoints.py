@@ -10,9 +10,16 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from warmstart.api import API_VERSION
+from warmstart.api import API_VERSION, strategies
 from warmstart.api.base import ParentReference
-from warmstart.api.blocks import DEFAULT_HOST_PATH, IntelligentRoutingSpec, KubernetesSettings, WeightsCache
+from warmstart.api.blocks import (
+    DEFAULT_HOST_PATH,
+    IntelligentRoutingSpec,
+    KubernetesSettings,
+    LoadBalancer,
+    Metrics,
+    WeightsCache,
+)
 from warmstart.api.caches import NodeTargeting
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
@@ -20,11 +27,13 @@ from warmstart.api.scheduling import NodeAffinity
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.api.workers import EnvironmentVariable, ModelInvocationPort, ModelVolumeMount, Resources, Worker
-from warmstart.placement import instance_type_affinity
+from warmstart.placement import accelerator_request, instance_type_affinity
 from warmstart.render import keys, names
 
 JUMPSTART_PORT = 8080
 JUMPSTART_MOUNT = "/opt/ml/model"
+#: the JumpStart (TGI/DJL/vLLM container) variable that says how many GPUs the server shards over
+NUM_GPUS_ENV = "SM_NUM_GPUS"
 
 
 class ObjectRef(BaseModel):
@@ -57,8 +66,9 @@ class Endpoint(BaseModel):
     image_cache: bool = False
     routing: IntelligentRoutingSpec | None = None
     kubernetes: KubernetesSettings | None = None
+    metrics: Metrics | None = None
+    load_balancer: LoadBalancer | None = None
     resolved_env: dict[str, str] = Field(default_factory=dict)
-    health_check_path: str | None = None
 
     @property
     def child_name(self) -> str:
@@ -83,6 +93,11 @@ class Endpoint(BaseModel):
         return bool(self.routing and self.routing.enabled)
 
     @property
+    def metrics_enabled(self) -> bool:
+        """Whether the model pods are scraped: a `metrics` block with `enabled` (true by default, as HyperPod)."""
+        return bool(self.metrics and self.metrics.enabled)
+
+    @property
     def routing_strategy(self) -> RoutingStrategy:
         return self.routing.routing_strategy if self.routing else RoutingStrategy.RANDOM
 
@@ -104,6 +119,21 @@ class Endpoint(BaseModel):
         return keys.image_key(self.worker.image, self.targeting())
 
 
+def routing_of(
+    routing: IntelligentRoutingSpec | None, load_balancer: LoadBalancer | None
+) -> IntelligentRoutingSpec | None:
+    """The router an endpoint gets: its intelligentRoutingSpec, else one running `loadBalancer.routingAlgorithm`.
+
+    warmstart's router is the balancer in front of the replicas, so an explicit routing algorithm is its strategy
+    (least_outstanding_requests -> leastoutstanding, round_robin -> roundrobin) when intelligentRoutingSpec is absent.
+    """
+    if routing is not None or load_balancer is None or load_balancer.routing_algorithm is None:
+        return routing
+    return IntelligentRoutingSpec(
+        enabled=True, routing_strategy=strategies.parse(load_balancer.routing_algorithm.value)
+    )
+
+
 def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
     """An InferenceEndpointConfig as an Endpoint."""
     cache = spec.model_cache_config
@@ -123,9 +153,10 @@ def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
         max_deploy_time_seconds=spec.max_deploy_time_in_seconds,
         weights_cache=cache.weights_cache if cache else None,
         image_cache=bool(cache and cache.image_cache and cache.image_cache.enabled),
-        routing=spec.intelligent_routing_spec,
+        routing=routing_of(spec.intelligent_routing_spec, spec.load_balancer),
         kubernetes=spec.kubernetes,
-        health_check_path=spec.load_balancer.health_check_path if spec.load_balancer else None,
+        metrics=spec.metrics,
+        load_balancer=spec.load_balancer,
     )
 
 
@@ -137,21 +168,33 @@ class JumpStartResolution(BaseModel):
     region: str
     image: str
     env: dict[str, str] = Field(default_factory=dict)
+    gated: bool = False
+    #: accelerators one replica needs, as the JumpStart spec says (None: take the instance type's)
+    accelerators: int | None = None
 
 
 def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpStartResolution) -> Endpoint:
-    """A resolved JumpStartModel as an Endpoint: S3 weights, the default image and environment."""
+    """A resolved JumpStartModel as an Endpoint: S3 weights, the default image and environment, the accelerators.
+
+    A gated model's artifacts are read with `gatedModelDownloadRole` (assumed through STS by the preload). The pods
+    request the GPUs that SM_NUM_GPUS (the user's, else JumpStart's), else the spec's resource requirements, else the
+    instance type say; one MIG slice (and SM_NUM_GPUS=1) with `acceleratorPartitionType`.
+    """
+    s3: dict[str, str] = {"bucketName": resolution.bucket, "region": resolution.region}
+    if resolution.gated and spec.model.gated_model_download_role:
+        s3["roleArn"] = spec.model.gated_model_download_role
     source = ModelSourceConfig.model_validate(
-        {
-            "modelSourceType": "s3",
-            "s3Storage": {"bucketName": resolution.bucket, "region": resolution.region},
-            "modelLocation": resolution.prefix,
-        }
+        {"modelSourceType": "s3", "s3Storage": s3, "modelLocation": resolution.prefix}
     )
     env = {
         **resolution.env,
         **{e.name: e.value or "" for e in spec.environment_variables or [] if e.value_from is None},
     }
+    partition = spec.server.accelerator_partition_type
+    if partition:
+        env[NUM_GPUS_ENV] = "1"
+    wanted = int(env[NUM_GPUS_ENV]) if env.get(NUM_GPUS_ENV, "").isdigit() else resolution.accelerators
+    devices: dict[str, int | str] = dict(accelerator_request(spec.server.instance_type, wanted, partition))
     extra = [e for e in spec.environment_variables or [] if e.value_from is not None]
     variables = [EnvironmentVariable(name=k, value=v) for k, v in sorted(env.items())] + extra
     worker = Worker(
@@ -159,7 +202,7 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
         environment_variables=variables,
         model_invocation_port=ModelInvocationPort(container_port=JUMPSTART_PORT),
         model_volume_mount=ModelVolumeMount(name="model-weights", mount_path=JUMPSTART_MOUNT),
-        resources=Resources(),
+        resources=Resources(limits=devices, requests=dict(devices)) if devices else Resources(),
         request_limits=spec.request_limits,
     )
     name = spec.model.model_id.lower().replace("_", "-").replace(".", "-")[:63].strip("-")
@@ -177,8 +220,9 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
             and spec.model_cache_config.image_cache
             and spec.model_cache_config.image_cache.enabled
         ),
-        routing=spec.intelligent_routing_spec,
+        routing=routing_of(spec.intelligent_routing_spec, spec.load_balancer),
         kubernetes=spec.kubernetes,
+        metrics=spec.metrics,
+        load_balancer=spec.load_balancer,
         resolved_env=resolution.env,
-        health_check_path=spec.load_balancer.health_check_path if spec.load_balancer else None,
     )

@@ -20,8 +20,8 @@ from warmstart.render import scopes
 #: hex characters of a key: 32 x 4 = 128 bits
 KEY_LENGTH = 32
 
-#: fields that do not change which bytes land in the cache (the token Secret is covered by the scope)
-_CONTENT_NEUTRAL = {"prefetchEnabled", "tokenSecretRef"}
+#: fields that do not change which bytes land in the cache (the token Secret and the role are covered by the scope)
+_CONTENT_NEUTRAL = {"prefetchEnabled", "tokenSecretRef", "roleArn"}
 
 
 def _digest(payload: Any) -> str:

@@ -125,6 +125,8 @@ def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
     ref = source.hugging_face_model.token_secret_ref if source.hugging_face_model else None
     if preloading.has_hf_token(source) and ref is not None:
         secret = {"secretName": ref.name, "items": [{"key": ref.key, "path": "token"}], "defaultMode": HF_TOKEN_MODE}
+        if ref.optional:
+            secret["optional"] = True
         mount = {"name": HF_TOKEN_VOLUME, "mountPath": preloading.HF_TOKEN_DIR, "readOnly": True}
         found.append(Mounted({"name": HF_TOKEN_VOLUME, "secret": secret}, mount))
     return found

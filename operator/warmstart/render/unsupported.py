@@ -1,16 +1,23 @@
-"""Name the fields an endpoint sets that warmstart accepts but does not act on, so a condition can say so."""
+"""Name the fields an endpoint sets that warmstart accepts but does not act on, so a condition can say so.
+
+What warmstart does act on (and so never names here): the source, worker, targeting, replicas, caches, the
+`kubernetes` block, `metrics`, `intelligentRoutingSpec`, `loadBalancer` (see `_load_balancer`), `environmentVariables`,
+`maxDeployTimeInSeconds`, `prefetchEnabled` (the node cache is the prefetch), and for a JumpStartModel the model
+reference, `gatedModelDownloadRole` and `acceleratorPartitionType` (render/endpoints.py).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
-from warmstart.api.jumpstart import JumpStartModelSpec
+from warmstart.api.jumpstart import PUBLIC_HUB, JumpStartModelSpec
 from warmstart.api.strategies import RoutingStrategy
 
 #: top-level spec fields (by API name) that are accepted for compatibility only
 _IGNORED = (
     "tlsConfig",
+    "dnsConfig",
     "dataCapture",
     "pdSpec",
     "kvCacheSpec",
@@ -18,26 +25,54 @@ _IGNORED = (
     "endpointName",
     "autoScalingSpec",
     "tags",
+    "InitialReplicaCount",
+    "modelVersion",
 )
+DEFAULT_INVOCATION_ENDPOINT = "invocations"
 
 
 def _set(value: Any) -> bool:
     return value not in (None, {}, [], "")
 
 
+def _load_balancer(spec: InferenceEndpointConfigSpec | JumpStartModelSpec) -> list[str]:
+    """routingAlgorithm is the router's strategy unless intelligentRoutingSpec sets one; healthCheckPath is the
+    readiness probe unless the worker has its own."""
+    found = []
+    balancer = spec.load_balancer
+    if balancer and balancer.routing_algorithm and spec.intelligent_routing_spec is not None:
+        found.append("spec.loadBalancer.routingAlgorithm (intelligentRoutingSpec decides the routing)")
+    probes = spec.worker.probes if isinstance(spec, InferenceEndpointConfigSpec) else None
+    if balancer and balancer.health_check_path and probes and probes.readiness_probe:
+        found.append("spec.loadBalancer.healthCheckPath (worker.probes.readinessProbe is used)")
+    return found
+
+
+def _jumpstart(spec: JumpStartModelSpec) -> list[str]:
+    found = []
+    if spec.model.model_hub_name and spec.model.model_hub_name != PUBLIC_HUB:
+        found.append(f"spec.model.modelHubName (only {PUBLIC_HUB} is read)")
+    if spec.model.additional_configs:
+        found.append("spec.model.additionalConfigs")
+    if spec.server.execution_role:
+        found.append("spec.server.executionRole (pods use their service account)")
+    if spec.server.validations:
+        found.append("spec.server.validations")
+    return found
+
+
 def unsupported_fields(spec: InferenceEndpointConfigSpec | JumpStartModelSpec) -> list[str]:
     """Paths of set-but-unimplemented fields, in API spelling, e.g. ['spec.tlsConfig']."""
     data = spec.to_api()
     found = [f"spec.{name}" for name in _IGNORED if _set(data.get(name))]
-    if data.get("metrics", {}).get("enabled"):
-        found.append("spec.metrics")
-    if _set((data.get("loadBalancer") or {}).get("routingAlgorithm")):  # healthCheckPath is the readiness path
-        found.append("spec.loadBalancer.routingAlgorithm")
-    if data.get("modelSourceConfig", {}).get("prefetchEnabled"):
-        found.append("spec.modelSourceConfig.prefetchEnabled")
+    found += _load_balancer(spec)
+    if data.get("invocationEndpoint", DEFAULT_INVOCATION_ENDPOINT) != DEFAULT_INVOCATION_ENDPOINT:
+        found.append("spec.invocationEndpoint (the router and Service pass every path through)")
     routing = spec.intelligent_routing_spec
+    if routing and routing.auto_scaling_spec:
+        found.append("spec.intelligentRoutingSpec.autoScalingSpec")
     if routing and routing.enabled and routing.routing_strategy == RoutingStrategy.KVAWARE:
         found.append("spec.intelligentRoutingSpec.routingStrategy=kvaware (served as prefixaware)")
-    if isinstance(spec, JumpStartModelSpec) and spec.model.model_hub_name:
-        found.append("spec.model.modelHubName (the public hub is used)")
+    if isinstance(spec, JumpStartModelSpec):
+        found += _jumpstart(spec)
     return found

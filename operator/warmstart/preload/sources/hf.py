@@ -38,7 +38,8 @@ MAX_PARALLEL_FILES = 8
 
 
 def read_token(model: HuggingFaceModel, options: Options) -> str | None:
-    """The Hub token: the mounted secret file, else HF_TOKEN; SecretMissing if the spec names a secret we lack."""
+    """The Hub token: the mounted secret file, else HF_TOKEN; SecretMissing if the spec names a secret we lack
+    (None, anonymous, when that secret is `optional`)."""
     path = options.hf_token_file
     if path:
         try:
@@ -51,7 +52,7 @@ def read_token(model: HuggingFaceModel, options: Options) -> str | None:
     token = (options.env.get("HF_TOKEN") or "").strip()
     if token:
         return token
-    if model.token_secret_ref is not None:
+    if model.token_secret_ref is not None and not model.token_secret_ref.optional:
         ref = model.token_secret_ref
         raise PreloadError(
             Reason.SECRET_MISSING,

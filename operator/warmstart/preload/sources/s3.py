@@ -17,7 +17,9 @@ from typing import Any
 
 import boto3
 import botocore.config
+import botocore.credentials
 import botocore.exceptions
+import botocore.session
 from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from s3transfer.subscribers import BaseSubscriber
 
@@ -53,7 +55,34 @@ def endpoint_url(explicit: str | None, env: dict[str, str] | Any) -> str | None:
     return explicit or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
 
 
-def client(region: str | None, endpoint: str | None, concurrency: int) -> Any:
+#: how assumed-role sessions name themselves in CloudTrail
+ROLE_SESSION_NAME = "warmstart-preload"
+
+
+def assumed_role_session(role_arn: str, region: str | None) -> boto3.session.Session:
+    """A session whose credentials come from sts:AssumeRole of `role_arn`, made with the pod's own credentials
+    (IRSA, pod identity, instance profile or environment), and renewed by botocore before they expire."""
+    sts = boto3.session.Session().client("sts", region_name=region)
+
+    def assume() -> dict[str, str]:
+        granted = sts.assume_role(RoleArn=role_arn, RoleSessionName=ROLE_SESSION_NAME)["Credentials"]
+        return {
+            "access_key": granted["AccessKeyId"],
+            "secret_key": granted["SecretAccessKey"],
+            "token": granted["SessionToken"],
+            "expiry_time": granted["Expiration"].isoformat(),
+        }
+
+    credentials = botocore.credentials.RefreshableCredentials.create_from_metadata(
+        metadata=assume(), refresh_using=assume, method="sts-assume-role"
+    )
+    core = botocore.session.get_session()
+    core._credentials = credentials  # botocore's own way to give a session fixed (refreshable) credentials
+    return boto3.session.Session(botocore_session=core, region_name=region)
+
+
+def client(region: str | None, endpoint: str | None, concurrency: int, role_arn: str | None = None) -> Any:
+    """An S3 client: the pod's credentials, or those of `role_arn` assumed through STS."""
     config = botocore.config.Config(
         max_pool_connections=concurrency + 4,
         retries={"max_attempts": 5, "mode": "standard"},
@@ -61,7 +90,8 @@ def client(region: str | None, endpoint: str | None, concurrency: int) -> Any:
         read_timeout=60,
         s3={"addressing_style": "path"} if endpoint else None,
     )
-    return boto3.session.Session().client("s3", region_name=region, endpoint_url=endpoint, config=config)
+    session = assumed_role_session(role_arn, region) if role_arn else boto3.session.Session()
+    return session.client("s3", region_name=region, endpoint_url=endpoint, config=config)
 
 
 def object_reader(s3_client: Any) -> Callable[[str, str], bytes]:
@@ -152,7 +182,15 @@ class _Subscriber(BaseSubscriber):  # type: ignore[misc]
 class S3Source:
     """A prefix (or one object) in a bucket."""
 
-    def __init__(self, bucket: str, location: str, region: str | None, endpoint: str | None, options: Options) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        location: str,
+        region: str | None,
+        endpoint: str | None,
+        options: Options,
+        role_arn: str | None = None,
+    ) -> None:
         self.bucket, self.location, self.region, self.endpoint, self.options = (
             bucket,
             location,
@@ -160,7 +198,11 @@ class S3Source:
             endpoint,
             options,
         )
-        self.client = client(region, endpoint, options.concurrency)
+        self.role_arn = role_arn
+        try:
+            self.client = client(region, endpoint, options.concurrency, role_arn)
+        except Exception as exc:
+            raise error(exc, f"{self.uri()}: sts:AssumeRole {role_arn}") from exc
 
     @classmethod
     def from_config(cls, config: ModelSourceConfig, options: Options) -> S3Source:
@@ -168,7 +210,12 @@ class S3Source:
             raise PreloadError(Reason.INVALID_SOURCE, "modelSourceType s3 requires s3Storage")
         s3 = config.s3_storage
         return cls(
-            s3.bucket_name, model_location(config), s3.region, endpoint_url(s3.endpoint_url, options.env), options
+            s3.bucket_name,
+            model_location(config),
+            s3.region,
+            endpoint_url(s3.endpoint_url, options.env),
+            options,
+            s3.role_arn,
         )
 
     def uri(self, key: str = "") -> str:
@@ -235,7 +282,9 @@ class S3Source:
         scratch: str,
     ) -> None:
         if self.options.processes > 1 and len(files) > 1:
-            factory = functools.partial(S3Source, self.bucket, self.location, self.region, self.endpoint)
+            factory = functools.partial(
+                S3Source, self.bucket, self.location, self.region, self.endpoint, role_arn=self.role_arn
+            )
             s3processes.fetch(factory, self.options, files, part_path, on_bytes, on_done, self.options.processes)
             return
         config = TransferConfig(
