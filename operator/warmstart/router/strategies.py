@@ -8,21 +8,24 @@ the first is the choice, the next ones are used only when a replica refuses the 
 
 1. Count, per replica, the leading blocks of the prompt it probably holds (:class:`PrefixIndex`).
 2. Rank replicas by the longest match; among replicas holding the same longest match, the one
-   that has held it longest wins (existing prefixes stay on their warm replicas when one is
-   added). No match at all is ranked by rendezvous (highest-random-weight) hashing of the
-   prompt's leading ``home_blocks`` blocks. A prefix
-   cached nowhere goes to the less loaded of its first ``home_choices`` rendezvous candidates
-   (power of two choices: plain hashing of 64 prefixes onto 8 replicas leaves the busiest with
-   ~1.5x the mean). Homes are thus drawn from a per-prefix set that every router replica
-   agrees on, and adding or removing a replica moves only about 1/N of them.
+   with the smallest recent request share wins, then the one that has held it longest (existing
+   prefixes stay on their warm replicas when one is added). No match at all is ranked by
+   rendezvous (highest-random-weight) hashing of the prompt's leading ``home_blocks`` blocks,
+   a function of the prefix and the replica set only, so every router replica agrees on it,
+   and adding or removing a replica moves only about 1/N of them.
 3. With ``prefill_aware`` (off by default), among eligible replicas that hold the longest
    match the one with the shortest estimated prefill backlog wins (uncached prompt characters
-   sent to it and not yet answered); new prefixes pick among their home choices the same way.
-4. A replica is eligible while its in-flight count is below both the concurrency cap and the
-   bounded-load ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``.
-   The first eligible replica in the ranking wins; passing over the best one is a *spill*, and
-   spills follow the prefix's rendezvous order, so a hot prefix spreads over as few replicas as
-   its load needs (controlled replication) instead of swamping one.
+   sent to it and not yet answered).
+4. A replica is eligible while (a) its in-flight count is below the concurrency cap and the
+   burst ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``, and (b) its
+   share of this router's recent requests (:class:`ShareMeter`, decayed per request) is below
+   ``(1+balance_eps) x (recent + 1) / N`` plus ``PLACING_SLACK`` requests, plus
+   ``balance_slack`` more if it holds part of the prompt. (b) is the balance at every load
+   level: an in-flight ceiling cannot bound request shares at low load, where every replica
+   has 0-2 requests in flight (the former floor of 8 let one replica take most requests).
+   The first eligible replica in the ranking wins; passing over the best one is a *spill*,
+   and spills follow the prefix's rendezvous order, so a hot prefix spreads over as few
+   replicas as its load needs (controlled replication) instead of swamping one.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.router.indexes import PrefixIndex
 from warmstart.router.prefixes import PromptKey, stable_hash
+from warmstart.router.shares import ShareMeter
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +187,17 @@ def load_ceiling(snapshot: Snapshot, epsilon: float, min_ceiling: int) -> int:
     return max(min_ceiling, math.ceil((1.0 + epsilon) * mean - 1e-9))
 
 
+#: Requests a replica may run ahead of the share bound when a prefix it lacks would be placed on it.
+PLACING_SLACK = 2.0
+
+
+def share_bound(recent_total: float, replicas: int, epsilon: float, slack: float) -> float:
+    """Request-share ceiling: (1+eps) x (recent requests + 1) / replicas + slack."""
+    if replicas <= 0:
+        return slack
+    return (1.0 + epsilon) * (recent_total + 1.0) / replicas + slack
+
+
 class PrefixAwarePolicy:
     """Longest cached prefix, bounded load, rendezvous homes and spill order (see module doc)."""
 
@@ -195,7 +210,10 @@ class PrefixAwarePolicy:
         self.home_blocks = config.home_blocks
         self.home_choices = config.home_choices
         self.prefill_aware = config.prefill_aware
+        self.balance_epsilon = config.balance_epsilon
+        self.balance_slack = config.balance_slack
         self.index = PrefixIndex(config.index_capacity_blocks)
+        self.shares = ShareMeter(config.balance_window)
         self._short = LeastOutstandingPolicy(self.cap, rng)
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
@@ -207,10 +225,16 @@ class PrefixAwarePolicy:
         matched = self.index.match(key.blocks, by_name)
         ranked = sorted(by_name, key=lambda name: (-matched.get(name, 0), rank[name]))
         ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
+        shares = self.shares
+        # a replica that holds part of the prompt may run ``slack`` requests ahead of the share bound;
+        # placing a prefix on a replica that lacks it must not make that replica busier than the bound
+        placing = share_bound(shares.total(), len(by_name), self.balance_epsilon, PLACING_SLACK)
+        keeping = placing + self.balance_slack
 
         def eligible(name: str) -> bool:
             load = by_name[name].inflight
-            return load < ceiling and (self.cap is None or load < self.cap)
+            bound = keeping if matched.get(name, 0) else placing
+            return load < ceiling and (self.cap is None or load < self.cap) and shares.recent(name) < bound
 
         first = [name for name in ranked if eligible(name)]
         rest = sorted((name for name in ranked if not eligible(name)), key=lambda n: by_name[n].inflight)
@@ -221,12 +245,17 @@ class PrefixAwarePolicy:
                 head = first[: self.home_choices]
                 best = min(head, key=lambda n: (self._backlog(by_name[n]), by_name[n].inflight, rank[n]))
             else:
-                # several replicas hold the longest match: the one that has held it longest (so a new
-                # replica does not pull existing prefixes away from their warm caches), or with
-                # prefill_aware the one with the shortest prefill backlog
+                # several replicas hold the longest match: the one with the smallest recent request
+                # share (a shared prefix such as a system prompt spreads its users over its copies),
+                # then the one that has held it longest (a new replica does not pull existing
+                # prefixes away from their warm caches); with prefill_aware the shortest prefill
+                # backlog comes first
                 deepest = key.blocks[best_match - 1]
                 holders = [n for n in first if matched.get(n, 0) == best_match]
-                best = min(holders, key=lambda n: (self._backlog(by_name[n]), self.index.since(n, deepest), rank[n]))
+                best = min(
+                    holders,
+                    key=lambda n: (self._backlog(by_name[n]), shares.recent(n), self.index.since(n, deepest), rank[n]),
+                )
             first.remove(best)
             first.insert(0, best)
         candidates = tuple(first + rest)
@@ -243,9 +272,11 @@ class PrefixAwarePolicy:
 
     def placed(self, replica: str, key: PromptKey) -> None:
         self.index.record(replica, key.blocks)
+        self.shares.add(replica)
 
     def forget(self, replica: str) -> None:
         self.index.forget(replica)
+        self.shares.forget(replica)
 
 
 def build(config: RouterConfig, rng: random.Random | None = None) -> Policy:
