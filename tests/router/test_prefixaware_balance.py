@@ -100,29 +100,19 @@ def test_among_holders_the_replica_with_the_smaller_share_wins() -> None:
 
 
 def test_a_holder_keeps_its_prefix_within_the_slack_but_a_new_prefix_goes_elsewhere() -> None:
-    router = policy(balance_epsilon=0.0, balance_slack=2.0)
-    home = router.choose(IDLE, key(3)).candidates[0]
-    router.placed(home, key(3))
-    for _ in range(15):  # 16 recent requests, all on ``home``: mean 2, bound 2 + 1 (+2 for holders)
-        others = [name for name in NAMES if name != home]
-        for name in others[:1]:
-            router.placed(name, key(900))
-    # home: 1 request, the other replica 15: home is far under the bound and keeps group 3
-    assert router.choose(IDLE, key(3, 1)).candidates[0] == home
-    crowded = policy(balance_epsilon=0.0, balance_slack=2.0)
-    target = crowded.choose(IDLE, key(4)).candidates[0]
-    for _ in range(4):
-        crowded.placed(target, key(901))  # target holds 4 of 4 recent requests, not group 4
-    # placing bound: (0 + 1) x (4 + 1) / 8 + 1 = 1.625 < 4: group 4 cannot be placed on target
-    decision = crowded.choose(IDLE, key(4))
-    assert decision.candidates[0] != target and decision.spilled
-    crowded.placed(NAMES[0] if target != NAMES[0] else NAMES[1], key(902))
-    holder = policy(balance_epsilon=0.0, balance_slack=2.0)
-    holder.placed(target, key(4))
-    for _ in range(2):
-        holder.placed(target, key(4, 9))  # target holds group 4 and 3 of 3 recent requests
-    # keeping bound: (4 / 8) + 1 + 2 = 3.5 > 3: the holder keeps it
-    assert holder.choose(IDLE, key(4, 2)).candidates[0] == target
+    # balance_epsilon 0, balance_slack 2: bound = (recent + 1) / 8 + 2 for a holder, + 1 otherwise
+    holding, lacking = policy(balance_epsilon=0.0, balance_slack=2.0), policy(balance_epsilon=0.0, balance_slack=2.0)
+    target = holding.choose(IDLE, key(4)).candidates[0]
+    assert lacking.choose(IDLE, key(4)).candidates[0] == target  # the same home on both
+    for question in range(2):
+        holding.placed(target, key(4, question))  # target served group 4 twice
+        lacking.placed(target, key(900, question))  # target served another group twice
+    # 2 recent requests on target, bound 3/8 + 2 = 2.375 for a holder: it keeps group 4
+    kept = holding.choose(IDLE, key(4, 5))
+    assert kept.candidates[0] == target and not kept.spilled
+    # ... but 3/8 + 1 = 1.375 to place group 4 on it: the new prefix goes to its next choice
+    placed = lacking.choose(IDLE, key(4, 5))
+    assert placed.candidates[0] != target and placed.spilled
 
 
 def test_inflight_burst_ceiling_spills_without_the_old_floor_of_eight() -> None:

@@ -79,17 +79,18 @@ class RouterConfig(BaseModel):
 
     balance_epsilon: float = Field(default=0.2, ge=0.0, le=10.0)
     """Request-share bound of ``prefixaware``: a replica is eligible while its share of this router's
-    recent requests is below (1 + balanceEpsilon) x the mean share, plus one request for a replica
-    that lacks the prompt's prefix and ``balanceSlack`` more for one that holds part of it. It
-    bounds max/mean request share at every load level, where an in-flight ceiling cannot (at low
-    load every replica has 0-2 requests in flight)."""
+    recent requests is below (1 + balanceEpsilon) x the mean share plus ``balanceSlack`` requests
+    (one fewer for a replica that lacks the prompt's prefix). It bounds max/mean request share at
+    every load level, where an in-flight ceiling cannot (at low load every replica has 0-2
+    requests in flight)."""
 
     balance_window: int = Field(default=512, ge=2)
     """Requests over which the shares are counted (exponentially decayed per request, not per second)."""
 
-    balance_slack: float = Field(default=2.0, ge=0.0)
+    balance_slack: float = Field(default=3.0, ge=1.0)
     """Requests a replica that holds part of the prompt may run ahead of the share bound before the
-    request spills: keeping a prefix where it is cached is worth a little imbalance."""
+    request spills (one fewer to place a new prefix on it): keeping a prefix where it is cached is
+    worth a little imbalance, and a little slack keeps router replicas' decisions alike."""
 
     max_concurrent_requests: int | None = Field(default=None, ge=1)
     """Hard per-replica concurrency cap of this router (``worker.requestLimits.maxConcurrentRequests``):

@@ -19,8 +19,9 @@ the first is the choice, the next ones are used only when a replica refuses the 
 4. A replica is eligible while (a) its in-flight count is below the concurrency cap and the
    burst ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``, and (b) its
    share of this router's recent requests (:class:`ShareMeter`, decayed per request) is below
-   ``(1+balance_eps) x (recent + 1) / N`` plus ``PLACING_SLACK`` requests, plus
-   ``balance_slack`` more if it holds part of the prompt. (b) is the balance at every load
+   ``(1+balance_eps) x (recent + 1) / N`` plus ``balance_slack`` requests if it holds part of
+   the prompt, one request fewer if it does not (placing a prefix on a replica is held to a
+   slightly tighter bound than keeping one where it is cached). (b) is the balance at every load
    level: an in-flight ceiling cannot bound request shares at low load, where every replica
    has 0-2 requests in flight (the former floor of 8 let one replica take most requests).
    The first eligible replica in the ranking wins; passing over the best one is a *spill*,
@@ -187,10 +188,6 @@ def load_ceiling(snapshot: Snapshot, epsilon: float, min_ceiling: int) -> int:
     return max(min_ceiling, math.ceil((1.0 + epsilon) * mean - 1e-9))
 
 
-#: Requests a replica may run ahead of the share bound when a prefix it lacks would be placed on it.
-PLACING_SLACK = 2.0
-
-
 def share_bound(recent_total: float, replicas: int, epsilon: float, slack: float) -> float:
     """Request-share ceiling: (1+eps) x (recent requests + 1) / replicas + slack."""
     if replicas <= 0:
@@ -226,10 +223,11 @@ class PrefixAwarePolicy:
         ranked = sorted(by_name, key=lambda name: (-matched.get(name, 0), rank[name]))
         ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
         shares = self.shares
-        # a replica that holds part of the prompt may run ``slack`` requests ahead of the share bound;
-        # placing a prefix on a replica that lacks it must not make that replica busier than the bound
-        placing = share_bound(shares.total(), len(by_name), self.balance_epsilon, PLACING_SLACK)
-        keeping = placing + self.balance_slack
+        # a replica that holds part of the prompt may run ``slack`` requests ahead of the share
+        # bound, one that lacks it one request fewer: keeping a prefix where it is cached is worth
+        # a little more imbalance than placing it
+        placing = share_bound(shares.total(), len(by_name), self.balance_epsilon, max(0.0, self.balance_slack - 1))
+        keeping = share_bound(shares.total(), len(by_name), self.balance_epsilon, self.balance_slack)
 
         def eligible(name: str) -> bool:
             load = by_name[name].inflight
