@@ -31,6 +31,7 @@ the first is the choice, the next ones are used only when a replica refuses the 
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -160,7 +161,13 @@ class LeastOutstandingPolicy(_Stateless):
 
 def rendezvous_order(seed: str | int, names: list[str]) -> list[str]:
     """Replicas by descending highest-random-weight score for ``seed`` (stable across processes)."""
-    return sorted(names, key=lambda name: (-stable_hash(seed, name), name))
+    return list(_rendezvous(seed, tuple(names)))
+
+
+@functools.lru_cache(maxsize=8192)
+def _rendezvous(seed: str | int, names: tuple[str, ...]) -> tuple[str, ...]:
+    # cached: a prefix's home order is asked for on every one of its requests (one hash per replica)
+    return tuple(sorted(names, key=lambda name: (-stable_hash(seed, name), name)))
 
 
 class SessionPolicy(_Stateless):
@@ -218,24 +225,30 @@ class PrefixAwarePolicy:
             return self._short.choose(snapshot, key)
         by_name = {replica.name: replica for replica in snapshot.replicas}
         home = key.blocks[min(len(key.blocks), self.home_blocks) - 1]
-        rank = {name: position for position, name in enumerate(rendezvous_order(home, list(by_name)))}
+        order = _rendezvous(home, tuple(by_name))
+        rank = {name: position for position, name in enumerate(order)}
         matched = self.index.match(key.blocks, by_name)
-        ranked = sorted(by_name, key=lambda name: (-matched.get(name, 0), rank[name]))
+        ranked = sorted(order, key=lambda name: -matched.get(name, 0)) if matched else list(order)  # stable
         ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
+        if self.cap is not None:
+            ceiling = min(ceiling, self.cap)
         shares = self.shares
+        total = shares.total()
         # a replica that holds part of the prompt may run ``slack`` requests ahead of the share
         # bound, one that lacks it one request fewer: keeping a prefix where it is cached is worth
         # a little more imbalance than placing it
-        placing = share_bound(shares.total(), len(by_name), self.balance_epsilon, max(0.0, self.balance_slack - 1))
-        keeping = share_bound(shares.total(), len(by_name), self.balance_epsilon, self.balance_slack)
-
-        def eligible(name: str) -> bool:
-            load = by_name[name].inflight
-            bound = keeping if matched.get(name, 0) else placing
-            return load < ceiling and (self.cap is None or load < self.cap) and shares.recent(name) < bound
-
-        first = [name for name in ranked if eligible(name)]
-        rest = sorted((name for name in ranked if not eligible(name)), key=lambda n: by_name[n].inflight)
+        placing = share_bound(total, len(by_name), self.balance_epsilon, max(0.0, self.balance_slack - 1))
+        keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
+        first: list[str] = []
+        rest: list[str] = []
+        for name in ranked:
+            bound = keeping if name in matched else placing
+            if by_name[name].inflight < ceiling and shares.recent(name) < bound:
+                first.append(name)
+            else:
+                rest.append(name)
+        spilled = bool(ranked) and (not first or first[0] != ranked[0])
+        rest.sort(key=lambda n: by_name[n].inflight)
         if first:
             best_match = matched.get(first[0], 0)
             if best_match == 0:
@@ -254,16 +267,13 @@ class PrefixAwarePolicy:
                     holders,
                     key=lambda n: (self._backlog(by_name[n]), shares.recent(n), self.index.since(n, deepest), rank[n]),
                 )
-            first.remove(best)
-            first.insert(0, best)
+            if best != first[0]:
+                first.remove(best)
+                first.insert(0, best)
         candidates = tuple(first + rest)
         if not candidates:
             return Decision(())
-        return Decision(
-            candidates,
-            matched_blocks=matched.get(candidates[0], 0),
-            spilled=bool(ranked) and not eligible(ranked[0]),
-        )
+        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
 
     def _backlog(self, replica: ReplicaLoad) -> int:
         return replica.prefill_chars if self.prefill_aware else 0
