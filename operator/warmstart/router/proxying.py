@@ -57,8 +57,10 @@ def make_app(router: Router) -> web.Application:
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=30, keepalive_timeout=30)
-    # auto_decompress off: replies pass back byte for byte, Content-Encoding included
-    session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+    # auto_decompress off: replies pass back byte for byte, Content-Encoding included; no cookie
+    # jar: a replica's Set-Cookie goes back to its client and is never replayed to other clients
+    # (filtering a jar also cost CPU on every request)
+    session = aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
     app[SESSION_KEY] = session
     yield
     await session.close()
