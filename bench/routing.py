@@ -351,9 +351,11 @@ async def main_async(args: argparse.Namespace) -> int:
                 await fleets.wait_http(session, url + "/health", fleet_proc)
             await fleets.wait_http(session, ideal_url + "/health", ideal_proc)
             for name in names:
-                target = await start_target(session, name, fleet_urls, ideal_url, cfg, logs)
-                try:
-                    for workload in chosen:
+                for workload in chosen:
+                    # a fresh router per workload: a router's shares and index start empty, as in a
+                    # new deployment, and no workload inherits the previous one's balance
+                    target = await start_target(session, name, fleet_urls, ideal_url, cfg, logs)
+                    try:
                         measure = [ideal_url] if target.kind == "direct" else fleet_urls
                         row = await run_workload(session, target, workload, cfg, fleet_urls, measure)
                         by_workload[workload].append(row)
@@ -364,8 +366,8 @@ async def main_async(args: argparse.Namespace) -> int:
                             f"peak={row.peak_load:.0f} spills={row.spills} errors={row.errors}",
                             flush=True,
                         )
-                finally:
-                    target.stop()
+                    finally:
+                        target.stop()
             if not args.skip_overhead:
                 overhead = await measure_overhead(
                     session,
