@@ -1,14 +1,18 @@
 """Routing benchmark: warmstart's strategies vs the real SGLang router vs an ideal bound, on simulated vLLM.
 
-    python bench/routing.py --quick      # < 3 minutes: the demo subset
-    python bench/routing.py              # full run (< 15 minutes)
+    python bench/routing.py --quick      # every section at small sizes (~10 minutes on a loaded 2-core machine)
+    python bench/routing.py              # full run: more routers, bigger workloads, the scale event
 
 Fleet: 8 simulated replicas (a 9th joins in the scale event), one process, time-scaled. The
 ideal bound is one replica with the fleet's total cache, prefill compute and slots, called
 directly. Workloads: generated-shared-prefix (SGLang's definition), multi-turn chat, a hot
 prefix (one group = 50% of traffic) and a scale event (8 -> 9 -> 7 replicas). Hit ratios come
-from the replicas' own vLLM counters; TTFT is measured at the client. Router overhead is the
-latency added over calling a trivial replica directly, at 200 and 500 requests/s.
+from the replicas' own vLLM counters; TTFT is measured at the client (and in the engine, without
+the machine's path delay). Each workload runs at high load and at low load (``@low``: mean
+in-flight about 1 per replica), against this router, the router of ``--baseline-ref``, 2 and 4
+router processes behind random spreading, and SGLang cache_aware with default and tight guard
+settings. Router overhead is the latency added over calling a trivial replica directly, at 200
+and 500 requests/s, and the router's CPU per request.
 Writes bench/out/routing.md, routing.json and PNG plots.
 """
 
