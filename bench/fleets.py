@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 PYTHON = sys.executable
 HOST = "127.0.0.1"
@@ -72,11 +73,11 @@ class Proc:
         return self.popen.poll() is None
 
 
-def spawn(name: str, argv: list[str], logs: Path) -> Proc:
+def spawn(name: str, argv: list[str], logs: Path, extra_env: dict[str, str] | None = None) -> Proc:
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{name}.log"
     handle = log.open("wb")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
     popen = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return Proc(name, popen, log)
 
@@ -200,15 +201,22 @@ async def start_warmstart(
     urls: list[str],
     logs: Path,
     config_extra: dict[str, Any] | None = None,
+    source: Path | None = None,
 ) -> RouterUnderTest:
-    """``warmstart router`` as its own process, fed by a config file and a backends file."""
+    """``warmstart router`` as its own process, fed by a config file and a backends file.
+
+    ``source``: run the router from this ``operator`` directory (an older commit, for a
+    before/after comparison in one run) instead of the installed package.
+    """
     from warmstart.api.routers import RouterConfig
 
     port, admin_port = free_port(), free_port()
     workdir = logs / f"warmstart-{strategy}-{port}"
     workdir.mkdir(parents=True, exist_ok=True)
     config = RouterConfig.model_validate({"strategy": strategy, **(config_extra or {})})
-    (workdir / "router.yaml").write_text(config.to_yaml())
+    env = {"PYTHONPATH": str(source)} if source is not None else None
+    # only the knobs set here: an older router (``source``) keeps its own defaults for the rest
+    (workdir / "router.yaml").write_text(yaml.safe_dump({"strategy": config.strategy.value, **(config_extra or {})}))
     backends = workdir / "backends"
     backends.write_text("\n".join(urls) + "\n")
     proc = spawn(
@@ -234,6 +242,7 @@ async def start_warmstart(
             "WARNING",
         ],
         logs,
+        env,
     )
     router = RouterUnderTest(
         f"warmstart {strategy}",
@@ -248,6 +257,22 @@ async def start_warmstart(
     return router
 
 
+def checkout(ref: str, into: Path) -> Path:
+    """The ``operator`` directory of git ``ref`` of this repository, extracted under ``into``."""
+    repo = Path(__file__).resolve().parent.parent
+    sha = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--short", ref], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    target = into / f"source-{sha}"
+    if not (target / "operator").is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(repo), "archive", sha, "operator"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target / "operator"
+
+
 def sglang_available() -> str | None:
     """None if the SGLang router can be launched here, else the reason it cannot."""
     try:
@@ -259,8 +284,15 @@ def sglang_available() -> str | None:
     return None
 
 
-async def start_sglang(session: aiohttp.ClientSession, policy: str, urls: list[str], logs: Path) -> RouterUnderTest:
-    """The real SGLang router (Rust), ``launch_router --policy <policy>``, default knobs otherwise."""
+#: SGLang cache_aware with its load-balance guard tuned tight (the launcher's defaults are 64 and 1.5):
+#: it switches to the least loaded worker once loads differ by more than 2 requests and 1.2x.
+SGLANG_GUARD = ["--balance-abs-threshold", "2", "--balance-rel-threshold", "1.2"]
+
+
+async def start_sglang(
+    session: aiohttp.ClientSession, policy: str, urls: list[str], logs: Path, extra: list[str] | None = None
+) -> RouterUnderTest:
+    """The real SGLang router (Rust), ``launch_router --policy <policy>`` plus ``extra`` flags."""
     port = free_port()
     proc = spawn(
         f"sglang-{policy}",
@@ -276,6 +308,7 @@ async def start_sglang(session: aiohttp.ClientSession, policy: str, urls: list[s
             policy,
             "--log-level",
             "warn",
+            *(extra or []),
             "--worker-urls",
             *urls,
         ],

@@ -282,3 +282,27 @@ def bucket_quantile(before: dict[float, float], after: dict[float, float], q: fl
         if total and after[bound] - before.get(bound, 0.0) >= q * total:
             return bound
     return float("nan")
+
+
+async def peak_replica_load(
+    session: aiohttp.ClientSession, urls: list[str], stop: asyncio.Event, every: float = 0.25
+) -> dict[str, float]:
+    """Highest running + waiting sequences each replica reported while ``stop`` is unset (polled)."""
+    peaks = dict.fromkeys(urls, 0.0)
+    while not stop.is_set():
+        for url in urls:
+            try:
+                async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as response:
+                    text = await response.text()
+            except (TimeoutError, aiohttp.ClientError):
+                continue
+            load = 0.0
+            for line in text.splitlines():
+                if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
+                    load += float(line.rsplit(" ", 1)[1])
+            peaks[url] = max(peaks[url], load)
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except TimeoutError:
+            pass
+    return peaks

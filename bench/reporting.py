@@ -41,6 +41,14 @@ class Row:
     path_delay_p99_ms: float = math.nan
     ttft_scaled_p50_ms: float = math.nan
     ttft_scaled_p99_ms: float = math.nan
+    engine_ttft_p50_ms: float = math.nan
+    engine_ttft_p99_ms: float = math.nan
+    """TTFT inside the replicas only (slot wait, prefill queue, prefill): what routing decides,
+    without the machine's event-loop and network delays (which a loaded machine inflates)."""
+    mean_inflight: float = math.nan
+    """Mean requests in flight per replica over the run (Little's law: summed latency / span / replicas)."""
+    peak_load: float = math.nan
+    """Highest running + waiting sequences any replica reported (polled every 0.25 s)."""
 
     def table_cells(self) -> list[str]:
         moved = " / ".join(f"{v:.2f}" for v in self.moved.values()) if self.moved else "-"
@@ -51,8 +59,11 @@ class Row:
             f"{self.ttft_p95_ms:.0f}",
             f"{self.ttft_p99_ms:.0f}",
             f"{self.path_delay_p50_ms:.1f} / {self.path_delay_p99_ms:.0f}",
+            f"{self.engine_ttft_p50_ms:.0f} / {self.engine_ttft_p99_ms:.0f}",
             f"{self.throughput_rps:.1f}",
             f"{self.max_mean_share:.2f}",
+            f"{self.mean_inflight:.1f}",
+            f"{self.peak_load:.0f}",
             moved,
             str(self.errors),
         ]
@@ -65,8 +76,11 @@ HEADER = [
     "p95 ms",
     "p99 ms",
     "real path delay p50 / p99 ms",
+    "engine TTFT p50 / p99 ms",
     "req/s",
     "max/mean share",
+    "mean in-flight / replica",
+    "peak load / replica",
     "groups moved 8→9 / 9→7",
     "errors",
 ]
@@ -85,6 +99,7 @@ def summarize(
     ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
     scaled = [r.ttft_scaled * 1000 for r in ok if r.ttft_scaled is not None]
     delays = [r.path_delay * 1000 for r in ok if r.path_delay is not None]
+    engine = [(r.ttft - r.path_delay) * 1000 for r in ok if r.ttft is not None and r.path_delay is not None]
     queries, hits = counters
     ends = [r.sent / scale + (r.latency or 0) for r in ok]
     span = (max(ends) - min(r.sent / scale for r in ok)) if ok else math.nan
@@ -108,6 +123,9 @@ def summarize(
         ttft_scaled_p99_ms=percentile(scaled, 99),
         path_delay_p50_ms=percentile(delays, 50),
         path_delay_p99_ms=percentile(delays, 99),
+        engine_ttft_p50_ms=percentile(engine, 50),
+        engine_ttft_p99_ms=percentile(engine, 99),
+        mean_inflight=sum(r.latency or 0 for r in ok) / span / max(1, fleet_size) if span and span > 0 else math.nan,
     )
 
 
@@ -245,21 +263,36 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
             f"{hot.hit_ratio:.3f} vs {0.8 * hot_ideal.hit_ratio:.3f}",
             hot.hit_ratio >= 0.8 * hot_ideal.hit_ratio,
         )
-    for workload in ("shared_prefix", "multi_turn", "hot_prefix"):  # issue 14: router replicas agree
-        one = row(workload, "warmstart prefixaware")
-        for copies in (2, 4):
-            many = row(workload, f"warmstart prefixaware x{copies}")
-            if one and many:
-                add(
-                    f"{workload}: hit ratio with {copies} routers within 0.03 of one",
-                    f"{many.hit_ratio:.3f} vs {one.hit_ratio:.3f}",
-                    abs(many.hit_ratio - one.hit_ratio) <= 0.03,
-                )
+    _issue14(row, add)
     scale = row("scale_event", "warmstart prefixaware")
     if scale and scale.moved:
         first = next(iter(scale.moved.values()))
         add("<= 1.25/9 of groups moved at 8->9", f"{first:.3f} vs {1.25 / 9:.3f}", first <= 1.25 / 9)
     ws_over = overhead.get("warmstart prefixaware", {})
+    sgl_over = overhead.get("sglang cache_aware", {})
+    old_over = overhead.get("warmstart prefixaware before", {})
+    if "cpu_ms_sequential" in ws_over and "cpu_ms_sequential" in old_over:
+        ours, before = ws_over["cpu_ms_sequential"], old_over["cpu_ms_sequential"]
+        add(
+            "router CPU per request < before (issue 14)",
+            f"{ours:.3f} vs {before:.3f} ms (x{_div(ours, before)})",
+            ours < before,
+        )
+    if "cpu_ms_sequential" in ws_over and "cpu_ms_sequential" in sgl_over:
+        ours, theirs = ws_over["cpu_ms_sequential"], sgl_over["cpu_ms_sequential"]
+        add(
+            "router CPU per request <= SGLang's (informative)",
+            f"{ours:.3f} vs {theirs:.3f} ms (x{_div(ours, theirs)})",
+            ours <= theirs,
+        )
+    for rate in ("200", "500"):
+        if f"p50@{rate}" in ws_over and f"p50@{rate}" in sgl_over:
+            ours, theirs = ws_over[f"p50@{rate}"], sgl_over[f"p50@{rate}"]
+            add(
+                f"added latency p50 <= SGLang's @{rate}/s (issue 14)",
+                f"{ours:.3f} vs {theirs:.3f} ms (x{_div(ours, theirs)})",
+                ours <= theirs,
+            )
     for rate in ("200", "500"):
         if f"p50@{rate}" in ws_over:
             p50, p99 = ws_over[f"p50@{rate}"], ws_over[f"p99@{rate}"]
@@ -275,3 +308,58 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
                 None if p99 < 0 else p99 <= 1.5,
             )
     return out
+
+
+#: Workloads of issue 14's balance goal, at high and low load.
+BALANCE_WORKLOADS = ("shared_prefix", "multi_turn", "hot_prefix")
+#: Per-replica concurrency limit of the simulated engine (max running sequences).
+REPLICA_CAP = 64
+
+
+def _issue14(row: Any, add: Any) -> None:
+    """Issue 14's goals: router replicas agree, balance at low and high load, hit ratio, p99 TTFT."""
+    for base in BALANCE_WORKLOADS:
+        for workload in (base, f"{base}@low"):
+            one = row(workload, "warmstart prefixaware")
+            if one is None:
+                continue
+            for copies in (2, 4):
+                many = row(workload, f"warmstart prefixaware x{copies}")
+                if many:
+                    add(
+                        f"{workload}: hit ratio with {copies} routers within 0.03 of one",
+                        f"{many.hit_ratio:.3f} vs {one.hit_ratio:.3f}",
+                        abs(many.hit_ratio - one.hit_ratio) <= 0.03,
+                    )
+                    add(
+                        f"{workload}: peak load per replica with {copies} routers <= cap {REPLICA_CAP}",
+                        f"{many.peak_load:.0f}",
+                        None if math.isnan(many.peak_load) else many.peak_load <= REPLICA_CAP,
+                    )
+            add(
+                f"{workload}: max/mean request share <= 1.3 (mean in-flight {one.mean_inflight:.1f}/replica)",
+                f"{one.max_mean_share:.2f}",
+                one.max_mean_share <= 1.3,
+            )
+            before = row(workload, "warmstart prefixaware before")
+            if before:
+                add(
+                    f"{workload}: hit ratio >= 0.98 x before",
+                    f"{one.hit_ratio:.3f} vs {0.98 * before.hit_ratio:.3f} (x{_div(one.hit_ratio, before.hit_ratio)})",
+                    one.hit_ratio >= 0.98 * before.hit_ratio,
+                )
+            peers = [r for r in (row(workload, "sglang cache_aware"), row(workload, "sglang cache_aware guard")) if r]
+            if peers:
+                best = min(peers, key=lambda r: r.ttft_p99_ms)
+                add(
+                    f"{workload}: TTFT p99 <= best SGLang ({best.router})",
+                    f"{one.ttft_p99_ms:.0f} vs {best.ttft_p99_ms:.0f} ms (x{_div(one.ttft_p99_ms, best.ttft_p99_ms)})",
+                    one.ttft_p99_ms <= best.ttft_p99_ms,
+                )
+                best = min(peers, key=lambda r: r.engine_ttft_p99_ms)
+                ours, theirs = one.engine_ttft_p99_ms, best.engine_ttft_p99_ms
+                add(
+                    f"{workload}: engine TTFT p99 (without the machine's path delay) <= best SGLang ({best.router})",
+                    f"{ours:.0f} vs {theirs:.0f} ms (x{_div(ours, theirs)})",
+                    ours <= theirs,
+                )

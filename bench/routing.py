@@ -1,14 +1,18 @@
 """Routing benchmark: warmstart's strategies vs the real SGLang router vs an ideal bound, on simulated vLLM.
 
-    python bench/routing.py --quick      # < 3 minutes: the demo subset
-    python bench/routing.py              # full run (< 15 minutes)
+    python bench/routing.py --quick      # every section at small sizes (~10 minutes on a loaded 2-core machine)
+    python bench/routing.py              # full run: more routers, bigger workloads, the scale event
 
 Fleet: 8 simulated replicas (a 9th joins in the scale event), one process, time-scaled. The
 ideal bound is one replica with the fleet's total cache, prefill compute and slots, called
 directly. Workloads: generated-shared-prefix (SGLang's definition), multi-turn chat, a hot
 prefix (one group = 50% of traffic) and a scale event (8 -> 9 -> 7 replicas). Hit ratios come
-from the replicas' own vLLM counters; TTFT is measured at the client. Router overhead is the
-latency added over calling a trivial replica directly, at 200 and 500 requests/s.
+from the replicas' own vLLM counters; TTFT is measured at the client (and in the engine, without
+the machine's path delay). Each workload runs at high load and at low load (``@low``: mean
+in-flight about 1 per replica), against this router, the router of ``--baseline-ref``, 2 and 4
+router processes behind random spreading, and SGLang cache_aware with default and tight guard
+settings. Router overhead is the latency added over calling a trivial replica directly, at 200
+and 500 requests/s, and the router's CPU per request.
 Writes bench/out/routing.md, routing.json and PNG plots.
 """
 
@@ -46,22 +50,48 @@ def plan(quick: bool, scale: float) -> dict[str, object]:
         "groups": groups,
         "per_group": 8 if quick else 16,
         "scale_per_group": 12 if quick else 24,
-        "rounds": 3 if quick else 5,
+        "rounds": 5,
         "cache_tokens": groups * 2048 // 2,  # one replica holds half the groups' system prompts
         "time_scale": scale,
         "overhead_seconds": 3.0 if quick else 8.0,
+        # low load: mean in-flight about 1 per replica (short replies, ~1 s each, 8 requests/s)
+        "low_rate": 8.0,
+        "low_output_tokens": 32,
+        "chat_users": {"low": 16, "high": 96},
     }
 
 
+#: The router before issue 14's balance change (in-flight floor of 8, no request-share bound):
+#: run from its own source in the same run, as "warmstart prefixaware before".
+BASELINE_REF = "9738fd3"
+
+#: Workloads; "@low" = mean in-flight about 1 per replica, otherwise the high-load (70%) setting.
+WORKLOADS = [
+    "shared_prefix",
+    "multi_turn",
+    "hot_prefix",
+    "shared_prefix@low",
+    "multi_turn@low",
+    "hot_prefix@low",
+    "scale_event",
+]
+
+
 def routers_for(quick: bool, with_sglang: bool) -> list[str]:
-    names = ["warmstart random", "warmstart prefixaware"]
+    # router replicas behind random spreading: they must agree on homes without shared state
+    names = [
+        "warmstart prefixaware",
+        "warmstart prefixaware before",
+        "warmstart prefixaware x2",
+        "warmstart prefixaware x4",
+    ]
     if not quick:
-        names[1:1] = ["warmstart roundrobin", "warmstart leastoutstanding", "warmstart session"]
-        # router replicas behind random spreading: they must agree on homes without shared state
-        names += ["warmstart prefixaware x2", "warmstart prefixaware x4"]
+        names[:0] = ["warmstart random", "warmstart roundrobin", "warmstart leastoutstanding", "warmstart session"]
     if with_sglang:
-        names += ["sglang cache_aware", "sglang random"]
-    return [*names, "ideal"]
+        names += ["sglang cache_aware", "sglang cache_aware guard"]
+        if not quick:
+            names.append("sglang random")
+    return names if quick else [*names, "ideal"]
 
 
 def offline_random_hit_ratio(cfg: dict[str, object]) -> float:
@@ -105,25 +135,33 @@ async def run_workload(
     measure_urls: list[str],
 ) -> reporting.Row:
     scale = float(cfg["time_scale"])  # type: ignore[arg-type]
-    rate = float(cfg["rate"])  # type: ignore[arg-type]
+    base, _, load = workload.partition("@")
+    low = load == "low"
+    rate = float(cfg["low_rate" if low else "rate"])  # type: ignore[arg-type]
     await loading.reset_replicas(session, measure_urls)
     before = await loading.replica_counters(session, measure_urls)
     spills_before = await _spills(session, target)
     moved: dict[str, float] = {}
-    if workload == "multi_turn":
-        users = workloads.multi_turn(users=10, rounds=int(cfg["rounds"]))  # type: ignore[call-overload]
+    stop = asyncio.Event()
+    peaks = asyncio.create_task(loading.peak_replica_load(session, measure_urls, stop))
+    if base == "multi_turn":
+        users = workloads.multi_turn(
+            users=int(cfg["chat_users"]["low" if low else "high"]),  # type: ignore[index]
+            rounds=int(cfg["rounds"]),  # type: ignore[call-overload]
+        )
         results = await loading.conversations(session, target.urls, users, scale)
     else:
-        per_group = int(cfg["scale_per_group" if workload == "scale_event" else "per_group"])  # type: ignore[call-overload]
+        per_group = int(cfg["scale_per_group" if base == "scale_event" else "per_group"])  # type: ignore[call-overload]
         requests = workloads.shared_prefix(
-            groups=int(cfg["groups"]),
+            groups=int(cfg["groups"]),  # type: ignore[call-overload]
             per_group=per_group,
-            rate=rate,  # type: ignore[call-overload]
-            hot_share=0.5 if workload == "hot_prefix" else 0.0,
+            rate=rate,
+            hot_share=0.5 if base == "hot_prefix" else 0.0,
+            output_tokens=int(cfg["low_output_tokens"]) if low else 256,  # type: ignore[call-overload]
         )
         events: list[loading.Event] = []
         duration = requests[-1].at
-        if workload == "scale_event" and target.kind != "direct":
+        if base == "scale_event" and target.kind != "direct":
 
             async def grow() -> None:
                 await target.set_backends(session, fleet_urls[:9])
@@ -140,6 +178,8 @@ async def run_workload(
                 "9->7": reporting.groups_moved(results, 2 * duration / 3 * scale, window),
             }
             await target.set_backends(session, fleet_urls[:FLEET])
+    stop.set()
+    peak = max((await peaks).values(), default=math.nan)
     after = await loading.replica_counters(session, measure_urls)
     delta = (
         sum(after[u][0] - before[u][0] for u in measure_urls),
@@ -147,6 +187,7 @@ async def run_workload(
     )
     size = 1 if target.kind == "direct" else FLEET
     row = reporting.summarize(target.label, workload, results, delta, scale, size, moved)
+    row.peak_load = peak
     if target.kind == "warmstart":
         row.spills = int(await _spills(session, target) - spills_before)
     return row
@@ -161,27 +202,34 @@ async def _spills(session: aiohttp.ClientSession, target: fleets.RouterUnderTest
 async def start_target(
     session: aiohttp.ClientSession, name: str, fleet_urls: list[str], ideal_url: str, cfg: dict[str, object], logs: Path
 ) -> fleets.RouterUnderTest:
-    kind, _, policy = name.partition(" ")
-    policy, _, copies = policy.partition(" x")  # "warmstart prefixaware x4": four router processes
+    kind, _, rest = name.partition(" ")
+    policy, _, variant = rest.partition(" ")  # "x4": four router processes; "before": BASELINE_REF; "guard"
     if kind == "ideal":
         return fleets.RouterUnderTest("ideal", ideal_url, "direct")
     if kind == "sglang":
-        return await fleets.start_sglang(session, policy, fleet_urls[:FLEET], logs)
+        target = await fleets.start_sglang(
+            session, policy, fleet_urls[:FLEET], logs, fleets.SGLANG_GUARD if variant == "guard" else None
+        )
+        target.label = name
+        return target
+    copies = int(variant[1:]) if variant.startswith("x") else 1
     cache_tokens = int(cfg["cache_tokens"])  # type: ignore[call-overload]
     extra: dict[str, object] = {
         "indexCapacityBlocks": cache_tokens * 4 // 256,
-        "maxConcurrentRequests": EngineParams().max_running,
+        # each router replica's cap is the replica's limit divided by the router replicas (docs/router.md)
+        "maxConcurrentRequests": EngineParams().max_running // copies,
     }
     extra.update(cfg.get("router_config") or {})  # type: ignore[call-overload]
-    target = await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra)
-    for _ in range(int(copies or 1) - 1):
+    source = fleets.checkout(str(cfg["baseline_ref"]), logs.parent) if variant == "before" else None
+    target = await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra, source)
+    for _ in range(copies - 1):
         target.peers.append(await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra))
     target.label = name
     return target
 
 
 async def measure_overhead(
-    session: aiohttp.ClientSession, logs: Path, seconds: float, with_sglang: bool
+    session: aiohttp.ClientSession, logs: Path, seconds: float, with_sglang: bool, baseline_ref: str
 ) -> dict[str, dict[str, float]]:
     """Latency added over a direct call to a trivial replica (time scale 0), at 200 and 500 req/s."""
     port = fleets.free_port()
@@ -193,11 +241,24 @@ async def measure_overhead(
         await fleets.wait_http(session, backend + "/health", sim)
         targets.append(fleets.RouterUnderTest("direct", backend, "direct"))
         targets.append(await fleets.start_warmstart(session, "prefixaware", [backend], logs))
+        before = fleets.checkout(baseline_ref, logs.parent)
+        old = await fleets.start_warmstart(session, "prefixaware", [backend], logs, None, before)
+        old.label = "warmstart prefixaware before"
+        targets.append(old)
         if with_sglang:
             targets.append(await fleets.start_sglang(session, "cache_aware", [backend], logs))
         body = {"model": "sim-llm", "prompt": "hello " * 80, "max_tokens": 1}
         for target in targets:
             await loading.fixed_rate(session, target.url + "/v1/completions", 100, 1.0, body)  # warm up
+        for _ in range(2):  # CPU per request, one request at a time: the least load-sensitive figure
+            for target in targets:
+                if target.proc is None:
+                    continue
+                cpu_before = _cpu_seconds(target) or 0.0
+                count = await _sequential(session, target.url + "/v1/completions", body, 400)
+                stats = out.setdefault(target.label, {})
+                per_request = ((_cpu_seconds(target) or 0.0) - cpu_before) * 1000 / max(1, count)
+                stats["cpu_ms_sequential"] = min(stats.get("cpu_ms_sequential", math.inf), per_request)
         for rate in (200, 500):
             direct: list[float] = []
             for target in targets:  # interleave the targets per rate so machine noise hits all alike
@@ -235,6 +296,16 @@ async def measure_overhead(
     return out
 
 
+async def _sequential(session: aiohttp.ClientSession, url: str, body: dict[str, Any], count: int) -> int:
+    """Send ``count`` requests one after the other; the number that succeeded."""
+    done = 0
+    for _ in range(count):
+        async with session.post(url, json=body) as response:
+            await response.read()
+            done += response.status == 200
+    return done
+
+
 def _cpu_seconds(target: fleets.RouterUnderTest) -> float | None:
     """User+system CPU of a router process and its children, or None for the direct target."""
     if target.proc is None:
@@ -258,6 +329,7 @@ async def main_async(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cfg = plan(args.quick, args.time_scale or (0.25 if args.quick else 0.5))
     cfg["load_basis"] = args.load_basis
+    cfg["baseline_ref"] = args.baseline_ref
     cfg["machine_load_at_start"] = [round(x, 1) for x in os.getloadavg()]
     if args.router_config:
         cfg["router_config"] = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.router_config)}
@@ -269,7 +341,9 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"NOTE: the SGLang router cannot run here: {reason}")
     names = args.routers or routers_for(args.quick, with_sglang)
     chosen = (
-        [] if args.overhead_only else (args.workloads or ["shared_prefix", "multi_turn", "hot_prefix", "scale_event"])
+        []
+        if args.overhead_only
+        else (args.workloads or [w for w in WORKLOADS if not (args.quick and w == "scale_event")])
     )
     if args.overhead_only:
         names = []
@@ -300,22 +374,31 @@ async def main_async(args: argparse.Namespace) -> int:
                 await fleets.wait_http(session, url + "/health", fleet_proc)
             await fleets.wait_http(session, ideal_url + "/health", ideal_proc)
             for name in names:
-                target = await start_target(session, name, fleet_urls, ideal_url, cfg, logs)
-                try:
-                    for workload in chosen:
+                for workload in chosen:
+                    # a fresh router per workload: a router's shares and index start empty, as in a
+                    # new deployment, and no workload inherits the previous one's balance
+                    target = await start_target(session, name, fleet_urls, ideal_url, cfg, logs)
+                    try:
                         measure = [ideal_url] if target.kind == "direct" else fleet_urls
                         row = await run_workload(session, target, workload, cfg, fleet_urls, measure)
                         by_workload[workload].append(row)
                         print(
                             f"[{time.monotonic() - started:6.1f}s] {workload:13s} {name:28s} hit={row.hit_ratio:.3f} "
                             f"p50={row.ttft_p50_ms:.0f}ms p99={row.ttft_p99_ms:.0f}ms "
-                            f"share={row.max_mean_share:.2f} moved={row.moved} spills={row.spills} errors={row.errors}",
+                            f"share={row.max_mean_share:.2f} inflight/replica={row.mean_inflight:.1f} "
+                            f"peak={row.peak_load:.0f} spills={row.spills} errors={row.errors}",
                             flush=True,
                         )
-                finally:
-                    target.stop()
+                    finally:
+                        target.stop()
             if not args.skip_overhead:
-                overhead = await measure_overhead(session, logs, float(cfg["overhead_seconds"]), with_sglang)  # type: ignore[arg-type]
+                overhead = await measure_overhead(
+                    session,
+                    logs,
+                    float(cfg["overhead_seconds"]),  # type: ignore[arg-type]
+                    with_sglang,
+                    str(cfg["baseline_ref"]),
+                )
         finally:
             fleet_proc.stop()
             ideal_proc.stop()
@@ -347,7 +430,10 @@ def render(
     for workload, rows in by_workload.items():
         lines += [f"## {workload}", "", reporting.markdown_table(rows), ""]
         lines += [f"- {line}" for line in reporting.ratios(rows, "warmstart random")]
-        lines += [f"- {line}" for line in reporting.ratios(rows, "sglang cache_aware")]
+        for baseline in ("warmstart prefixaware before", "sglang cache_aware", "sglang cache_aware guard"):
+            lines += [
+                f"- {line}" for line in reporting.ratios(rows, baseline) if line.startswith("warmstart prefixaware ")
+            ]
         lines.append("")
         reporting.plot_workload(workload, rows, out)
     if overhead:
@@ -358,7 +444,19 @@ def render(
             "| inside the router p50 / p99 ms (≤ bucket) | errors |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
+        sequential = {
+            label: stats["cpu_ms_sequential"] for label, stats in overhead.items() if "cpu_ms_sequential" in stats
+        }
+        if sequential:
+            lines += [
+                "Router CPU per request, 400 requests one at a time (best of two rounds; the figure least "
+                "sensitive to the machine's load): "
+                + ", ".join(f"{label} {value:.3f} ms" for label, value in sequential.items()),
+                "",
+            ]
         for label, stats in overhead.items():
+            if "raw_p50@200" not in stats:
+                continue
             for rate in (200, 500):
                 added50, added99 = stats.get(f"p50@{rate}", math.nan), stats.get(f"p99@{rate}", math.nan)
                 cpu = stats.get(f"cpu_ms_per_request@{rate}", math.nan)
@@ -418,7 +516,12 @@ def main() -> int:
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--overhead-only", action="store_true")
     p.add_argument("--routers", nargs="*", help='subset, e.g. "warmstart prefixaware" ideal')
-    p.add_argument("--workloads", nargs="*", choices=["shared_prefix", "multi_turn", "hot_prefix", "scale_event"])
+    p.add_argument("--workloads", nargs="*", choices=WORKLOADS)
+    p.add_argument(
+        "--baseline-ref",
+        default=BASELINE_REF,
+        help="git commit whose router runs as 'warmstart prefixaware before' (default: before issue 14's balance)",
+    )
     return asyncio.run(_cancellable(main_async(p.parse_args())))
 
 

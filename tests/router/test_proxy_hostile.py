@@ -189,3 +189,27 @@ async def test_a_large_reply_streams_before_the_replica_has_finished(
     finally:
         release.set()
         await runner.cleanup()
+
+
+async def test_a_replicas_cookie_reaches_its_client_and_is_never_replayed_to_others(
+    routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    cookies_seen: list[str | None] = []
+
+    async def set_cookie(request: web.Request) -> web.Response:
+        cookies_seen.append(request.headers.get("Cookie"))
+        return web.json_response({"ok": True}, headers={"Set-Cookie": "replica-session=abc; Path=/"})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", set_cookie)
+    runner, url = await backend_app(app)
+    try:
+        # by host name: a cookie jar keeps no cookies for bare IP addresses, and would hide the problem
+        router = await routers(RouterConfig(), [url.replace("127.0.0.1", "localhost")])
+        for _ in range(2):  # two requests from clients that keep no cookies (two clients, as far as we know)
+            jarless = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
+            async with jarless as other, other.post(router.url + "/v1/completions", json={"prompt": "x"}) as response:
+                assert response.headers["Set-Cookie"].startswith("replica-session=abc")
+        assert cookies_seen == [None, None]
+    finally:
+        await runner.cleanup()

@@ -66,13 +66,31 @@ class RouterConfig(BaseModel):
     holders, and in the benchmark's scale event 28% of groups changed majority replica with it
     against 3% without."""
 
-    load_epsilon: float = Field(default=0.2, ge=0.0, le=10.0)
-    """Bounded-load factor: a replica is eligible while in-flight < ceil((1+eps) x mean in-flight)."""
+    load_epsilon: float = Field(default=0.5, ge=0.0, le=10.0)
+    """In-flight bound: a replica is eligible while in-flight < ceil((1+eps) x mean in-flight). It
+    only guards against bursts now (formerly 0.2, when it was also the balance): the request-share
+    bound (``balanceEpsilon``) keeps the balance, and a tight in-flight bound computed from one
+    router replica's small counts spilled prefixes at random."""
 
-    load_min_ceiling: int = Field(default=8, ge=1)
-    """The bounded-load ceiling is never below this many in-flight requests, so affinity survives
-    at low load (where ceil((1+eps) x mean) would be 1 or 2 and scatter every conversation).
-    An engine batches far more than 8 sequences, so this never swamps a replica."""
+    load_min_ceiling: int = Field(default=4, ge=1)
+    """The in-flight ceiling is never below this many requests, so a few requests of one prefix
+    may overlap on its replica at low load (where ceil((1+eps) x mean) would be 1 or 2). Formerly
+    8: that floor let one replica take most requests at modest load."""
+
+    balance_epsilon: float = Field(default=0.2, ge=0.0, le=10.0)
+    """Request-share bound of ``prefixaware``: a replica is eligible while its share of this router's
+    recent requests is below (1 + balanceEpsilon) x the mean share plus ``balanceSlack`` requests
+    (one fewer for a replica that lacks the prompt's prefix). It bounds max/mean request share at
+    every load level, where an in-flight ceiling cannot (at low load every replica has 0-2
+    requests in flight)."""
+
+    balance_window: int = Field(default=512, ge=2)
+    """Requests over which the shares are counted (exponentially decayed per request, not per second)."""
+
+    balance_slack: float = Field(default=3.0, ge=1.0)
+    """Requests a replica that holds part of the prompt may run ahead of the share bound before the
+    request spills (one fewer to place a new prefix on it): keeping a prefix where it is cached is
+    worth a little imbalance, and a little slack keeps router replicas' decisions alike."""
 
     max_concurrent_requests: int | None = Field(default=None, ge=1)
     """Hard per-replica concurrency cap of this router (``worker.requestLimits.maxConcurrentRequests``):

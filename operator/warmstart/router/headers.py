@@ -39,31 +39,46 @@ def _connection_tokens(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -
     return names
 
 
+#: Request headers that never reach the replica (hop-by-hop or recomputed by the client session).
+_DROP_REQUEST = HOP_BY_HOP | _RECOMPUTED_REQUEST
+#: Response headers that never reach the client.
+_DROP_RESPONSE = HOP_BY_HOP | _RECOMPUTED_RESPONSE
+
+
 def upstream_request_headers(items: Iterable[tuple[str, str]], peer: str | None) -> dict[str, str]:
     """Headers to send to the replica for a client request with headers ``items`` from ``peer``."""
-    pairs = list(items)
-    drop = HOP_BY_HOP | _RECOMPUTED_REQUEST | _connection_tokens(pairs)
+    pairs = items if isinstance(items, list | tuple) else list(items)
+    drop = _DROP_REQUEST
     headers: dict[str, str] = {}
     forwarded: list[str] = []
+    encoding = False
     for key, value in pairs:
         lower = key.lower()
         if lower in drop:
+            if lower == "connection":  # the names it lists are hop-by-hop too (one pass, rare)
+                drop = _DROP_REQUEST | _connection_tokens(pairs)
             continue
         if lower == "x-forwarded-for":
             forwarded.append(value)
             continue
+        encoding = encoding or lower == "accept-encoding"
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    if drop is not _DROP_REQUEST:  # drop what ``Connection`` named, wherever it came in the list
+        headers = {key: value for key, value in headers.items() if key.lower() not in drop}
+        encoding = any(key.lower() == "accept-encoding" for key in headers)
     if peer:
         forwarded.append(peer)
     if forwarded:
         headers["X-Forwarded-For"] = ", ".join(forwarded)
-    if not any(key.lower() == "accept-encoding" for key in headers):
+    if not encoding:
         headers["Accept-Encoding"] = "identity"
     return headers
 
 
 def client_response_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Headers of the replica's response to pass back (``Content-Encoding`` included)."""
-    pairs = list(items)
-    drop = HOP_BY_HOP | _RECOMPUTED_RESPONSE | _connection_tokens(pairs)
+    pairs = items if isinstance(items, list | tuple) else list(items)
+    drop = _DROP_RESPONSE
+    if any(key.lower() == "connection" for key, _ in pairs):
+        drop = drop | _connection_tokens(pairs)
     return [(key, value) for key, value in pairs if key.lower() not in drop]

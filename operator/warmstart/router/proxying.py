@@ -10,12 +10,14 @@ Prompts are never logged; only sizes, hashes and outcomes are. ``/metrics`` and
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from warmstart.router.admission import QueueFull
 from warmstart.router.bodies import BadBody, BodyParser
@@ -55,8 +57,10 @@ def make_app(router: Router) -> web.Application:
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=30, keepalive_timeout=30)
-    # auto_decompress off: replies pass back byte for byte, Content-Encoding included
-    session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+    # auto_decompress off: replies pass back byte for byte, Content-Encoding included; no cookie
+    # jar: a replica's Set-Cookie goes back to its client and is never replayed to other clients
+    # (filtering a jar also cost CPU on every request)
+    session = aiohttp.ClientSession(connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
     app[SESSION_KEY] = session
     yield
     await session.close()
@@ -117,14 +121,16 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         held.release()
 
 
-def _timeout(router: Router) -> aiohttp.ClientTimeout:
-    config = router.config
-    return aiohttp.ClientTimeout(
-        total=None,
-        connect=config.connect_timeout_seconds,
-        sock_connect=config.connect_timeout_seconds,
-        sock_read=config.read_timeout_seconds,
-    )
+@functools.lru_cache(maxsize=16)
+def _timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
+    """The upstream timeouts (one object per setting, not one per request)."""
+    return aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
+
+
+@functools.lru_cache(maxsize=4096)
+def _upstream_url(base: str, path: str) -> URL:
+    """``base + path`` parsed once: replicas x the few generate paths (query strings are not cached)."""
+    return URL(base + path)
 
 
 async def _forward(
@@ -134,7 +140,7 @@ async def _forward(
     config = router.config
     strategy = router.policy.strategy.value
     session = request.app[SESSION_KEY]
-    timeout = _timeout(router)
+    timeout = _timeout(config.connect_timeout_seconds, config.read_timeout_seconds)
     headers = upstream_request_headers(request.headers.items(), request.remote)
     cap = config.max_concurrent_requests
     attempts = [url for url in routed.decision.candidates[: 1 + config.retries]]
@@ -154,7 +160,8 @@ async def _forward(
         try:
             pre = time.perf_counter()
             try:
-                upstream = await session.post(url + request.path_qs, data=raw, headers=headers, timeout=timeout)
+                target = URL(url + request.path_qs) if request.query_string else _upstream_url(url, request.path)
+                upstream = await session.post(target, data=raw, headers=headers, timeout=timeout)
             except aiohttp.ClientConnectorError:
                 outcome = "refused"
                 log.warning("replica %s refused the connection (attempt %d)", url, attempt + 1)

@@ -73,6 +73,14 @@ async def read_body(request: web.Request, limit: int, deadline: float, budget: B
     if request.content_length is not None and request.content_length > limit:
         raise BodyRefused(413, f"request body exceeds {limit} bytes", "request_too_large")
     held = HeldBody(budget)
+    if request.content_length is not None and request.content.is_eof():
+        # the whole body came with the head (the common case for small bodies): no deadline needed
+        chunk = await request.content.read()
+        if len(chunk) > limit:
+            raise BodyRefused(413, f"request body exceeds {limit} bytes", "request_too_large")
+        if not held.add(chunk):
+            raise BodyRefused(503, "the router is holding too many request bytes; retry", "overloaded")
+        return held
     try:
         async with asyncio.timeout(deadline):
             while chunk := await request.content.read(_CHUNK):

@@ -46,6 +46,7 @@ class Fleet:
 
     def __init__(self, urls: Iterable[str] = ()) -> None:
         self._replicas: dict[str, Replica] = {}
+        self._ordered: tuple[Replica, ...] = ()  # by URL; rebuilt only when the set changes
         self.replace(urls)
 
     def replace(self, urls: Iterable[str], nodes: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
@@ -60,25 +61,21 @@ class Fleet:
         located = {normalise_url(url): node for url, node in (nodes or {}).items()}
         for url, replica in self._replicas.items():
             replica.node = located.get(url)
+        self._ordered = tuple(self._replicas[url] for url in sorted(self._replicas))
         return added, removed
 
     def get(self, url: str) -> Replica | None:
         return self._replicas.get(url)
 
     def urls(self) -> list[str]:
-        return sorted(self._replicas)
+        return [replica.url for replica in self._ordered]
 
     def __len__(self) -> int:
         return len(self._replicas)
 
     def snapshot(self) -> Snapshot:
         """What the policy sees: names and in-flight counts, sorted by name."""
-        return Snapshot(
-            tuple(
-                ReplicaLoad(url, self._replicas[url].inflight, self._replicas[url].prefill_chars)
-                for url in sorted(self._replicas)
-            )
-        )
+        return Snapshot(tuple([ReplicaLoad(r.url, r.inflight, r.prefill_chars) for r in self._ordered]))
 
     def replicas(self) -> list[Replica]:
-        return [self._replicas[url] for url in sorted(self._replicas)]
+        return list(self._ordered)

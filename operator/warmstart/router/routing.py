@@ -94,6 +94,9 @@ class Router:
             "prefill_aware",
             "load_epsilon",
             "load_min_ceiling",
+            "balance_epsilon",
+            "balance_window",
+            "balance_slack",
             "max_concurrent_requests",
         }
         if any(getattr(old, knob) != getattr(config, knob) for knob in policy_knobs):

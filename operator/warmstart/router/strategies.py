@@ -8,25 +8,30 @@ the first is the choice, the next ones are used only when a replica refuses the 
 
 1. Count, per replica, the leading blocks of the prompt it probably holds (:class:`PrefixIndex`).
 2. Rank replicas by the longest match; among replicas holding the same longest match, the one
-   that has held it longest wins (existing prefixes stay on their warm replicas when one is
-   added). No match at all is ranked by rendezvous (highest-random-weight) hashing of the
-   prompt's leading ``home_blocks`` blocks. A prefix
-   cached nowhere goes to the less loaded of its first ``home_choices`` rendezvous candidates
-   (power of two choices: plain hashing of 64 prefixes onto 8 replicas leaves the busiest with
-   ~1.5x the mean). Homes are thus drawn from a per-prefix set that every router replica
-   agrees on, and adding or removing a replica moves only about 1/N of them.
+   with the smallest recent request share wins, then the one that has held it longest (existing
+   prefixes stay on their warm replicas when one is added). No match at all is ranked by
+   rendezvous (highest-random-weight) hashing of the prompt's leading ``home_blocks`` blocks,
+   a function of the prefix and the replica set only, so every router replica agrees on it,
+   and adding or removing a replica moves only about 1/N of them.
 3. With ``prefill_aware`` (off by default), among eligible replicas that hold the longest
    match the one with the shortest estimated prefill backlog wins (uncached prompt characters
-   sent to it and not yet answered); new prefixes pick among their home choices the same way.
-4. A replica is eligible while its in-flight count is below both the concurrency cap and the
-   bounded-load ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``.
-   The first eligible replica in the ranking wins; passing over the best one is a *spill*, and
-   spills follow the prefix's rendezvous order, so a hot prefix spreads over as few replicas as
-   its load needs (controlled replication) instead of swamping one.
+   sent to it and not yet answered).
+4. A replica is eligible while (a) its in-flight count is below the concurrency cap and the
+   burst ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``, and (b) its
+   share of this router's recent requests (:class:`ShareMeter`, decayed per request) is below
+   ``(1+balance_eps) x (recent + 1) / N`` plus ``balance_slack`` requests if it holds part of
+   the prompt, one request fewer if it does not (placing a prefix on a replica is held to a
+   slightly tighter bound than keeping one where it is cached). (b) is the balance at every load
+   level: an in-flight ceiling cannot bound request shares at low load, where every replica
+   has 0-2 requests in flight (the former floor of 8 let one replica take most requests).
+   The first eligible replica in the ranking wins; passing over the best one is a *spill*,
+   and spills follow the prefix's rendezvous order, so a hot prefix spreads over as few
+   replicas as its load needs (controlled replication) instead of swamping one.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -36,6 +41,7 @@ from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.router.indexes import PrefixIndex
 from warmstart.router.prefixes import PromptKey, stable_hash
+from warmstart.router.shares import ShareMeter
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +161,13 @@ class LeastOutstandingPolicy(_Stateless):
 
 def rendezvous_order(seed: str | int, names: list[str]) -> list[str]:
     """Replicas by descending highest-random-weight score for ``seed`` (stable across processes)."""
-    return sorted(names, key=lambda name: (-stable_hash(seed, name), name))
+    return list(_rendezvous(seed, tuple(names)))
+
+
+@functools.lru_cache(maxsize=8192)
+def _rendezvous(seed: str | int, names: tuple[str, ...]) -> tuple[str, ...]:
+    # cached: a prefix's home order is asked for on every one of its requests (one hash per replica)
+    return tuple(sorted(names, key=lambda name: (-stable_hash(seed, name), name)))
 
 
 class SessionPolicy(_Stateless):
@@ -183,6 +195,13 @@ def load_ceiling(snapshot: Snapshot, epsilon: float, min_ceiling: int) -> int:
     return max(min_ceiling, math.ceil((1.0 + epsilon) * mean - 1e-9))
 
 
+def share_bound(recent_total: float, replicas: int, epsilon: float, slack: float) -> float:
+    """Request-share ceiling: (1+eps) x (recent requests + 1) / replicas + slack."""
+    if replicas <= 0:
+        return slack
+    return (1.0 + epsilon) * (recent_total + 1.0) / replicas + slack
+
+
 class PrefixAwarePolicy:
     """Longest cached prefix, bounded load, rendezvous homes and spill order (see module doc)."""
 
@@ -195,7 +214,10 @@ class PrefixAwarePolicy:
         self.home_blocks = config.home_blocks
         self.home_choices = config.home_choices
         self.prefill_aware = config.prefill_aware
+        self.balance_epsilon = config.balance_epsilon
+        self.balance_slack = config.balance_slack
         self.index = PrefixIndex(config.index_capacity_blocks)
+        self.shares = ShareMeter(config.balance_window)
         self._short = LeastOutstandingPolicy(self.cap, rng)
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
@@ -203,17 +225,30 @@ class PrefixAwarePolicy:
             return self._short.choose(snapshot, key)
         by_name = {replica.name: replica for replica in snapshot.replicas}
         home = key.blocks[min(len(key.blocks), self.home_blocks) - 1]
-        rank = {name: position for position, name in enumerate(rendezvous_order(home, list(by_name)))}
+        order = _rendezvous(home, tuple(by_name))
+        rank = {name: position for position, name in enumerate(order)}
         matched = self.index.match(key.blocks, by_name)
-        ranked = sorted(by_name, key=lambda name: (-matched.get(name, 0), rank[name]))
+        ranked = sorted(order, key=lambda name: -matched.get(name, 0)) if matched else list(order)  # stable
         ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
-
-        def eligible(name: str) -> bool:
-            load = by_name[name].inflight
-            return load < ceiling and (self.cap is None or load < self.cap)
-
-        first = [name for name in ranked if eligible(name)]
-        rest = sorted((name for name in ranked if not eligible(name)), key=lambda n: by_name[n].inflight)
+        if self.cap is not None:
+            ceiling = min(ceiling, self.cap)
+        shares = self.shares
+        total = shares.total()
+        # a replica that holds part of the prompt may run ``slack`` requests ahead of the share
+        # bound, one that lacks it one request fewer: keeping a prefix where it is cached is worth
+        # a little more imbalance than placing it
+        placing = share_bound(total, len(by_name), self.balance_epsilon, max(0.0, self.balance_slack - 1))
+        keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
+        first: list[str] = []
+        rest: list[str] = []
+        for name in ranked:
+            bound = keeping if name in matched else placing
+            if by_name[name].inflight < ceiling and shares.recent(name) < bound:
+                first.append(name)
+            else:
+                rest.append(name)
+        spilled = bool(ranked) and (not first or first[0] != ranked[0])
+        rest.sort(key=lambda n: by_name[n].inflight)
         if first:
             best_match = matched.get(first[0], 0)
             if best_match == 0:
@@ -221,31 +256,35 @@ class PrefixAwarePolicy:
                 head = first[: self.home_choices]
                 best = min(head, key=lambda n: (self._backlog(by_name[n]), by_name[n].inflight, rank[n]))
             else:
-                # several replicas hold the longest match: the one that has held it longest (so a new
-                # replica does not pull existing prefixes away from their warm caches), or with
-                # prefill_aware the one with the shortest prefill backlog
+                # several replicas hold the longest match: the one with the smallest recent request
+                # share (a shared prefix such as a system prompt spreads its users over its copies),
+                # then the one that has held it longest (a new replica does not pull existing
+                # prefixes away from their warm caches); with prefill_aware the shortest prefill
+                # backlog comes first
                 deepest = key.blocks[best_match - 1]
                 holders = [n for n in first if matched.get(n, 0) == best_match]
-                best = min(holders, key=lambda n: (self._backlog(by_name[n]), self.index.since(n, deepest), rank[n]))
-            first.remove(best)
-            first.insert(0, best)
+                best = min(
+                    holders,
+                    key=lambda n: (self._backlog(by_name[n]), shares.recent(n), self.index.since(n, deepest), rank[n]),
+                )
+            if best != first[0]:
+                first.remove(best)
+                first.insert(0, best)
         candidates = tuple(first + rest)
         if not candidates:
             return Decision(())
-        return Decision(
-            candidates,
-            matched_blocks=matched.get(candidates[0], 0),
-            spilled=bool(ranked) and not eligible(ranked[0]),
-        )
+        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
 
     def _backlog(self, replica: ReplicaLoad) -> int:
         return replica.prefill_chars if self.prefill_aware else 0
 
     def placed(self, replica: str, key: PromptKey) -> None:
         self.index.record(replica, key.blocks)
+        self.shares.add(replica)
 
     def forget(self, replica: str) -> None:
         self.index.forget(replica)
+        self.shares.forget(replica)
 
 
 def build(config: RouterConfig, rng: random.Random | None = None) -> Policy:

@@ -1,0 +1,148 @@
+"""prefixaware's balance: the request-share bound at low load, holders chosen by share, router replicas agreeing.
+
+Pure policy tests on hand-made snapshots (no sockets, no clocks): which replica gets a request
+under given loads and shares, and whether two independent router instances pick the same home.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from warmstart.api.routers import RouterConfig
+from warmstart.router import strategies
+from warmstart.router.prefixes import PromptKey, block_hashes
+from warmstart.router.shares import ShareMeter
+from warmstart.router.strategies import ReplicaLoad, Snapshot
+
+NAMES = [f"http://10.0.1.{i}:8000" for i in range(8)]
+IDLE = Snapshot(tuple(ReplicaLoad(name, 0) for name in NAMES))
+
+
+def key(group: int, question: int = 0) -> PromptKey:
+    """A 2,048-character shared prefix for ``group`` followed by one question (9 blocks of 256)."""
+    text = f"system prompt of group {group:05d}. " * 80
+    text = text[:2048] + f"question {question:06d} " * 24
+    return PromptKey(blocks=block_hashes(text, 256, 16), chars=len(text))
+
+
+def policy(**knobs: object) -> strategies.PrefixAwarePolicy:
+    built = strategies.build(RouterConfig(strategy="prefixaware", **knobs), random.Random(1))
+    assert isinstance(built, strategies.PrefixAwarePolicy)
+    return built
+
+
+def route(router: strategies.PrefixAwarePolicy, request: PromptKey, loads: Snapshot = IDLE) -> str:
+    choice = router.choose(loads, request).candidates[0]
+    router.placed(choice, request)
+    return choice
+
+
+def test_share_meter_counts_recent_requests_and_forgets_old_ones() -> None:
+    meter = ShareMeter(window=10)
+    for _ in range(5):
+        meter.add("a")
+    assert 3.5 < meter.recent("a") < 4.0 and meter.recent("b") == 0.0  # 0.9 + 0.81 + ... + 0.9^5
+    for _ in range(200):  # twenty windows of requests elsewhere
+        meter.add("b")
+    assert meter.recent("a") < 0.01
+    assert 8.5 < meter.total() < 9.5  # the decayed counts add up to about one window
+    meter.forget("b")
+    assert meter.total() < 0.01 and meter.recent("b") == 0.0
+
+
+def test_share_meter_stays_exact_across_renormalisation() -> None:
+    meter = ShareMeter(window=2)  # the unit weight doubles per request: renormalises every ~40
+    for index in range(1000):
+        meter.add("a" if index % 4 else "b")
+    assert abs(meter.recent("a") + meter.recent("b") - meter.total()) < 1e-6
+    assert 0.0 < meter.recent("a") < 2.0
+
+
+def test_low_load_hot_prefix_is_bounded_by_request_share() -> None:
+    """Half the requests share one prefix and nothing is ever in flight: the old floor of 8 in-flight
+    sent them all to one replica (4.6x the mean share); the share bound spreads them."""
+    router = policy()
+    served: Counter[str] = Counter()
+    background = random.Random(4)
+    for request in range(800):
+        group = 0 if request % 2 else 1 + background.randrange(200)
+        served[route(router, key(group, request))] += 1
+    assert max(served.values()) / (800 / len(NAMES)) <= 1.3
+
+
+def test_low_load_uniform_groups_balance_and_stay_on_few_replicas() -> None:
+    router = policy()
+    served: Counter[str] = Counter()
+    holders: dict[int, set[str]] = {}
+    order = random.Random(9)
+    requests = [group for group in range(32) for _ in range(16)]
+    order.shuffle(requests)
+    for question, group in enumerate(requests):
+        replica = route(router, key(group, question))
+        served[replica] += 1
+        holders.setdefault(group, set()).add(replica)
+    assert max(served.values()) / (len(requests) / len(NAMES)) <= 1.3
+    # balance comes mostly from placing groups, not from scattering them: few extra copies
+    assert sum(len(replicas) for replicas in holders.values()) <= 32 * 1.5
+
+
+def test_among_holders_the_replica_with_the_smaller_share_wins() -> None:
+    router = policy()
+    first, second = NAMES[2], NAMES[5]
+    router.placed(first, key(7))
+    router.placed(second, key(7))
+    for _ in range(2):
+        router.placed(first, key(100))  # first has served more recently (still under the bound)
+    decision = router.choose(IDLE, key(7, 1))
+    assert decision.candidates[0] == second
+    assert decision.matched_blocks == 8 and not decision.spilled
+
+
+def test_a_holder_keeps_its_prefix_within_the_slack_but_a_new_prefix_goes_elsewhere() -> None:
+    # balance_epsilon 0, balance_slack 2: bound = (recent + 1) / 8 + 2 for a holder, + 1 otherwise
+    holding, lacking = policy(balance_epsilon=0.0, balance_slack=2.0), policy(balance_epsilon=0.0, balance_slack=2.0)
+    target = holding.choose(IDLE, key(4)).candidates[0]
+    assert lacking.choose(IDLE, key(4)).candidates[0] == target  # the same home on both
+    for question in range(2):
+        holding.placed(target, key(4, question))  # target served group 4 twice
+        lacking.placed(target, key(900, question))  # target served another group twice
+    # 2 recent requests on target, bound 3/8 + 2 = 2.375 for a holder: it keeps group 4
+    kept = holding.choose(IDLE, key(4, 5))
+    assert kept.candidates[0] == target and not kept.spilled
+    # ... but 3/8 + 1 = 1.375 to place group 4 on it: the new prefix goes to its next choice
+    placed = lacking.choose(IDLE, key(4, 5))
+    assert placed.candidates[0] != target and placed.spilled
+
+
+def test_inflight_burst_ceiling_spills_without_the_old_floor_of_eight() -> None:
+    router = policy()
+    home = router.choose(IDLE, key(8)).candidates[0]
+    busy = Snapshot(tuple(ReplicaLoad(name, 4 if name == home else 0) for name in NAMES))
+    # ceiling = max(4, ceil(1.5 x 5 / 8)) = 4: the home with 4 in flight is passed over
+    decision = router.choose(busy, key(8))
+    assert decision.spilled and decision.candidates[0] != home
+    three = Snapshot(tuple(ReplicaLoad(name, 3 if name == home else 0) for name in NAMES))
+    assert router.choose(three, key(8)).candidates[0] == home
+
+
+def test_two_router_instances_fed_random_halves_agree_on_homes() -> None:
+    """Two routers, each sent a random half of the same stream (a Service's spreading), with
+    their own shares and indexes: for most groups they pick the same replica, and a group is
+    cached on few replicas. (Agreement is not total: each router places a group it has not seen
+    by its own shares; with the share bound off, homes agree always but balance is lost.)"""
+    one, two = policy(), policy()
+    spread = random.Random(11)
+    requests = [group for group in range(64) for _ in range(16)]
+    random.Random(12).shuffle(requests)
+    homes: dict[int, list[Counter[str]]] = {}
+    for question, group in enumerate(requests):
+        router_index = spread.randrange(2)
+        replica = route((one, two)[router_index], key(group, question))
+        homes.setdefault(group, [Counter(), Counter()])[router_index][replica] += 1
+    agreed = sum(
+        1 for by_router in homes.values() if by_router[0].most_common(1)[0][0] == by_router[1].most_common(1)[0][0]
+    )
+    copies = sum(len(set(by_router[0]) | set(by_router[1])) for by_router in homes.values())
+    assert agreed >= 0.6 * len(homes)
+    assert copies <= 1.6 * len(homes)
