@@ -103,10 +103,10 @@ def residents_by_node(
                 filling=known.filling | usage.filling,
             )
     found: dict[str, list[Resident]] = {}
-    for node, labels in node_labels.items():
-        for key, usage in by_key.items():
-            on_node = labels.get(nodelabels.weights_ready_label(key)) == nodelabels.READY or node in usage.filling
-            if on_node and usage.size_bytes:
+    for key, usage in by_key.items():
+        label = nodelabels.weights_ready_label(key)
+        for node, labels in node_labels.items():
+            if usage.size_bytes and (labels.get(label) == nodelabels.READY or node in usage.filling):
                 resident = Resident(
                     key,
                     usage.size_bytes,
