@@ -8,8 +8,13 @@ For each size (nodes, caches) it creates `nodes` kwok nodes in `caches` groups o
     kopf's own watch and annotation traffic is not in it).
 Two sizes show how requests grow: with nodes + caches, not with their product.
 
+With --warmup N it also fills one cache on N nodes twice on the same nodes, throttled (the operator's default:
+max(16, 25% of the targets) preloads at once) and unthrottled (every node at once), and prints side by side the
+create -> all Ready time, the peak number of nodes preloading at once (sampled from the cache's status), and ratios.
+
     .venv/bin/python bench/operator_scale.py               # 100/10 then 500/50; own cluster unless WARMSTART_KUBECONFIG
     .venv/bin/python bench/operator_scale.py --sizes 500x50
+    .venv/bin/python bench/operator_scale.py --sizes '' --warmup 500
 
 Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes.
 """
@@ -116,13 +121,14 @@ def scrape_requests(port: int) -> dict[str, int]:
 
 @contextlib.contextmanager
 def operator_process(
-    kubeconfig: str, namespace: str, metrics_port: int, log: Path
+    kubeconfig: str, namespace: str, metrics_port: int, log: Path, settings: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     annotations = {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED)}
     env = {
         **os.environ,
         "WARMSTART_OPERATOR_IMAGE": "warmstart:bench",
         "WARMSTART_PRELOAD_POD_ANNOTATIONS": json.dumps(annotations),
+        **(settings or {}),
     }
     command = [
         sys.executable,
@@ -241,6 +247,107 @@ def measure(api: client.ApiClient, kubeconfig: str, node_count: int, cache_count
         cleanup(api, namespace, created)
 
 
+@dataclass
+class Warmup:
+    mode: str
+    nodes: int
+    create_to_ready_s: float
+    peak_preloading: int
+    peak_queued: int
+    limit: int | None
+    #: nodes the operator saw unreachable or NotReady at some point (kwok misses lease renewals on a loaded machine)
+    peak_unavailable: int
+    #: Ready nodes at the end: all of them, or as many as were Ready when the deadline passed
+    ready_nodes: int
+
+
+#: a warm-up that has not finished by then is reported with the nodes Ready so far
+DEADLINE_SECONDS = 1500
+
+#: the unthrottled run: every target node may preload at once
+UNTHROTTLED = {"WARMSTART_PRELOAD_CONCURRENCY_NODES": "1", "WARMSTART_PRELOAD_CONCURRENCY_PERCENT": "100"}
+
+
+def warm_once(api: client.ApiClient, kubeconfig: str, itype: str, nodes: int, mode: str, out: Path, run: str) -> Warmup:
+    """Fill one cache on every node of `itype`; sample how many nodes preload at once from the cache's status."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    namespace = f"bench-{run}-{mode}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    try:
+        settings = UNTHROTTLED if mode == "unthrottled" else {}
+        port = free_port()
+        with operator_process(kubeconfig, namespace, port, out / f"operator-warmup-{mode}.log", settings):
+            body = mdcc(namespace, 0, itype)
+            started = time.time()
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, body)
+            peak, queued, limit, gone = 0, 0, None, 0
+            deadline = time.monotonic() + DEADLINE_SECONDS
+            while True:
+                status = (
+                    custom.get_namespaced_custom_object(
+                        GROUP, VERSION, namespace, MDCC_PLURAL, body["metadata"]["name"]
+                    ).get("status")
+                    or {}
+                )
+                busy = [
+                    n
+                    for n in status.get("nodes") or []
+                    if n["state"] in ("Pending", "Downloading") and n.get("reason") != "Queued"
+                ]
+                peak, queued = max(peak, len(busy)), max(queued, status.get("queuedNodes") or 0)
+                gone = max(gone, len(status.get("unavailableNodes") or []))
+                limit = status.get("preloadConcurrency", limit)
+                complete = status.get("state") == "Ready" and status.get("readyNodes") == nodes
+                if complete or time.monotonic() > deadline:  # a timeout is reported as such, not raised
+                    done = time.time()
+                    break
+                time.sleep(1.0)
+        return Warmup(mode, nodes, done - started, peak, queued, limit, gone, status.get("readyNodes") or 0)
+    finally:
+        cleanup(api, namespace, [])
+
+
+def warmup(api: client.ApiClient, kubeconfig: str, node_count: int, out: Path) -> list[Warmup]:
+    """The same nodes filled throttled, then unthrottled (a fresh namespace and key each time)."""
+    run = uuid.uuid4().hex[:6]
+    itype = f"ml.w{run}.24xlarge"
+    created = kwok_nodes.create_nodes(api, [(itype, node_count)], prefix=f"w{run}", parallelism=32)
+    try:
+        deadline = time.monotonic() + 300
+        while len(kwok_nodes.ready_nodes(api, created)) < len(created):
+            if time.monotonic() > deadline:
+                raise RuntimeError("kwok nodes did not become Ready")
+            time.sleep(1)
+        return [warm_once(api, kubeconfig, itype, node_count, mode, out, run) for mode in ("throttled", "unthrottled")]
+    finally:
+        kwok_nodes.delete_nodes(api, created, parallelism=32)
+
+
+def print_warmup(figures: list[Warmup]) -> None:
+    throttled, unthrottled = figures
+    rows = [
+        ("nodes preloading at once (peak)", throttled.peak_preloading, unthrottled.peak_preloading),
+        ("nodes queued (peak)", throttled.peak_queued, unthrottled.peak_queued),
+        ("preload limit (status)", throttled.limit or 0, unthrottled.limit or 0),
+        ("nodes unavailable (peak, not counted)", throttled.peak_unavailable, unthrottled.peak_unavailable),
+    ]
+    print(f"warm-up of one cache on {throttled.nodes} nodes (2 s simulated preload per node):")
+    print(f"  {'':38} {'throttled':>10} {'unthrottled':>12} {'ratio':>7}")
+    ready = (throttled.create_to_ready_s, unthrottled.create_to_ready_s)
+    print(f"  {'create -> all Ready (s)':38} {ready[0]:>10.1f} {ready[1]:>12.1f} {ready[0] / ready[1]:>6.2f}x")
+    for each in figures:
+        if each.ready_nodes < each.nodes:
+            print(f"  ({each.mode}: NOT finished, {each.ready_nodes}/{each.nodes} Ready after {DEADLINE_SECONDS} s)")
+    for label, a, b in rows:
+        ratio = f"{a / b:>6.2f}x" if b else "     -"
+        print(f"  {label:38} {a:>10} {b:>12} {ratio}")
+    print(
+        "  (the machine is shared with other work; times are indicative. The source sees at most the limit of"
+        " concurrent downloads when throttled.)",
+        flush=True,
+    )
+
+
 def cleanup(api: client.ApiClient, namespace: str, created: list[str]) -> None:
     """The operator is stopped: strip finalizers so the namespace can go, then delete the nodes."""
     custom = client.CustomObjectsApi(api)
@@ -260,8 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", default=str(ROOT / "bench" / "out"), help="directory for operator logs and figures JSON"
     )
+    parser.add_argument(
+        "--warmup", type=int, default=0, metavar="NODES", help="also compare throttled and unthrottled warm-up"
+    )
     args = parser.parse_args(argv)
-    sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",")]
+    sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",") if size]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: list[Figures] = []
@@ -280,9 +390,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"= {figures.total_requests / (figures.nodes + figures.caches):.2f} per (node + cache)",
                 flush=True,
             )
-    (out / "operator_scale.json").write_text(
-        json.dumps([{**vars(f), "total_requests": f.total_requests} for f in results], indent=2)
-    )
+        if args.warmup:
+            warmed = warmup(api, kubeconfig, args.warmup, out)
+            print_warmup(warmed)
+            (out / "operator_warmup.json").write_text(json.dumps([vars(w) for w in warmed], indent=2))
+    if results:
+        (out / "operator_scale.json").write_text(
+            json.dumps([{**vars(f), "total_requests": f.total_requests} for f in results], indent=2)
+        )
     if len(results) >= 2:
         small, large = results[0], results[-1]
         print(

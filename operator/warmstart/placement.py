@@ -7,7 +7,7 @@ that storage at /opt/dlami/nvme). A node annotation `warmstart.io/nvme-capacity-
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from warmstart.api.nodelabels import INSTANCE_TYPE, NVME_CAPACITY_ANNOTATION
@@ -83,9 +83,23 @@ def nvme_capacity_bytes(instance_type: str | None, annotations: Mapping[str, str
     return None
 
 
+def margin_bytes(model_bytes: int) -> int:
+    """Free space kept beyond a model: 5%, at least 1 GB."""
+    return max(int(model_bytes * SAFETY_MARGIN_FRACTION), SAFETY_MARGIN_MIN_BYTES)
+
+
 def required_bytes(model_bytes: int) -> int:
     """Model size plus the safety margin."""
-    return model_bytes + max(int(model_bytes * SAFETY_MARGIN_FRACTION), SAFETY_MARGIN_MIN_BYTES)
+    return model_bytes + margin_bytes(model_bytes)
+
+
+def required_bytes_many(models: Sequence[int]) -> int:
+    """Several models on one node, whichever is preloaded last: their sizes plus the largest margin.
+
+    The operator checks each new cache as required_bytes(new) + the others' sizes, so all orders fit exactly when
+    this does.
+    """
+    return sum(models) + max((margin_bytes(m) for m in models), default=0)
 
 
 @dataclass(frozen=True)
@@ -107,9 +121,9 @@ class CapacityCheck:
         )
 
 
-def check_capacity(model_bytes: int, capacity_bytes: int | None) -> CapacityCheck:
-    """Compare a model with a node's capacity; unknown capacity is given the benefit of the doubt."""
-    needed = required_bytes(model_bytes)
+def check_capacity(model_bytes: int | Sequence[int], capacity_bytes: int | None) -> CapacityCheck:
+    """Compare a model (or several on one node) with a node's capacity; unknown capacity is given the benefit."""
+    needed = required_bytes(model_bytes) if isinstance(model_bytes, int) else required_bytes_many(model_bytes)
     fits = capacity_bytes is None or needed <= capacity_bytes
     return CapacityCheck(fits=fits, needed_bytes=needed, capacity_bytes=capacity_bytes)
 

@@ -1,9 +1,10 @@
-"""`warmstart plan`: will a model fit each instance type's local NVMe, how much it uses, and how long it takes to fill.
+"""`warmstart plan`: will a model (or several per node) fit each instance type's NVMe, its use, and the fill time.
 
 The NVMe table and the margin are the operator's own (warmstart.placement), so the plan and the operator's capacity
 pre-check always agree. The cache is per node: NVMe use grows linearly with the node count, and the first fill
 downloads the whole model once on every node (in parallel, so the source sees nodes x bandwidth). A warm start then
-reads the model from local NVMe at about 7 GB/s.
+reads the model from local NVMe at about 7 GB/s. Several models per node (repeat --size or --source-json) are
+planned as the operator checks them: their sizes plus the largest margin, whichever is preloaded last.
 
 Computation is pure; I/O lives in `source_bytes` (the preloader's listing of a source) and `main` (arguments, printing).
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -92,6 +94,8 @@ class Row:
     """The plan for one instance type and node count."""
 
     instance_type: str
+    #: models sharing each node
+    models: int
     nodes: int
     fits: bool
     capacity_known: bool
@@ -107,8 +111,12 @@ class Row:
     message: str
 
 
+def _sizes(model_bytes: int | Sequence[int]) -> list[int]:
+    return [model_bytes] if isinstance(model_bytes, int) else list(model_bytes)
+
+
 def plan_one(
-    model_bytes: int,
+    model_bytes: int | Sequence[int],
     instance_type: str,
     nodes: int,
     *,
@@ -116,14 +124,20 @@ def plan_one(
     warm_read: float = WARM_READ,
     capacity_overrides: dict[str, int] | None = None,
 ) -> Row:
-    """Plan one instance type: the fit (same check as the operator's), NVMe use, fill and warm-read times."""
+    """Plan one instance type: the fit (same check as the operator's), NVMe use, fill and warm-read times.
+
+    `model_bytes`: one model, or the models that share each node.
+    """
+    sizes = _sizes(model_bytes)
+    total = sum(sizes)
     override = (capacity_overrides or {}).get(instance_type)
     capacity = override if override is not None else placement.nvme_capacity_bytes(instance_type)
-    check = placement.check_capacity(model_bytes, capacity)
+    check = placement.check_capacity(sizes[0] if len(sizes) == 1 else sizes, capacity)
     known = capacity is not None
-    used = model_bytes if check.fits else 0
+    used = total if check.fits else 0
     return Row(
         instance_type=instance_type,
+        models=len(sizes),
         nodes=nodes,
         fits=check.fits,
         capacity_known=known,
@@ -133,15 +147,15 @@ def plan_one(
         used_bytes_total=used * nodes,
         nvme_bytes_total=capacity * nodes if capacity is not None else None,
         free_bytes_per_node=capacity - used if capacity is not None else None,
-        first_fill_seconds=model_bytes / bandwidth,
+        first_fill_seconds=total / bandwidth,
         source_bytes_per_second=bandwidth * nodes,
-        warm_read_seconds=model_bytes / warm_read,
-        message=sentence(model_bytes, instance_type, check),
+        warm_read_seconds=max(sizes) / warm_read,
+        message=sentence(total, instance_type, check, len(sizes)),
     )
 
 
 def plan(
-    model_bytes: int,
+    model_bytes: int | Sequence[int],
     targets: list[tuple[str, int]],
     *,
     bandwidth: float = DEFAULT_BANDWIDTH,
@@ -149,7 +163,7 @@ def plan(
     capacity_overrides: dict[str, int] | None = None,
 ) -> list[Row]:
     """Plan every (instance type, node count), in the order given."""
-    if model_bytes <= 0:
+    if not _sizes(model_bytes) or any(size <= 0 for size in _sizes(model_bytes)):
         raise PlanError("the model size must be positive")
     if bandwidth <= 0 or warm_read <= 0:
         raise PlanError("bandwidths must be positive")
@@ -170,17 +184,18 @@ def _whole_gb(value: int) -> str:
     return f"{value / GB:.0f} GB" if value % GB == 0 else gb(value)
 
 
-def sentence(model_bytes: int, instance_type: str, check: placement.CapacityCheck) -> str:
-    """One plain sentence about the fit."""
-    size = _whole_gb(model_bytes)
+def sentence(model_bytes: int, instance_type: str, check: placement.CapacityCheck, models: int = 1) -> str:
+    """One plain sentence about the fit (`model_bytes`: all `models` together)."""
+    size = _whole_gb(model_bytes) if models == 1 else f"{models} models ({_whole_gb(model_bytes)})"
     if check.capacity_bytes is None:
         return (
             f"NVMe capacity of {instance_type} is unknown (not in the table): give it with --capacity "
             f"{instance_type}=SIZE; the preload still checks free space before writing"
         )
-    verb = "fits" if check.fits else "does not fit"
+    verb = ("fits" if check.fits else "does not fit") if models == 1 else ("fit" if check.fits else "do not fit")
+    noun = " model" if models == 1 else ""
     return (
-        f"{size} model {verb} {instance_type}: {gb(check.needed_bytes)} needed with margin, "
+        f"{size}{noun} {verb} {instance_type}: {gb(check.needed_bytes)} needed with margin, "
         f"{_whole_gb(check.capacity_bytes)} NVMe"
     )
 
@@ -202,7 +217,7 @@ def duration(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
-def table(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: float) -> str:
+def table(model_bytes: int | Sequence[int], rows: list[Row], bandwidth: float, warm_read: float) -> str:
     """The human-readable plan: a header, one line per instance type, then the sentences that need reading."""
     header = [
         "INSTANCE TYPE",
@@ -231,7 +246,7 @@ def table(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: float)
     ]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
     lines = [
-        f"model {gb(model_bytes)}; first fill at {rate(bandwidth)} per node; warm read at {rate(warm_read)}",
+        f"{_models(model_bytes)}; first fill at {rate(bandwidth)} per node; warm read at {rate(warm_read)}",
         "",
         *(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
@@ -248,15 +263,24 @@ def table(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: float)
     return "\n".join([*lines, "", *notes]) if notes else "\n".join(lines)
 
 
-def as_json(model_bytes: int, rows: list[Row], bandwidth: float, warm_read: float) -> dict[str, Any]:
+def _models(model_bytes: int | Sequence[int]) -> str:
+    sizes = _sizes(model_bytes)
+    if len(sizes) == 1:
+        return f"model {gb(sizes[0])}"
+    return f"{len(sizes)} models per node ({', '.join(gb(s) for s in sizes)}; {gb(sum(sizes))} together)"
+
+
+def as_json(model_bytes: int | Sequence[int], rows: list[Row], bandwidth: float, warm_read: float) -> dict[str, Any]:
     """The plan as a JSON-ready dict with camelCase keys."""
 
     def camel(name: str) -> str:
         first, *rest = name.split("_")
         return first + "".join(part.title() for part in rest)
 
+    sizes = _sizes(model_bytes)
     return {
-        "modelBytes": model_bytes,
+        "modelBytes": sum(sizes),
+        "models": sizes,
         "bandwidthBytesPerSecond": bandwidth,
         "warmReadBytesPerSecond": warm_read,
         "allFit": all(r.fits for r in rows),
@@ -284,10 +308,15 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 when the model fits every --instance-type given (or, without any, at least one type "
         "in the table), 1 when it does not, 2 on bad input or a source that cannot be listed.",
     )
-    size = parser.add_mutually_exclusive_group(required=True)
-    size.add_argument("--size", help="model size, e.g. 300GB, 1.5TB, 512GiB (decimal GB = 10^9 bytes)")
-    size.add_argument("--size-bytes", type=int, help="model size in bytes")
-    size.add_argument("--source-json", help="a modelSourceConfig (camelCase JSON) to list: s3 or huggingface")
+    parser.add_argument(
+        "--size", action="append", default=[],
+        help="model size, e.g. 300GB, 1.5TB, 512GiB (decimal GB = 10^9 bytes); repeat for several models per node",
+    )  # fmt: skip
+    parser.add_argument("--size-bytes", type=int, action="append", default=[], help="model size in bytes; repeatable")
+    parser.add_argument(
+        "--source-json", action="append", default=[],
+        help="a modelSourceConfig (camelCase JSON) to list: s3 or huggingface; repeatable",
+    )  # fmt: skip
     parser.add_argument(
         "--instance-type", action="append", default=[], metavar="TYPE[=NODES]",
         help="instance type and node count, repeatable (default: every type in the table, one node each)",
@@ -304,14 +333,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not (args.size or args.size_bytes or args.source_json):
+        parser.error("give at least one model: --size, --size-bytes or --source-json")
     try:
-        if args.size is not None:
-            model_bytes = parse_size(args.size)
-        elif args.size_bytes is not None:
-            model_bytes = args.size_bytes
-        else:
-            model_bytes = source_bytes(ModelSourceConfig.model_validate(json.loads(args.source_json)))
+        model_bytes = [
+            *(parse_size(text) for text in args.size),
+            *args.size_bytes,
+            *(source_bytes(ModelSourceConfig.model_validate(json.loads(raw))) for raw in args.source_json),
+        ]
         targets = [parse_target(t) for t in args.instance_type] or [(name, 1) for name in placement.NVME_GB]
         overrides = dict(parse_capacity(c) for c in args.capacity)
         bandwidth, warm_read = parse_rate(args.bandwidth), parse_rate(args.warm_read)

@@ -59,3 +59,18 @@ def test_cache_sharing_groups_come_from_the_chart_value() -> None:
     read = settings.from_env({"WARMSTART_CACHE_SHARING_GROUPS": '{"ml": ["team-a", "team-b"]}'})
     assert read.render.cache_sharing_groups == {"ml": ["team-a", "team-b"]}
     assert settings.from_env({}).render.cache_sharing_groups == {}
+
+
+def test_fleet_settings_come_from_the_chart_values() -> None:
+    read = settings.from_env(
+        {
+            "WARMSTART_PRELOAD_CONCURRENCY_NODES": "8",
+            "WARMSTART_PRELOAD_CONCURRENCY_PERCENT": "10",
+            "WARMSTART_CACHE_EVICTION_POLICY": "EvictUnreferencedLRU",
+        }
+    )
+    assert (read.render.preload_concurrency_nodes, read.render.preload_concurrency_percent) == (8, 10)
+    assert read.render.cache_eviction_policy == "EvictUnreferencedLRU"
+    defaults = settings.from_env({}).render
+    assert (defaults.preload_concurrency_nodes, defaults.preload_concurrency_percent) == (16, 25)
+    assert defaults.cache_eviction_policy == "Never"

@@ -172,3 +172,17 @@ def test_fsx_source_asks_for_a_size(capsys: pytest.CaptureFixture[str]) -> None:
     source = {"modelSourceType": "fsx", "fsxStorage": {"fileSystemId": "fs-0123456789abcdef0"}}
     assert planning.main(["--source-json", json.dumps(source)]) == 2
     assert "--size" in capsys.readouterr().err
+
+
+def test_several_models_per_node_count_together_with_the_largest_margin(capsys: pytest.CaptureFixture[str]) -> None:
+    (row,) = planning.plan([100 * GB, 120 * GB], [("ml.g5.2xlarge", 2)])  # 450 GB NVMe
+    assert row.models == 2 and row.fits
+    assert row.needed_bytes_per_node == 220 * GB + placement.margin_bytes(120 * GB)
+    assert row.used_bytes_total == 2 * 220 * GB
+    (tight,) = planning.plan([200 * GB, 240 * GB], [("ml.g5.2xlarge", 1)])
+    assert not tight.fits and "2 models (440 GB) do not fit ml.g5.2xlarge" in tight.message
+    code = planning.main(["--size", "100GB", "--size", "120GB", "--instance-type", "ml.g5.2xlarge", "--json"])
+    assert code == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["models"] == [100 * GB, 120 * GB] and shown["modelBytes"] == 220 * GB
+    assert planning.main(["--size", "200GB", "--size-bytes", str(240 * GB), "--instance-type", "ml.g5.2xlarge"]) == 1

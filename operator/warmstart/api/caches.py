@@ -55,6 +55,14 @@ class ModelDataCacheConfigSpec(NodeTargeting):
     model_size_bytes: int | None = Field(
         default=None, ge=0, description="Expected size, for the capacity pre-check before any Job."
     )
+    preload_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "At most this many nodes preload this cache at the same time; overrides the operator's default"
+            " (max(16, 25% of the target nodes), Helm cache.preloadConcurrency)."
+        ),
+    )
     service_account_name: str | None = Field(
         default=None, max_length=253, description="Service account of the preload Jobs (IRSA)."
     )
@@ -78,6 +86,19 @@ class NodeCacheStatus(ApiModel):
     bytes: int | None = Field(default=None, description="Bytes preloaded on this node.")
     seconds: float | None = Field(default=None, description="Seconds the preload took.")
     attempts: int | None = Field(default=None, description="Preload Job attempts so far.")
+    nvme_used_bytes: int | None = Field(
+        default=None, description="NVMe bytes the caches the operator knows on this node use (this one included)."
+    )
+    nvme_free_bytes: int | None = Field(
+        default=None, description="NVMe capacity minus nvmeUsedBytes (when the node's capacity is known)."
+    )
+
+
+class UnavailableNode(ApiModel):
+    """A node the cache targets that is left out for now (it does not hold the gate)."""
+
+    node: str = Field(description="Node name.")
+    reason: str = Field(description="Unreachable, NotReady, Cordoned or NoExecuteTaint.")
 
 
 class CacheStatus(ApiModel):
@@ -105,6 +126,20 @@ class ModelDataCacheConfigStatus(CacheStatus):
     )
     model_size_bytes: int | None = Field(default=None, description="Size of the model as last measured by a preload.")
     nodes: list[NodeCacheStatus] | None = Field(default=None, description="Per-node state.")
+    unavailable_nodes: list[UnavailableNode] | None = Field(
+        default=None, description="Matching nodes left out of the targets: cordoned, NotReady, unreachable, NoExecute."
+    )
+    queued_nodes: int | None = Field(
+        default=None, description="Target nodes waiting for a preload slot (preloadConcurrency)."
+    )
+    preload_concurrency: int | None = Field(
+        default=None, description="How many nodes may preload this cache at the same time."
+    )
+    last_used_time: str | None = Field(
+        default=None,
+        description="When an endpoint last referenced this cache (hourly granularity): least recently used is evicted"
+        " first.",
+    )
 
 
 class ModelDataCacheConfig(ApiModel):

@@ -27,3 +27,8 @@ def weights_ready_label(key: str) -> str:
 def image_ready_label(key: str) -> str:
     """Node label set when the image cache `key` is pulled on that node."""
     return f"{CACHE_PREFIX}/image-{key}"
+
+
+def weights_evicted_annotation(key: str) -> str:
+    """Node annotation set when the weights cache `key` was evicted from that node (value: when)."""
+    return f"{CACHE_PREFIX}/evicted-weights-{key}"

@@ -32,3 +32,9 @@ GATE_WAIT_SECONDS = Histogram(
     "Seconds an endpoint waited for its weights cache before the Deployment was created or rolled",
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600),
 )
+NODE_NVME_USED_BYTES = Gauge(
+    "warmstart_node_nvme_used_bytes", "NVMe bytes the weights caches the operator knows use on a node", ["node"]
+)
+NODE_NVME_FREE_BYTES = Gauge(
+    "warmstart_node_nvme_free_bytes", "NVMe capacity minus the known caches' bytes on a node", ["node"]
+)

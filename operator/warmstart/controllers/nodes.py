@@ -22,6 +22,8 @@ class NodeFacts:
     deleting: bool = False
     #: spec.taints as the API shows them (key, value, effect)
     taints: tuple[Mapping[str, str], ...] = ()
+    #: status of the Ready condition: "True", "False", "Unknown" (unreachable), None when not reported yet
+    ready: str | None = "True"
 
 
 def node_facts(
@@ -36,8 +38,16 @@ def node_facts(
             unschedulable=bool(body.get("spec", {}).get("unschedulable")),
             deleting=body.get("metadata", {}).get("deletionTimestamp") is not None,
             taints=tuple(dict(t) for t in body.get("spec", {}).get("taints") or []),
+            ready=_ready(body),
         )
     }
+
+
+def _ready(body: Any) -> str | None:
+    for condition in (body.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return str(condition.get("status"))
+    return None
 
 
 def all_nodes(index: Mapping[str, Any]) -> Iterator[NodeFacts]:

@@ -22,9 +22,9 @@ from warmstart.api.caches import (
     ModelDataCacheConfigSpec,
     ModelDataCacheConfigStatus,
 )
-from warmstart.controllers import handling, labelling, nodes, weights_reporting
+from warmstart.controllers import handling, labelling, nodes, nvme_usage, weights_reporting
 from warmstart.controllers.storage import Invalid, Store
-from warmstart.render import hostpaths, keys, names, tolerations
+from warmstart.render import hostpaths, keys, names, node_health, nvme_budget, throttling, tolerations
 from warmstart.render import jobs as render_jobs
 from warmstart.render import weights_plans as planning
 from warmstart.render.context import RenderContext
@@ -95,10 +95,15 @@ def read_results(
     return found
 
 
-def _reachable(facts: Iterable[nodes.NodeFacts], spec: ModelDataCacheConfigSpec, ctx: RenderContext) -> list[Any]:
-    """Nodes a preload Job can be scheduled on: a node tainted for others gets no Job that would wait forever."""
+def _reachable(
+    facts: Iterable[nodes.NodeFacts], spec: ModelDataCacheConfigSpec, ctx: RenderContext
+) -> tuple[list[nodes.NodeFacts], dict[str, str]]:
+    """Nodes a preload Job can be scheduled on (a node tainted for others gets no Job that would wait forever), and
+    the unavailable ones (cordoned, NotReady, unreachable, NoExecute: listed in status, never targeted)."""
     tolerated = tolerations.cache_tolerations(ctx.extra_tolerations) if spec.tolerate_all_taints else []
-    return [n for n in facts if tolerations.schedulable(n.taints, tolerated)]
+    facts = list(facts)
+    unavailable = node_health.unavailable(facts, tolerated)
+    return [n for n in facts if n.name in unavailable or tolerations.schedulable(n.taints, tolerated)], unavailable
 
 
 def stored_status(body: Mapping[str, Any]) -> ModelDataCacheConfigStatus:
@@ -126,6 +131,7 @@ def reconcile(
     memo: kopf.Memo,
     node_facts: Mapping[str, Any],
     jobs_index: Mapping[Any, Any],
+    usage_index: Mapping[str, Any],
     *,
     blocking: bool = True,
 ) -> None:
@@ -140,7 +146,8 @@ def reconcile(
         return
     try:
         with handling.api_errors("reconciling the weights cache"):
-            _reconcile(body, spec, memo.store, memo.settings.render, memory(memo), node_facts, jobs_index)
+            indexes = (node_facts, jobs_index, usage_index)
+            _reconcile(body, spec, memo.store, memo.settings.render, memory(memo), indexes)
     finally:
         lock.release()
 
@@ -151,9 +158,9 @@ def _reconcile(
     store: Store,
     ctx: RenderContext,
     remembered: Memory,
-    node_facts: Mapping[str, Any],
-    jobs_index: Mapping[Any, Any],
+    indexes: tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any]],
 ) -> None:
+    node_facts, jobs_index, usage_index = indexes
     meta = body["metadata"]
     old = _previous_status(body, remembered)
     refused = hostpaths.refusal(spec.host_path, ctx.allowed_host_paths)
@@ -172,7 +179,8 @@ def _reconcile(
     clock = time.monotonic()
     label = nodelabels.weights_ready_label(key)
     remembered.labelled = labelling.recent(remembered.labelled, clock)
-    live = labelling.overlay(_reachable(nodes.all_nodes(node_facts), spec, ctx), label, remembered.labelled)
+    reachable, unavailable = _reachable(nodes.all_nodes(node_facts), spec, ctx)
+    live = labelling.overlay(reachable, label, remembered.labelled)
     results = read_results(store, cache.namespace, planning.unrecorded(preloads, old))
     observed = planning.Observed(
         generation=generation,
@@ -183,8 +191,24 @@ def _reconcile(
         jobs=preloads,
         results=results,
         retryable_reasons=retryable_reasons(),
+        unavailable=unavailable,
+        throttle=throttling.Throttle(ctx.preload_concurrency_nodes, ctx.preload_concurrency_percent),
+        residents=nvme_usage.residents(live, usage_index, key),
+        eviction_policy=nvme_budget.EvictionPolicy(ctx.cache_eviction_policy),
+        evicted=nvme_usage.evicted_nodes(live, key),
     )
-    plan = planning.plan(observed, handling.now())
+    now = handling.now()
+    plan = planning.plan(observed, now)
+    for node, victim in plan.evict:
+        if nvme_usage.evict(store, ctx, node, victim, now):
+            weights_reporting.event(
+                body,
+                spec,
+                "Normal",
+                "CacheEvicted",
+                f"evicted {victim.namespace}/{victim.name} (no endpoint references it; least recently used"
+                f" {victim.last_used or 'never'}) from node {node} to make room",
+            )
     for name in plan.delete:
         store.delete("batch/v1", "Job", name, cache.namespace)
     size = planning.model_size(spec, plan.status)
@@ -198,14 +222,17 @@ def _reconcile(
             log.warning(
                 "cache %s/%s: preload Job for node %s not applied: %s", cache.namespace, cache.name, node, error
             )
+    by_name = {n.name: n for n in live}
     for node in plan.label:
         if labelling.set_label(store, node, label, nodelabels.READY):
             remembered.labelled[node] = time.monotonic()
+            nvme_usage.unmark(store, by_name[node], key)
         # else: the node left; the next reconcile drops it
     if write_status(store, body, old, plan.status):
         remembered.written = (str(meta.get("resourceVersion")), plan.status)
     weights_reporting.report(body, spec, plan, str(old.state) if old.state else None)
     weights_reporting.observe(body, plan.status)
+    nvme_usage.export(plan.status)
     remembered.last_run = clock
     remembered.fingerprint = tuple(preloads)
     remembered.due = clock + plan.requeue_after if plan.requeue_after else None

@@ -82,6 +82,14 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     if env.get("WARMSTART_EXTRA_TOLERATIONS"):
         render["extra_tolerations"] = _json_list(env["WARMSTART_EXTRA_TOLERATIONS"])
     render["cache_sharing_groups"] = _json_groups(env.get("WARMSTART_CACHE_SHARING_GROUPS"))
+    for field, var in {
+        "preload_concurrency_nodes": "WARMSTART_PRELOAD_CONCURRENCY_NODES",
+        "preload_concurrency_percent": "WARMSTART_PRELOAD_CONCURRENCY_PERCENT",
+    }.items():
+        if env.get(var):
+            render[field] = int(env[var])
+    if env.get("WARMSTART_CACHE_EVICTION_POLICY"):
+        render["cache_eviction_policy"] = env["WARMSTART_CACHE_EVICTION_POLICY"]
     settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
     if env.get("WARMSTART_NAMESPACES"):
         settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, ModelDataCacheConfigSpec
-from warmstart.controllers import cleaning, handling, preloading, weights_reporting
+from warmstart.controllers import cleaning, handling, nvme_usage, preloading, weights_reporting
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import jobs as render_jobs
 from warmstart.render import keys, labels
@@ -72,13 +72,14 @@ def reconcile_weights_cache(
     memo: kopf.Memo,
     node_facts: kopf.Index[Any, Any],
     weights_job_index: kopf.Index[Any, Any],
+    weights_usage_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     """Create, update and resume: reconcile now."""
     if handling.deleting(body):
         return
     spec = handling.spec(body, ModelDataCacheConfigSpec)
-    preloading.reconcile(body, spec, memo, node_facts, weights_job_index)
+    preloading.reconcile(body, spec, memo, node_facts, weights_job_index, weights_usage_index)
 
 
 def tick_weights_cache(
@@ -86,12 +87,13 @@ def tick_weights_cache(
     memo: kopf.Memo,
     node_facts: kopf.Index[Any, Any],
     weights_job_index: kopf.Index[Any, Any],
+    weights_usage_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     """Reconcile when this cache's Jobs changed, a retry is due, or the resync interval passed."""
     if not handling.deleting(body) and preloading.due(body, memo, weights_job_index, memo.settings.resync_seconds):
         spec = handling.spec(body, ModelDataCacheConfigSpec)
-        preloading.reconcile(body, spec, memo, node_facts, weights_job_index, blocking=False)
+        preloading.reconcile(body, spec, memo, node_facts, weights_job_index, weights_usage_index, blocking=False)
 
 
 def delete_weights_cache(
@@ -119,6 +121,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     silence_ticks()
     kopf.index("batch", "v1", "jobs", labels={labels.MDCC_LABEL: kopf.PRESENT}, registry=registry)(weights_job_index)  # type: ignore[arg-type]
     kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(weights_key_index)  # type: ignore[arg-type]
+    kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(nvme_usage.weights_usage_index)  # type: ignore[arg-type]
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on(GROUP, VERSION, MDCC_PLURAL, registry=registry)(reconcile_weights_cache)  # type: ignore[arg-type]
     kopf.timer(GROUP, VERSION, MDCC_PLURAL, interval=TICK_SECONDS, registry=registry)(tick_weights_cache)  # type: ignore[arg-type]

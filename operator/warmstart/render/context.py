@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from warmstart.api.blocks import DEFAULT_HOST_PATH
+from warmstart.render import nvme_budget, throttling, tolerations
 
 
 class RenderContext(BaseModel):
@@ -51,6 +52,21 @@ class RenderContext(BaseModel):
         default=None, description="Override of the JumpStart gated content bucket."
     )
     jumpstart_region: str = Field(default="us-west-2", description="Region of the JumpStart buckets.")
+    preload_concurrency_nodes: int = Field(
+        default=throttling.DEFAULT_NODES,
+        ge=1,
+        description="At least this many nodes may preload one cache at once (Helm cache.preloadConcurrency.nodes).",
+    )
+    preload_concurrency_percent: int = Field(
+        default=throttling.DEFAULT_PERCENT,
+        ge=1,
+        le=100,
+        description="Or this percentage of its target nodes, when more (Helm cache.preloadConcurrency.percent).",
+    )
+    cache_eviction_policy: nvme_budget.EvictionPolicy = Field(
+        default=nvme_budget.EvictionPolicy.NEVER,
+        description="Never, or EvictUnreferencedLRU: make room on a node by evicting caches no endpoint references.",
+    )
     extra_tolerations: tuple[dict[str, Any], ...] = Field(
         default=(),
         description="Tolerations of cache pods besides the GPU node-pool ones (Helm cache.extraTolerations).",
@@ -68,6 +84,17 @@ class RenderContext(BaseModel):
         default_factory=dict,
         description="Trust groups: name -> namespaces that may share credentialed weights caches (render/scopes.py).",
     )
+
+    @field_validator("extra_tolerations")
+    @classmethod
+    def _never_node_gone(cls, extra: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        for toleration in extra:
+            if tolerations.tolerates_node_gone(toleration):
+                raise ValueError(
+                    f"cache.extraTolerations entry {toleration} tolerates node.kubernetes.io/not-ready or unreachable:"
+                    " cache pods must leave nodes that went away; give a key"
+                )
+        return extra
 
     @field_validator("cache_sharing_groups")
     @classmethod

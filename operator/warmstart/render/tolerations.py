@@ -3,7 +3,8 @@
 Never a blanket `operator: Exists`: a pod that tolerates every taint lands on control-plane nodes, on nodes a health
 check has cordoned with a taint, and on node pools reserved for others. The cache pods tolerate only the taints a GPU
 or Trainium node pool carries (so the nodes the model runs on get cached), plus what the cluster admin adds in the
-Helm value `cache.extraTolerations` (docs/weights-cache.md lists them).
+Helm value `cache.extraTolerations` (docs/weights-cache.md lists them). Never the `not-ready` and `unreachable`
+taints: a cache pod must not stay on a node that went away (render/node_health.py takes such nodes out of the targets).
 """
 
 from __future__ import annotations
@@ -23,11 +24,25 @@ GPU_POOL_TOLERATIONS: tuple[Mapping[str, str], ...] = (
 CONTROL_PLANE_LABELS: tuple[str, ...] = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 
 
+#: taints of a node that went away: no cache pod tolerates them (the API server's default 300 s toleration applies)
+NODE_GONE_TAINTS: tuple[Mapping[str, str], ...] = (
+    {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+)
+
+
+def tolerates_node_gone(toleration: Mapping[str, Any]) -> bool:
+    """Whether a toleration would keep a pod on (or send it to) a NotReady or unreachable node."""
+    return any(_tolerates(toleration, taint) for taint in NODE_GONE_TAINTS)
+
+
 def cache_tolerations(extra: Sequence[Mapping[str, Any]]) -> list[Manifest]:
-    """The GPU node-pool tolerations, then the admin's extra ones (duplicates dropped)."""
+    """The GPU node-pool tolerations, then the admin's extra ones (duplicates and node-gone tolerations dropped)."""
     result: list[Manifest] = []
     for toleration in (*GPU_POOL_TOLERATIONS, *extra):
-        if dict(toleration) not in result:
+        if dict(toleration) not in result and not tolerates_node_gone(toleration):
             result.append(dict(toleration))
     return result
 
@@ -55,6 +70,12 @@ def schedulable(taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mappi
         if t.get("effect") in ("NoSchedule", "NoExecute")
         and not str(t.get("key", "")).startswith("node.kubernetes.io/")
     ]
+    return all(any(_tolerates(tol, taint) for tol in tolerations) for taint in blocking)
+
+
+def schedulable_strict(taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every NoSchedule/NoExecute taint, `node.kubernetes.io/*` included, is tolerated."""
+    blocking = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")]
     return all(any(_tolerates(tol, taint) for tol in tolerations) for taint in blocking)
 
 

@@ -9,100 +9,66 @@ Rules (docs/weights-cache.md has them for users):
   (`--if-missing` makes that seconds when the files are still there), so a label is never set without a fresh check;
 - a failed Job is retried when its reason is retryable (exponential backoff from the Job's end, at most
   MAX_ATTEMPTS), or at once when the spec changed since it was created; otherwise the node stays Failed;
-- Jobs on nodes that left the target set are deleted.
+- Jobs on nodes that left the target set are deleted; so are Jobs on unavailable nodes (render/node_health.py),
+  which leave the targets and are listed in `unavailableNodes`;
+- at most `throttling.limit` nodes preload at once; the others wait as Pending/Queued without a Job;
+- the capacity check counts the other caches on the node (render/nvme_budget.py) and may evict unreferenced ones.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from warmstart import placement
 from warmstart.api import nodelabels
-from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus
-from warmstart.api.states import CacheState, ConditionType, NodeCacheState
-from warmstart.render import conditions, tolerations
+from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus, UnavailableNode
+from warmstart.api.states import NodeCacheState
+from warmstart.render import nvme_budget, throttling, tolerations
+from warmstart.render import weights_summaries as summaries
+from warmstart.render.weights_observations import (
+    EVICTED,
+    INSUFFICIENT_CAPACITY,
+    MAX_ATTEMPTS,
+    QUEUED,
+    RECHECKED_REASONS,
+    RETRY_BASE_SECONDS,
+    RETRY_MAX_SECONDS,
+    RETRY_SEPARATOR,
+    JobPhase,
+    NodeLike,
+    Observed,
+    Plan,
+    PreloadJob,
+    PreloadResult,
+    clip,
+    is_permanent_failure,
+    is_retryable,
+)
+from warmstart.render.weights_summaries import deleting, summarize
 
-RETRY_BASE_SECONDS = 30.0
-RETRY_MAX_SECONDS = 600.0
-MAX_ATTEMPTS = 5
-MESSAGE_LIMIT = 1024
-RETRY_SEPARATOR = "; retry "
-
-INSUFFICIENT_CAPACITY = "InsufficientCapacity"
-#: Job conditions without a termination message that are worth a retry (a crash, OOM kill or eviction)
-RETRYABLE_JOB_REASONS = frozenset({"BackoffLimitExceeded"})
-
-
-class JobPhase(StrEnum):
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-
-class NodeLike(Protocol):
-    """What the plan needs of a node (controllers.nodes.NodeFacts fits)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-    @property
-    def annotations(self) -> Mapping[str, str]: ...
-
-
-@dataclass(frozen=True)
-class PreloadJob:
-    """One preload Job as the operator's index sees it."""
-
-    name: str
-    node: str
-    attempt: int
-    generation: int
-    uid: str
-    phase: JobPhase
-    active: int = 0
-    failure_reason: str | None = None
-    finished_at: dt.datetime | None = None
-
-
-@dataclass(frozen=True)
-class PreloadResult:
-    """A preload container's termination message (or what could be read of it)."""
-
-    reason: str
-    message: str = ""
-    bytes: int | None = None
-    seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Observed:
-    """Everything one reconcile of one cache looks at."""
-
-    generation: int
-    key: str
-    spec: ModelDataCacheConfigSpec
-    status: ModelDataCacheConfigStatus
-    nodes: Sequence[NodeLike]
-    jobs: Sequence[PreloadJob]
-    results: Mapping[str, PreloadResult]
-    retryable_reasons: Collection[str]
-
-
-@dataclass
-class Plan:
-    """What to do and what to report."""
-
-    status: ModelDataCacheConfigStatus
-    create: list[tuple[str, int]] = field(default_factory=list)
-    delete: list[str] = field(default_factory=list)
-    label: list[str] = field(default_factory=list)
-    recorded: list[tuple[NodeCacheStatus, PreloadJob]] = field(default_factory=list)
-    requeue_after: float | None = None
+__all__ = [
+    "EVICTED",
+    "INSUFFICIENT_CAPACITY",
+    "MAX_ATTEMPTS",
+    "QUEUED",
+    "JobPhase",
+    "NodeLike",
+    "Observed",
+    "Plan",
+    "PreloadJob",
+    "PreloadResult",
+    "backoff_seconds",
+    "deleting",
+    "is_permanent_failure",
+    "is_retryable",
+    "model_size",
+    "plan",
+    "summarize",
+    "target_nodes",
+    "unrecorded",
+]
 
 
 def target_nodes(spec: ModelDataCacheConfigSpec, nodes: Iterable[NodeLike]) -> list[NodeLike]:
@@ -150,16 +116,14 @@ def _is_recorded(previous: NodeCacheStatus | None, job: PreloadJob) -> bool:
     return previous is not None and previous.attempts == job.attempt and previous.state in done
 
 
-def _clip(text: str | None) -> str | None:
-    return text[:MESSAGE_LIMIT] if text else text
-
-
 @dataclass
 class _NodePlanner:
     observed: Observed
     now: dt.datetime
     plan: Plan
     size: int | None
+    #: preloads this reconcile may still start (throttling.limit minus the ones running)
+    slots: int = 0
 
     @property
     def label_key(self) -> str:
@@ -175,23 +139,28 @@ class _NodePlanner:
         if latest and previous and previous.attempts and latest.attempt < previous.attempts:
             current = None
         self.plan.delete += [j.name for j in jobs if current is None or j.attempt < current.attempt]
+        attempts = previous.attempts if previous else None
+        if node.name in self.observed.evicted and not self.observed.spec.parent_references:
+            self.plan.delete += [j.name for j in jobs if j.phase == JobPhase.RUNNING]
+            message = "evicted to make room for another cache; preloaded again when an endpoint references it"
+            return NodeCacheStatus(
+                node=node.name, state=NodeCacheState.FAILED, reason=EVICTED, message=message, attempts=attempts
+            )
         if node.labels.get(self.label_key) == nodelabels.READY:
             return self._ready(node.name, previous, current)
-        capacity = (
-            placement.check_capacity(
-                self.size, placement.nvme_capacity_bytes(node.labels.get(nodelabels.INSTANCE_TYPE), node.annotations)
-            )
-            if self.size
-            else None
-        )
-        if capacity is not None and not capacity.fits:
+        capacity = placement.nvme_capacity_bytes(node.labels.get(nodelabels.INSTANCE_TYPE), node.annotations)
+        others = self.observed.residents.get(node.name, ())
+        fit = nvme_budget.fit(self.size, capacity, others, self.observed.eviction_policy) if self.size else None
+        if fit is not None and not fit.fits:
             return NodeCacheStatus(
                 node=node.name,
                 state=NodeCacheState.FAILED,
                 reason=INSUFFICIENT_CAPACITY,
-                message=capacity.message,
-                attempts=previous.attempts if previous else None,
+                message=fit.message,
+                attempts=attempts,
             )
+        if fit is not None and fit.evict:
+            self.plan.evict += [(node.name, victim) for victim in fit.evict]
         if current is None:
             return self._without_job(node.name, previous)
         if current.phase == JobPhase.RUNNING:
@@ -218,7 +187,7 @@ class _NodePlanner:
             node=node,
             state=state,
             reason=result.reason,
-            message=_clip(result.message) or None,
+            message=clip(result.message) or None,
             bytes=result.bytes,
             seconds=result.seconds,
             attempts=job.attempt,
@@ -239,9 +208,11 @@ class _NodePlanner:
     def _without_job(self, node: str, previous: NodeCacheStatus | None) -> NodeCacheStatus:
         if previous is None or previous.attempts is None:
             return self._create(node, 1)
+        if previous.reason == QUEUED:
+            return self._create(node, previous.attempts + 1)
         if previous.state in (NodeCacheState.PENDING, NodeCacheState.DOWNLOADING):
             return self._create(node, previous.attempts)  # created before, not seen yet (or deleted by someone)
-        if previous.state == NodeCacheState.FAILED and previous.reason != INSUFFICIENT_CAPACITY:
+        if previous.state == NodeCacheState.FAILED and previous.reason not in RECHECKED_REASONS:
             spec_changed = (self.observed.status.observed_generation or 0) < self.observed.generation
             reason = previous.reason or ""
             if not spec_changed and not (self.retryable(reason) and previous.attempts < MAX_ATTEMPTS):
@@ -249,6 +220,16 @@ class _NodePlanner:
         return self._create(node, previous.attempts + 1)
 
     def _create(self, node: str, attempt: int) -> NodeCacheStatus:
+        """A Job for `attempt`, or Pending/Queued (no Job, attempts so far) when the throttle has no slot left."""
+        if self.slots <= 0:
+            return NodeCacheStatus(
+                node=node,
+                state=NodeCacheState.PENDING,
+                reason=QUEUED,
+                message="waiting for a preload slot (preloadConcurrency)",
+                attempts=(attempt - 1) or None,
+            )
+        self.slots -= 1
         self.plan.create.append((node, attempt))
         return NodeCacheStatus(node=node, state=NodeCacheState.PENDING, attempts=attempt)
 
@@ -277,20 +258,8 @@ class _NodePlanner:
                 return self._rerun(node, job, f"retrying after {result.reason}")
             self.plan.requeue_after = min(wait, self.plan.requeue_after or wait)
             retry = f"{RETRY_SEPARATOR}{job.attempt + 1} of {MAX_ATTEMPTS} at {due.strftime('%Y-%m-%dT%H:%M:%SZ')}"
-            return entry.model_copy(update={"message": _clip((entry.message or result.reason) + retry)})
+            return entry.model_copy(update={"message": clip((entry.message or result.reason) + retry)})
         return entry
-
-
-def is_retryable(reason: str, retryable_reasons: Collection[str]) -> bool:
-    """A preload reason worth retrying with the same spec, or a Job failure without a message (crash, eviction)."""
-    return reason in retryable_reasons or reason in RETRYABLE_JOB_REASONS
-
-
-def is_permanent_failure(entry: NodeCacheStatus, retryable_reasons: Collection[str]) -> bool:
-    """A Failed node that will not be retried with this spec."""
-    if entry.state != NodeCacheState.FAILED:
-        return False
-    return not is_retryable(entry.reason or "", retryable_reasons) or (entry.attempts or 0) >= MAX_ATTEMPTS
 
 
 def plan(observed: Observed, now: dt.datetime) -> Plan:
@@ -298,80 +267,38 @@ def plan(observed: Observed, now: dt.datetime) -> Plan:
     previous_status = observed.status
     result = Plan(status=previous_status)
     size = model_size(observed.spec, previous_status)
-    planner = _NodePlanner(observed=observed, now=now, plan=result, size=size)
     previous = {n.node: n for n in previous_status.nodes or []}
     jobs_by_node: dict[str, list[PreloadJob]] = {}
     for job in observed.jobs:
         jobs_by_node.setdefault(job.node, []).append(job)
-    targets = target_nodes(observed.spec, observed.nodes)
+    matching = target_nodes(observed.spec, observed.nodes)
+    targets = [n for n in matching if n.name not in observed.unavailable]
+    limit = throttling.limit(observed.throttle, observed.spec.preload_concurrency, len(targets))
+    latest = _latest_by_node(observed.jobs)
+    running = sum(1 for n in targets if n.name in latest and latest[n.name].phase == JobPhase.RUNNING)
+    planner = _NodePlanner(observed=observed, now=now, plan=result, size=size, slots=limit - running)
     entries = [planner.node(n, previous.get(n.name), jobs_by_node.pop(n.name, [])) for n in targets]
-    for gone in jobs_by_node.values():  # nodes that left or stopped matching
+    for gone in jobs_by_node.values():  # nodes that left, stopped matching, or are unavailable
         result.delete += [j.name for j in gone]
     learned = [e.bytes for e, _ in result.recorded if e.state == NodeCacheState.READY and e.bytes]
     measured = max(learned) if learned else previous_status.model_size_bytes
-    result.status = summarize(observed, entries, measured, observed.spec.model_size_bytes or measured, now)
-    result.delete = sorted(set(result.delete))
-    return result
 
-
-def summarize(
-    observed: Observed, entries: list[NodeCacheStatus], measured: int | None, size: int | None, now: dt.datetime
-) -> ModelDataCacheConfigStatus:
-    """The cache's status from its nodes: state, counts, bytes, message and the Ready condition."""
-    ready = [e for e in entries if e.state == NodeCacheState.READY]
-    failed = [e for e in entries if is_permanent_failure(e, observed.retryable_reasons)]
-    busy = any(e.state in (NodeCacheState.DOWNLOADING, NodeCacheState.FAILED) for e in entries) or bool(ready)
-    total = len(entries)
-    if total == 0:
-        state, reason, message = CacheState.PENDING, "NoTargetNodes", "no live node matches the cache's node targeting"
-    elif failed:
-        first = failed[0]
-        state, reason = CacheState.FAILED, first.reason or "PreloadFailed"
-        details = "; ".join(f"{e.node}: {e.reason}: {e.message or ''}".rstrip(": ") for e in failed[:3])
-        message = f"{len(failed)} of {total} nodes failed: {details}"
-    elif len(ready) == total:
-        state, reason, message = CacheState.READY, "CacheReady", f"{total}/{total} nodes ready"
-    elif busy:
-        state, reason, message = CacheState.DOWNLOADING, "Downloading", f"{len(ready)}/{total} nodes ready"
-    else:
-        state, reason, message = (
-            CacheState.PENDING,
-            "Pending",
-            f"{len(ready)}/{total} nodes ready; preload Jobs starting",
-        )
-    message = _clip(message) or message
-    ready_condition = conditions.condition(
-        ConditionType.READY, state == CacheState.READY, reason, message, observed.generation
-    )
-    done = sum((size or e.bytes or 0) for e in ready) if ready else 0
-    return ModelDataCacheConfigStatus(
-        state=state,
-        ready_nodes=len(ready),
-        target_nodes=total,
-        message=message,
-        conditions=conditions.set_condition(observed.status.conditions or [], ready_condition, _timestamp(now)),
-        observed_generation=observed.generation,
-        key=observed.key,
-        bytes_done=done,
-        bytes_total=size * total if size else None,
-        model_size_bytes=measured,
-        nodes=entries or None,
-    )
-
-
-def deleting(
-    status: ModelDataCacheConfigStatus, generation: int, message: str, now: dt.datetime
-) -> ModelDataCacheConfigStatus:
-    """Status while the finalizer cleans the nodes."""
-    ready_condition = conditions.condition(ConditionType.READY, False, "Deleting", message, generation)
-    return status.model_copy(
+    left_out = [
+        UnavailableNode(node=n.name, reason=observed.unavailable[n.name])
+        for n in matching
+        if n.name in observed.unavailable
+    ]
+    size_now = observed.spec.model_size_bytes or measured
+    entries = summaries.with_usage(observed, targets, entries, result.evict, size_now)
+    status = summaries.summarize(observed, entries, measured, size_now, now, len(left_out))
+    queued = sum(1 for e in entries if e.reason == QUEUED)
+    result.status = status.model_copy(
         update={
-            "state": CacheState.DELETING,
-            "message": message,
-            "conditions": conditions.set_condition(status.conditions or [], ready_condition, _timestamp(now)),
+            "unavailable_nodes": left_out or None,
+            "queued_nodes": queued or None,
+            "preload_concurrency": limit,
+            "last_used_time": summaries.last_used(observed, now),
         }
     )
-
-
-def _timestamp(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result.delete = sorted(set(result.delete))
+    return result

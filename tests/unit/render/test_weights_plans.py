@@ -10,6 +10,7 @@ from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus
 from warmstart.api.states import CacheState, NodeCacheState
 from warmstart.placement import GB, instance_type_affinity
+from warmstart.render import nvme_budget
 from warmstart.render import weights_plans as planning
 from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
@@ -214,3 +215,110 @@ def test_deleting_status() -> None:
         ModelDataCacheConfigStatus(state=CacheState.READY), 2, "removing the cache from 3 nodes", NOW
     )
     assert status.state == CacheState.DELETING and status.conditions and status.conditions[0].reason == "Deleting"
+
+
+def throttled(nodes: list[Node], jobs: list[PreloadJob] = [], **kwargs: Any) -> planning.Plan:  # noqa: B006
+    status = kwargs.pop("status", None)
+    observed = planning.Observed(
+        generation=1,
+        key=KEY,
+        spec=spec(**kwargs.pop("spec", {})),
+        status=status or ModelDataCacheConfigStatus(),
+        nodes=nodes,
+        jobs=jobs,
+        results={},
+        retryable_reasons=RETRYABLE,
+        **kwargs,
+    )
+    return planning.plan(observed, NOW)
+
+
+def test_throttle_starts_at_most_the_limit_and_queues_the_rest_without_jobs() -> None:
+    fleet = [node(f"n{i:02d}") for i in range(10)]
+    first = throttled(fleet, spec={"preloadConcurrency": 3})
+    assert first.create == [("n00", 1), ("n01", 1), ("n02", 1)]
+    queued = [e for e in first.status.nodes or [] if e.reason == planning.QUEUED]
+    assert len(queued) == 7 and all(e.state == NodeCacheState.PENDING and e.attempts is None for e in queued)
+    assert (first.status.queued_nodes, first.status.preload_concurrency, first.status.target_nodes) == (7, 3, 10)
+    assert first.status.state == CacheState.PENDING and first.status.ready_nodes == 0
+    running = [job(n, JobPhase.RUNNING, active=1) for n in ("n00", "n01")] + [job("n02", JobPhase.SUCCEEDED)]
+    second = throttled(fleet, running, spec={"preloadConcurrency": 3}, status=first.status)
+    assert second.create == [("n03", 1)] and second.label == ["n02"]
+    assert second.status.queued_nodes == 6 and second.status.state == CacheState.DOWNLOADING
+
+
+def test_default_throttle_lets_a_small_fleet_fill_at_once() -> None:
+    plan = run([node(f"n{i:02d}") for i in range(16)])
+    assert len(plan.create) == 16 and plan.status.queued_nodes is None and plan.status.preload_concurrency == 16
+
+
+def test_a_queued_retry_gets_the_next_attempt_when_a_slot_frees() -> None:
+    failed = job("a", JobPhase.FAILED, failure_reason="BackoffLimitExceeded", finished_at=NOW - dt.timedelta(hours=1))
+    busy = job("b", JobPhase.RUNNING, active=1)
+    plan = throttled([node("a"), node("b")], [failed, busy], spec={"preloadConcurrency": 1})
+    assert plan.create == [] and plan.delete == [failed.name]
+    assert entries(plan)["a"].reason == planning.QUEUED and entries(plan)["a"].attempts == 1
+    freed = throttled([node("a"), node("b")], [], spec={"preloadConcurrency": 1}, status=plan.status)
+    assert ("a", 2) in freed.create
+
+
+def test_unavailable_nodes_leave_the_targets_lose_their_jobs_and_are_listed() -> None:
+    jobs = [job("a", JobPhase.RUNNING, active=1), job("b", JobPhase.RUNNING, active=1)]
+    plan = throttled(
+        [node("a"), node("b"), node("c", ready=True)], jobs, unavailable={"b": "NotReady", "other": "Cordoned"}
+    )
+    assert plan.delete == [jobs[1].name] and plan.create == []
+    assert (plan.status.target_nodes, plan.status.ready_nodes) == (2, 1)
+    assert [(u.node, u.reason) for u in plan.status.unavailable_nodes or []] == [("b", "NotReady")]
+    assert "1 matching nodes unavailable" in (plan.status.message or "")
+    back = throttled([node("a"), node("b"), node("c", ready=True)], jobs[:1], status=plan.status)
+    assert back.create == [("b", 1)] and back.status.unavailable_nodes is None
+
+
+def test_a_ready_node_that_becomes_unavailable_does_not_hold_the_cache_back() -> None:
+    plan = throttled([node("a", ready=True), node("b")], unavailable={"b": "Unreachable"})
+    assert plan.status.state == CacheState.READY and (plan.status.ready_nodes, plan.status.target_nodes) == (1, 1)
+
+
+def others(*residents: nvme_budget.Resident) -> dict[str, list[nvme_budget.Resident]]:
+    return {"a": list(residents)}
+
+
+def old_cache(referenced: bool = False) -> nvme_budget.Resident:
+    return nvme_budget.Resident("old", 60 * GB, referenced, "2026-01-01T00:00:00Z", "ns", "weights-old")
+
+
+def test_capacity_counts_the_other_caches_and_never_evicts_by_default() -> None:
+    plan = throttled([node("a", nvme=100 * GB)], spec={"modelSizeBytes": 40 * GB}, residents=others(old_cache()))
+    entry = entries(plan)["a"]
+    assert (entry.state, entry.reason) == (NodeCacheState.FAILED, "InsufficientCapacity")
+    assert plan.create == [] and plan.evict == []
+    assert (entry.nvme_used_bytes, entry.nvme_free_bytes) == (60 * GB, 40 * GB)
+
+
+def test_lru_policy_evicts_an_unreferenced_cache_and_fills_the_node() -> None:
+    lru = nvme_budget.EvictionPolicy.EVICT_UNREFERENCED_LRU
+    kwargs: dict[str, Any] = {"spec": {"modelSizeBytes": 40 * GB}, "eviction_policy": lru}
+    plan = throttled([node("a", nvme=100 * GB)], residents=others(old_cache()), **kwargs)
+    assert plan.create == [("a", 1)] and [(n, r.key) for n, r in plan.evict] == [("a", "old")]
+    assert entries(plan)["a"].nvme_used_bytes == 40 * GB
+    kept = throttled([node("a", nvme=100 * GB)], residents=others(old_cache(referenced=True)), **kwargs)
+    assert kept.create == [] and kept.evict == [] and entries(kept)["a"].reason == "InsufficientCapacity"
+
+
+def test_an_evicted_unreferenced_cache_stays_off_the_node_until_an_endpoint_references_it() -> None:
+    evicted = throttled([node("a", ready=True), node("b")], evicted={"a"})
+    assert (entries(evicted)["a"].state, entries(evicted)["a"].reason) == (NodeCacheState.FAILED, "Evicted")
+    assert evicted.create == [("b", 1)]
+    parent = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "e", "uid": "u"}]
+    wanted = throttled([node("a"), node("b")], evicted={"a"}, status=evicted.status, spec={"parentReferences": parent})
+    assert ("a", 1) in wanted.create
+
+
+def test_last_used_time_is_refreshed_hourly_while_referenced_and_frozen_after() -> None:
+    parent = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "e", "uid": "u"}]
+    stamped = ModelDataCacheConfigStatus(last_used_time="2026-01-01T11:30:00Z")
+    assert run([node("a")], status=stamped, parentReferences=parent).status.last_used_time == "2026-01-01T11:30:00Z"
+    stale = ModelDataCacheConfigStatus(last_used_time="2026-01-01T10:00:00Z")
+    assert run([node("a")], status=stale, parentReferences=parent).status.last_used_time == "2026-01-01T12:00:00Z"
+    assert run([node("a")], status=stale).status.last_used_time == "2026-01-01T10:00:00Z"
