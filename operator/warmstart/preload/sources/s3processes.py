@@ -45,7 +45,7 @@ def _die_with_parent() -> None:
 
 
 def _worker(
-    worker: int, factory: SourceFactory, options: Options, jobs: list[tuple[RemoteFile, str]], out: Any
+    worker: int, factory: SourceFactory, options: Options, jobs: list[tuple[RemoteFile, str]], scratch: str, out: Any
 ) -> None:
     _die_with_parent()
     paths = {file.ref: path for file, path in jobs}
@@ -63,7 +63,7 @@ def _worker(
     try:
         source = factory(options)
         source.fetch(
-            [f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), ""
+            [f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), scratch
         )
     except PreloadError as exc:
         out.put(("error", worker, exc.reason.value, exc.message))
@@ -82,6 +82,7 @@ def fetch(
     on_bytes: OnBytes,
     on_done: Callable[[RemoteFile], None],
     processes: int,
+    scratch: str,
 ) -> None:
     """Download `files` with `processes` workers; raise the first permanent failure (else the first failure).
 
@@ -98,7 +99,7 @@ def fetch(
     workers = [
         ctx.Process(
             target=_worker,
-            args=(i, factory, per_worker, [(f, part_path(f)) for f in g], out),
+            args=(i, factory, per_worker, [(f, part_path(f)) for f in g], scratch, out),
             name=f"preload-s3-{i}",
             daemon=True,
         )
