@@ -1,17 +1,20 @@
-"""Benchmark `warmstart preload` against the naive baseline and the local-copy limit, and time `--if-missing`.
+"""Benchmark `warmstart preload` against the naive baseline and the local-copy limit, its resume, and `--if-missing`.
 
-One run: a synthetic model (4 x 450 MB shards + small files, about 1.8 GiB) is written to a local directory
-and uploaded to moto's S3 server (a subprocess on loopback), then fetched three ways into the same disk:
+One run: a synthetic model (3 x 300 MiB shards + small files, as in issue 16) is written to a local directory and
+served by up to four S3 servers in turn: moto's server and versitygw (the S3 server of the real-node cluster, built
+by localcluster into ~/.cache/warmstart/bin), each a subprocess with the model uploaded by boto3; and
+`preload_s3server.py` (a fast file-backed server, in this process) with MD5 ETags only, then with CRC64NVME
+checksums as S3 gives new objects. Against each server, into the same disk:
 
   1. `warmstart preload` (its own process; parallel ranged GETs, verification, fsync, atomic publish);
-  2. boto3 `download_file` called sequentially per object (the naive baseline, boto3 defaults);
-  3. a plain local copy of the same bytes with fsync (the loopback/disk limit: no HTTP at all).
+  2. boto3 `download_file` called sequentially per object, with fsync (the naive baseline, boto3 defaults);
+  3. a preload killed -9 once 40% of the bytes are on disk, then the resume, timed against the clean run.
 
-Then `--if-missing` is timed on the complete cache and on a synthetic 100 GB cache (sparse files + manifest).
-moto's server is single-process Python: its CPU time during each transfer is reported, so a reader can
-tell when the server, not the client, is the bottleneck. Every byte written is removed at the end.
+Then a plain local copy with fsync (the loopback/disk limit), the CPU seconds per GiB of each verification method,
+and `--if-missing` on a complete cache and on a synthetic 100 GB one. Servers' CPU time during each transfer is
+reported, so a reader can tell when the server, not the client, is the bottleneck. Everything written is removed.
 
-    .venv/bin/python bench/preload.py [--shard-mb 450] [--shards 4] [--concurrency 16] [--part-size-mb 16]
+    .venv/bin/python bench/preload.py [--shard-mb 300] [--shards 3] [--servers moto,versitygw,file-s3,file-s3-crc64]
 """
 
 from __future__ import annotations
