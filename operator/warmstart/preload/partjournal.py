@@ -91,9 +91,9 @@ class PartJournal:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    def record(self, index: int, digests: Mapping[str, str]) -> None:
-        """Append one part (its bytes must already be durable on disk), fsynced before returning."""
-        line = json.dumps({"i": index, "d": dict(digests)}) + "\n"
+    def record(self, parts: Mapping[int, Mapping[str, str]]) -> None:
+        """Append parts (their bytes must already be durable on disk), fsynced before returning."""
+        line = "".join(json.dumps({"i": i, "d": dict(d)}) + "\n" for i, d in sorted(parts.items()))
         with self._lock:
             fd = nofollow.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
             try:

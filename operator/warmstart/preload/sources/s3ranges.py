@@ -3,7 +3,8 @@
 Parts of every file go through one pool of `concurrency` threads, file by file (largest first), so files finish
 early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body in large
 chunks, digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset. Once the part is
-whole it is fdatasynced, then recorded in the file's `partjournal`. A file whose parts are all there is handed to
+whole it is queued; every half second each file with new parts is fdatasynced once, then those parts are recorded
+in its `partjournal` (see `Durable`). A file whose parts are all there is handed to
 `on_done` with its parts' digests. On start, the parts an earlier run recorded are re-checked from disk and kept.
 """
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
 ATTEMPTS = 5  # per part, for a body cut short (the request itself is retried by botocore)
+FLUSH_SECONDS = 0.5  # how often received parts are made durable and journaled
 
 
 @dataclasses.dataclass
@@ -140,6 +142,7 @@ def fetch(
         for n, job in enumerate(jobs):
             if not remaining[n]:
                 _complete(job, on_file)
+        durable = Durable()
         cursor = iter([(n, job, i) for n, job in enumerate(jobs) for i in job.todo])
 
         def worker() -> None:
@@ -150,7 +153,7 @@ def fetch(
                     return
                 n, job, index = item
                 try:
-                    digests = _part(job, index, get, on_bytes)
+                    digests = _part(job, index, get, on_bytes, durable)
                     with lock:
                         job.digests[index] = digests
                         remaining[n] -= 1
@@ -165,10 +168,11 @@ def fetch(
         threads = [
             threading.Thread(target=worker, name=f"s3-range-{i}", daemon=True) for i in range(max(1, concurrency))
         ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with durable:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
     finally:
         for job in jobs:
             if job.fd >= 0:
@@ -178,7 +182,54 @@ def fetch(
         raise sorted(failures, key=lambda f: f.reason == Reason.NETWORK_ERROR)[0]
 
 
-def _part(job: Job, index: int, get: Callable[[RemoteFile, int, int], Any], on_bytes: OnBytes) -> dict[str, str]:
+class Durable:
+    """Journals received parts in batches: every `interval` seconds, one fdatasync per file, then one journal append.
+
+    A part is journaled only after its file was fdatasynced, so a recorded part is on disk. Batching keeps the
+    download threads from waiting on the disk (an fdatasync per part serialised them); a kill loses at most the parts
+    of the last interval, which the resume fetches again."""
+
+    def __init__(self, interval: float = FLUSH_SECONDS) -> None:
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.pending: dict[int, tuple[Job, dict[int, dict[str, str]]]] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="s3-journal", daemon=True)
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> Durable:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.flush()
+
+    def add(self, job: Job, index: int, digests: dict[str, str]) -> None:
+        with self.lock:
+            self.pending.setdefault(id(job), (job, {}))[1][index] = digests
+
+    def flush(self) -> None:
+        with self.lock:
+            batch, self.pending = self.pending, {}
+        for job, parts in batch.values():
+            if job.fd >= 0:
+                os.fdatasync(job.fd)
+                job.journal.record(parts)
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.flush()
+            except OSError as exc:  # a disk error: the parts stay unjournaled, the final flush raises it
+                self.error = exc
+                return
+
+
+def _part(
+    job: Job, index: int, get: Callable[[RemoteFile, int, int], Any], on_bytes: OnBytes, durable: Durable
+) -> dict[str, str]:
     for attempt in range(1, ATTEMPTS + 1):
         try:
             digests = _read_part(lambda o, n: get(job.file, o, n), job, index)
@@ -187,8 +238,7 @@ def _part(job: Job, index: int, get: Callable[[RemoteFile, int, int], Any], on_b
             if attempt == ATTEMPTS or not _transient(exc):
                 raise
             log.info("%s: part %d: %s; fetching it again (attempt %d)", job.file.path, index, exc, attempt + 1)
-    os.fdatasync(job.fd)
-    job.journal.record(index, digests)
+    durable.add(job, index, digests)
     on_bytes(partjournal.part_range(index, job.file.size, job.part_size)[1])
     return digests
 
