@@ -84,7 +84,7 @@ def object_reader(s3_client: Any) -> Callable[[str, str], bytes]:
 
 
 def error(exc: BaseException, what: str) -> PreloadError:
-    """A botocore/s3transfer failure as a PreloadError with a reason."""
+    """A botocore failure as a PreloadError with a reason."""
     if isinstance(exc, PreloadError):
         return exc
     if isinstance(exc, botocore.exceptions.ClientError):

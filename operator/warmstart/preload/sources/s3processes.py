@@ -1,6 +1,6 @@
-"""S3 downloads split across several processes, each with its own GIL, TransferManager and connection pool.
+"""S3 downloads split across several processes, each with its own GIL and connection pool.
 
-One Python process moving bytes through boto3/s3transfer is CPU-bound at a few hundred MB/s (about 5 CPU-seconds per
+One Python process moving bytes through botocore is CPU-bound at a few hundred MB/s (about 1 CPU-second per
 GiB measured, under one GIL). With `--processes N` the files are dealt to N spawned workers, largest first, to even
 out bytes; each reports bytes, finished files and failures over a queue, and the parent verifies and journals as
 usual. A worker dies with its parent (PR_SET_PDEATHSIG), so a kill -9 of the preload leaves no writer behind.
