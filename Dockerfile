@@ -22,6 +22,7 @@ COPY README.md ./
 COPY operator/ operator/
 RUN /opt/warmstart/bin/pip install --no-cache-dir . \
     && /opt/warmstart/bin/pip check \
+    && /opt/warmstart/bin/python -c 'import awscrt.checksums as c; c.combine_crc64nvme(0, 0, 1)' \
     && /opt/warmstart/bin/warmstart --help > /dev/null
 
 # --- noop: a statically linked busybox (no libc needed), used as `busybox true` / `busybox sleep` -------------------

@@ -1,17 +1,20 @@
-"""Benchmark `warmstart preload` against the naive baseline and the local-copy limit, and time `--if-missing`.
+"""Benchmark `warmstart preload` against the naive baseline and the local-copy limit, its resume, and `--if-missing`.
 
-One run: a synthetic model (4 x 450 MB shards + small files, about 1.8 GiB) is written to a local directory
-and uploaded to moto's S3 server (a subprocess on loopback), then fetched three ways into the same disk:
+One run: a synthetic model (3 x 300 MiB shards + small files, as in issue 16) is written to a local directory and
+served by up to four S3 servers in turn: moto's server and versitygw (the S3 server of the real-node cluster, built
+by localcluster into ~/.cache/warmstart/bin), each a subprocess with the model uploaded by boto3; and
+`preload_s3server.py` (a fast file-backed server, in this process) with MD5 ETags only, then with CRC64NVME
+checksums as S3 gives new objects. Against each server, into the same disk:
 
   1. `warmstart preload` (its own process; parallel ranged GETs, verification, fsync, atomic publish);
-  2. boto3 `download_file` called sequentially per object (the naive baseline, boto3 defaults);
-  3. a plain local copy of the same bytes with fsync (the loopback/disk limit: no HTTP at all).
+  2. boto3 `download_file` called sequentially per object, with fsync (the naive baseline, boto3 defaults);
+  3. a preload killed -9 once 40% of the bytes are on disk, then the resume, timed against the clean run.
 
-Then `--if-missing` is timed on the complete cache and on a synthetic 100 GB cache (sparse files + manifest).
-moto's server is single-process Python: its CPU time during each transfer is reported, so a reader can
-tell when the server, not the client, is the bottleneck. Every byte written is removed at the end.
+Then a plain local copy with fsync (the loopback/disk limit), the CPU seconds per GiB of each verification method,
+and `--if-missing` on a complete cache and on a synthetic 100 GB one. Servers' CPU time during each transfer is
+reported, so a reader can tell when the server, not the client, is the bottleneck. Everything written is removed.
 
-    .venv/bin/python bench/preload.py [--shard-mb 450] [--shards 4] [--concurrency 16] [--part-size-mb 16]
+    .venv/bin/python bench/preload.py [--shard-mb 300] [--shards 3] [--servers moto,versitygw,file-s3,file-s3-crc64]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +45,10 @@ from preload_s3server import FileS3Server
 MIB = 1 << 20
 GB = 1_000_000_000
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+#: The identity a preload records as the cache's producer: `--if-missing` of the same identity needs no source.
+IDENTITY = {"WARMSTART_POD_NAMESPACE": "bench", "WARMSTART_POD_SERVICE_ACCOUNT": "bench"}
+VERSITYGW = Path.home() / ".cache" / "warmstart" / "bin" / "versitygw-v1.8.0" / "versitygw"  # localcluster builds it
+CHECKSUMS = ("MD5", "SHA256", "SHA1", "CRC32", "CRC32C", "CRC64NVME")
 
 
 def free_port() -> int:
@@ -67,6 +75,30 @@ def start_moto(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError("moto did not start")
+
+
+def start_versitygw(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """versitygw (the S3 server of the real-node cluster) with its posix backend in `workdir/vgw`, on loopback."""
+    port = free_port()
+    data = workdir / "vgw"
+    data.mkdir()
+    env = {
+        **os.environ,
+        "ROOT_ACCESS_KEY_ID": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "ROOT_SECRET_ACCESS_KEY": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
+    argv = [str(VERSITYGW), f"--port=127.0.0.1:{port}", "--region=us-east-1", "--health=/health", "posix", str(data)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/health")
+            conn.getresponse().read()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("versitygw did not start")
 
 
 def make_model(src: Path, shards: int, shard_bytes: int) -> dict[str, int]:
@@ -138,31 +170,11 @@ def run_preload(
     env: dict[str, str], bucket: str, root: Path, key: str, args: list[str], workdir: Path
 ) -> dict[str, Any]:
     tlog = workdir / f"tlog-{key}"
-    source = json.dumps(
-        {"modelSourceType": "s3", "s3Storage": {"bucketName": bucket, "region": "us-east-1"}, "modelLocation": "model"}
-    )
-    argv = [
-        sys.executable,
-        "-m",
-        "warmstart.cli",
-        "preload",
-        "--source-json",
-        source,
-        "--key",
-        key,
-        "--root",
-        str(root),
-        "--termination-log",
-        str(tlog),
-        "--progress-interval",
-        "5",
-        *args,
-    ]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    proc = subprocess.run(preload_argv(bucket, root, key, tlog, args), env=env, capture_output=True, text=True)
     result = json.loads(tlog.read_text())
     if proc.returncode != 0:
         raise RuntimeError(f"preload failed: {result}\n{proc.stderr[-2000:]}")
-    return {"reported_seconds": result["seconds"], "reason": result["reason"]}
+    return {"reported_seconds": result["seconds"], "reason": result["reason"], "message": result["message"]}
 
 
 BASELINE = """
@@ -229,6 +241,10 @@ def sparse_cache(root: Path, key: str, total: int, files: int) -> None:
         "completedAt": "2026-01-01T00:00:00Z",
         "totalBytes": size * files,
         "files": entries,
+        "producer": {
+            "namespace": IDENTITY["WARMSTART_POD_NAMESPACE"],
+            "serviceAccount": IDENTITY["WARMSTART_POD_SERVICE_ACCOUNT"],
+        },
     }
     (final / ".warmstart-manifest.json").write_text(json.dumps(manifest))
 
@@ -248,6 +264,77 @@ def if_missing(env: dict[str, str], root: Path, key: str, workdir: Path, repeats
     }
 
 
+def checksum_cpu(mib: int = 256) -> dict[str, float]:
+    """CPU seconds per GiB of each verification method over `mib` MiB in 8 MiB chunks (one core, GIL released)."""
+    from warmstart.preload import partdigests
+
+    block = os.urandom(8 * MIB)
+    out = {}
+    for algorithm in CHECKSUMS:
+        new = partdigests.hasher(algorithm)
+        if new is None:
+            continue
+        h = new()
+        t0 = time.process_time()
+        for _ in range(mib // 8):
+            h.update(block)
+        h.digest()
+        out[algorithm] = (time.process_time() - t0) * 1024 / mib
+    return out
+
+
+def allocated(path: Path) -> int:
+    """Bytes the files under `path` occupy on disk (part files are sparse until written)."""
+    total = 0
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def preload_argv(bucket: str, root: Path, key: str, tlog: Path, args: list[str]) -> list[str]:
+    source = json.dumps(
+        {"modelSourceType": "s3", "s3Storage": {"bucketName": bucket, "region": "us-east-1"}, "modelLocation": "model"}
+    )
+    return [
+        sys.executable,
+        "-m",
+        "warmstart.cli",
+        "preload",
+        "--source-json",
+        source,
+        "--key",
+        key,
+        "--root",
+        str(root),
+        "--termination-log",
+        str(tlog),
+        "--progress-interval",
+        "5",
+        *args,
+    ]
+
+
+def kill_at(
+    env: dict[str, str], root: Path, key: str, args: list[str], total: int, fraction: float, workdir: Path
+) -> float:
+    """Start a preload and kill -9 it once `fraction` of the bytes are on disk; the fraction reached."""
+    staging = root / "warmstart" / "weights" / f".staging-{key}"
+    argv = preload_argv("bench", root, key, workdir / f"tlog-kill-{key}", args)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while proc.poll() is None:
+        done = allocated(staging) if staging.exists() else 0
+        if done >= fraction * total:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return done / total
+        time.sleep(0.01)
+    raise RuntimeError("the preload finished before it could be killed")
+
+
 def compare(
     name: str,
     endpoint: str,
@@ -256,57 +343,46 @@ def compare(
     workdir: Path,
     args: argparse.Namespace,
     repeats: int,
-    durable_only: bool = False,
-) -> list[dict[str, Any]]:
-    """warmstart preload, then the naive baseline, against one server; the caches are removed after."""
-    env = {**os.environ, **CREDENTIALS, "AWS_ENDPOINT_URL_S3": endpoint}
+    total: int,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """warmstart preload, the naive baseline, and a resume after kill -9 at 40%, against one server."""
+    env = {**os.environ, **CREDENTIALS, **IDENTITY, "AWS_ENDPOINT_URL_S3": endpoint}
     key = f"bench-{name}"
     baseline_dir = workdir / f"baseline-{name}"
+    flags = ["--concurrency", str(args.concurrency), "--part-size-mb", str(args.part_size_mb)]
 
-    def ours(processes: int = 1) -> Any:
-        def run() -> dict[str, Any]:
-            shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
-            return run_preload(
-                env,
-                "bench",
-                root,
-                key,
-                [
-                    "--concurrency",
-                    str(args.concurrency),
-                    "--part-size-mb",
-                    str(args.part_size_mb),
-                    "--processes",
-                    str(processes),
-                ],
-                workdir,
-            )
+    def ours() -> dict[str, Any]:
+        shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
+        return run_preload(env, "bench", root, key, flags, workdir)
 
-        return run
-
-    def baseline(fsync: str) -> Any:
-        def run() -> dict[str, Any]:
-            shutil.rmtree(baseline_dir, ignore_errors=True)
-            out = subprocess.run(
-                [sys.executable, "-c", BASELINE, "bench", str(baseline_dir), endpoint, fsync],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            return {"reported_seconds": float(out.stdout.strip())}
-
-        return run
+    def baseline() -> dict[str, Any]:
+        shutil.rmtree(baseline_dir, ignore_errors=True)
+        out = subprocess.run(
+            [sys.executable, "-c", BASELINE, "bench", str(baseline_dir), endpoint, "fsync"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return {"reported_seconds": float(out.stdout.strip())}
 
     runs = [
-        median(f"[{name}] warmstart preload", server_cpu, ours(), repeats),
-        median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline("fsync"), repeats),
+        median(f"[{name}] warmstart preload", server_cpu, ours, repeats),
+        median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline, repeats),
     ]
-    if not durable_only:
-        runs.append(median(f"[{name}] warmstart preload --processes 2", server_cpu, ours(2), repeats))
-        runs.append(median(f"[{name}] boto3 download_file seq., no fsync", server_cpu, baseline("none"), repeats))
     shutil.rmtree(baseline_dir)
-    return runs
+    shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
+    killed_at = kill_at(env, root, key, flags, total, 0.4, workdir)
+    resumed = timed(
+        f"[{name}] resume after kill -9", server_cpu, lambda: run_preload(env, "bench", root, key, flags, workdir)
+    )
+    resume = {
+        "killed_at": killed_at,
+        "resume_seconds": resumed["reported_seconds"],
+        "clean_seconds": runs[0]["reported_seconds"],
+        "ratio": resumed["reported_seconds"] / runs[0]["reported_seconds"],
+    }
+    return runs, resume
 
 
 def median(label: str, server_cpu: Any, fn: Any, repeats: int) -> dict[str, Any]:
@@ -317,63 +393,69 @@ def median(label: str, server_cpu: Any, fn: Any, repeats: int) -> dict[str, Any]
     return best
 
 
+def upload(endpoint: str, src: Path, sizes: dict[str, int]) -> float:
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="bench")
+    config = TransferConfig(multipart_threshold=16 * MIB, multipart_chunksize=16 * MIB, max_concurrency=4)
+    t0 = time.monotonic()
+    for name in sizes:
+        s3.upload_file(str(src / name), "bench", f"model/{name}", Config=config)
+    return time.monotonic() - t0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--shards", type=int, default=4)
-    p.add_argument("--shard-mb", type=int, default=450)
+    p.add_argument("--shards", type=int, default=3)
+    p.add_argument("--shard-mb", type=int, default=300)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--part-size-mb", type=int, default=16)
     p.add_argument("--workdir", default=None, help="where the temporary data goes (default: a new temp dir)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
-    p.add_argument("--skip-moto", action="store_true", help="only the file-backed S3 server")
+    p.add_argument("--servers", default="moto,versitygw,file-s3,file-s3-crc64", help="comma-separated")
     p.add_argument("--repeats", type=int, default=3, help="runs per method; the median is reported")
     p.add_argument(
         "--moto-repeats", type=int, default=1, help="runs per method against moto (its baseline takes minutes)"
     )
     args = p.parse_args()
+    servers = args.servers.split(",")
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="warmstart-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.update(CREDENTIALS)
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
-    moto_proc = None
-    files_server = None
+    figures["checksum_cpu_s_per_gib"] = checksum_cpu()
+    runs: list[dict[str, Any]] = []
+    resumes: dict[str, dict[str, Any]] = {}
     try:
         sizes = make_model(workdir / "src", args.shards, args.shard_mb * MIB)
         total = figures["model_bytes"] = sum(sizes.values())
         figures["disk_write_mib_s_with_fsync"] = disk_speed(workdir)
         root = workdir / "nvme"
-        runs: list[dict[str, Any]] = []
-        if not args.skip_moto:
-            moto_proc, endpoint = start_moto(workdir)
-            s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-            s3.create_bucket(Bucket="bench")
-            upload = TransferConfig(multipart_threshold=16 * MIB, multipart_chunksize=16 * MIB, max_concurrency=4)
-            t0 = time.monotonic()
-            for name in sizes:
-                s3.upload_file(str(workdir / "src" / name), "bench", f"model/{name}", Config=upload)
-            figures["moto_upload_seconds"] = time.monotonic() - t0
-            runs += compare(
-                "moto",
-                endpoint,
-                process_cpu(psutil.Process(moto_proc.pid)),
-                root,
-                workdir,
-                args,
-                args.moto_repeats,
-                durable_only=True,
-            )
-            moto_proc.terminate()
-            moto_proc.wait()
-            moto_proc = None
-            shutil.rmtree(root / "warmstart" / "weights" / "bench-moto", ignore_errors=True)
-
+        for name in [s for s in servers if s in ("moto", "versitygw")]:
+            proc, endpoint = start_moto(workdir) if name == "moto" else start_versitygw(workdir)
+            try:
+                figures[f"{name}_upload_seconds"] = upload(endpoint, workdir / "src", sizes)
+                repeats = args.moto_repeats if name == "moto" else args.repeats
+                got, resumes[name] = compare(
+                    name, endpoint, process_cpu(psutil.Process(proc.pid)), root, workdir, args, repeats, total
+                )
+                runs += got
+            finally:
+                proc.terminate()
+                proc.wait()
+            shutil.rmtree(root / "warmstart" / "weights" / f"bench-{name}", ignore_errors=True)
+            shutil.rmtree(workdir / "vgw", ignore_errors=True)
         served = workdir / "s3files" / "bench" / "model"
         served.mkdir(parents=True)
         for name in sizes:
             os.link(workdir / "src" / name, served / name)  # the same bytes, no extra disk
-        files_server = FileS3Server(str(workdir / "s3files"))
-        runs += compare("file-s3", files_server.url, own_cpu, root, workdir, args, args.repeats)
+        for name in [s for s in servers if s.startswith("file-s3")]:
+            files_server = FileS3Server(str(workdir / "s3files"), checksums=name.endswith("crc64"))
+            try:
+                got, resumes[name] = compare(name, files_server.url, own_cpu, root, workdir, args, args.repeats, total)
+                runs += got
+            finally:
+                files_server.stop()
 
         def copy() -> dict[str, Any]:
             shutil.rmtree(workdir / "copy", ignore_errors=True)
@@ -386,70 +468,63 @@ def main() -> int:
             run["server_cpu_share"] = run["server_cpu"] / run["wall"]
             run["client_cpu_s_per_gib"] = run["client_cpu"] / (total / (1 << 30))
         figures["runs"] = runs
+        figures["resume"] = resumes
         by = {r["label"]: r["throughput_mib_s"] for r in runs}
-        copy = by["local copy + fsync (limit)"]
+        copy_rate = by["local copy + fsync (limit)"]
         figures["ratios"] = {
             server: {
                 "vs_baseline": by[f"[{server}] warmstart preload"] / by[f"[{server}] boto3 download_file seq. + fsync"],
-                "vs_copy": by[f"[{server}] warmstart preload"] / copy,
+                "vs_copy": by[f"[{server}] warmstart preload"] / copy_rate,
             }
-            for server in (["moto"] if not args.skip_moto else []) + ["file-s3"]
+            for server in resumes
         }
-        figures["ratios"]["file-s3"]["vs_baseline_no_fsync"] = (
-            by["[file-s3] warmstart preload"] / by["[file-s3] boto3 download_file seq., no fsync"]
-        )
-        figures["ratios"]["file-s3 --processes 2"] = {
-            "vs_baseline": by["[file-s3] warmstart preload --processes 2"]
-            / by["[file-s3] boto3 download_file seq. + fsync"],
-            "vs_copy": by["[file-s3] warmstart preload --processes 2"] / copy,
-        }
-
-        env = {**os.environ, **CREDENTIALS}
-        figures["if_missing_2gb"] = if_missing(env, root, "bench-file-s3", workdir)
-        files_server.stop()
-        files_server = None
+        env = {**os.environ, **CREDENTIALS, **IDENTITY}
+        last = f"bench-{list(resumes)[-1]}"
+        figures["if_missing_small"] = if_missing(env, root, last, workdir)
         shutil.rmtree(workdir / "s3files")
         shutil.rmtree(workdir / "src")
         sparse_cache(root, "sparse-100gb", 100 * GB, 50)
         figures["if_missing_100gb_sparse"] = if_missing(env, root, "sparse-100gb", workdir)
     finally:
-        if moto_proc is not None:
-            moto_proc.terminate()
-            moto_proc.wait()
-        if files_server is not None:
-            files_server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    report(figures, args)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
 
+
+def report(figures: dict[str, Any], args: argparse.Namespace) -> None:
     print(
         f"model: {figures['model_bytes'] / MIB:.0f} MiB in {args.shards} shards + small files; "
-        f"{figures['cpus']} CPUs, load average at start {figures['load_avg_at_start'][0]:.1f}; "
+        f"{figures['cpus']} CPUs, load average at start {figures['load_avg_at_start'][0]:.1f} (shared machine); "
         f"--concurrency {args.concurrency} --part-size-mb {args.part_size_mb}; "
         f"disk write+fsync {figures['disk_write_mib_s_with_fsync']:.0f} MiB/s"
+    )
+    print(
+        "verification CPU, s/GiB (one core): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in figures["checksum_cpu_s_per_gib"].items())
     )
     print(f"{'method':<46}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}{'client CPU s/GiB':>18}")
     for run in figures["runs"]:
         print(
-            f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}{run['server_cpu_share']:>11.0%}{run['client_cpu_s_per_gib']:>18.1f}"
+            f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}"
+            f"{run['server_cpu_share']:>11.0%}{run['client_cpu_s_per_gib']:>18.1f}"
             f"   (runs: {', '.join(map(str, run['all_seconds']))} s)"
         )
     for server, r in figures["ratios"].items():
-        extra = (
-            f" (vs the baseline without fsync: {r['vs_baseline_no_fsync']:.2f}x)" if "vs_baseline_no_fsync" in r else ""
-        )
+        resume = figures["resume"][server]
         print(
-            f"[{server}] warmstart preload vs naive baseline + fsync: {r['vs_baseline']:.2f}x{extra}; "
-            f"vs local copy limit: {r['vs_copy']:.0%}"
+            f"[{server}] preload vs naive baseline + fsync: {r['vs_baseline']:.2f}x; vs local copy limit: "
+            f"{r['vs_copy']:.0%}; resume after kill -9 at {resume['killed_at']:.0%}: {resume['resume_seconds']:.2f} s "
+            f"= {resume['ratio']:.2f}x the clean run ({resume['clean_seconds']:.2f} s)"
         )
-    for name in ("if_missing_2gb", "if_missing_100gb_sparse"):
+    for name in ("if_missing_small", "if_missing_100gb_sparse"):
         f = figures[name]
         print(
             f"--if-missing on the {name[11:]} cache: {f['in_process_ms']:.1f} ms in process, "
             f"{f['process_wall_ms']:.0f} ms including interpreter start"
         )
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(figures, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,11 +3,14 @@
 moto's server re-reads and copies a whole object under a per-object lock for every ranged GET, so with
 multi-GB shards it measures moto, not the client. This server answers just what a download needs:
 ListObjectsV2, HeadObject (with ?partNumber=1), GetObject with Range and If-Match, from `<dir>/<bucket>/<key>`,
-with real multipart ETags (MD5s of 16 MiB parts, as if uploaded with 16 MiB parts) computed at start.
+with real multipart ETags (MD5s of 16 MiB parts, as if uploaded with 16 MiB parts) computed at start. With
+`checksums=True` each object also has a full-object CRC64NVME, as S3 gives every new object: named in the listing
+and returned with `x-amz-checksum-mode: ENABLED`.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import re
@@ -31,14 +34,27 @@ def multipart_etag(path: str) -> str:
     return f"{hashlib.md5(b''.join(digests), usedforsecurity=False).hexdigest()}-{len(digests)}"
 
 
+def crc64nvme(path: str) -> str:
+    from awscrt.checksums import crc64nvme as crc
+
+    value = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(PART):
+            value = crc(chunk, value)
+    return base64.b64encode(value.to_bytes(8, "big")).decode()
+
+
 class FileS3Server:
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, checksums: bool = False) -> None:
         self.dir = directory
         self.etags: dict[str, str] = {}
+        self.crcs: dict[str, str] = {}
         for dirpath, _, names in os.walk(directory):
             for name in names:
                 path = os.path.join(dirpath, name)
                 self.etags[os.path.relpath(path, directory)] = multipart_etag(path)
+                if checksums:
+                    self.crcs[os.path.relpath(path, directory)] = crc64nvme(path)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,6 +112,9 @@ class FileS3Server:
             status = 206
         if status == 206:
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+        elif rel in self.crcs and h.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
+            headers["x-amz-checksum-crc64nvme"] = self.crcs[rel]
+            headers["x-amz-checksum-type"] = "FULL_OBJECT"
         length = end - start + 1
         h.send_response(status)
         for k, v in headers.items():
@@ -121,7 +140,12 @@ class FileS3Server:
             f"<Contents><Key>{escape(k)}</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>"
             f"<ETag>&quot;{self.etags[bucket + '/' + k]}&quot;</ETag>"
             f"<Size>{os.path.getsize(os.path.join(self.dir, bucket, k))}</Size>"
-            f"<StorageClass>STANDARD</StorageClass></Contents>"
+            + (
+                "<ChecksumAlgorithm>CRC64NVME</ChecksumAlgorithm><ChecksumType>FULL_OBJECT</ChecksumType>"
+                if bucket + "/" + k in self.crcs
+                else ""
+            )
+            + "<StorageClass>STANDARD</StorageClass></Contents>"
             for k in keys
         )
         body = (

@@ -71,12 +71,26 @@ class CorruptingProxy:
     """An HTTP proxy to an S3 server that flips one byte in GET bodies of chosen keys: a store returning bad data.
 
     `etags` maps real ETags to others that the proxy shows instead (headers and listings; If-Match is mapped
-    back): how an object looks when S3 encrypted it with SSE-KMS or SSE-C, whose ETag is not the content's MD5."""
+    back): how an object looks when S3 encrypted it with SSE-KMS or SSE-C, whose ETag is not the content's MD5.
 
-    def __init__(self, upstream: str, corrupt_paths: set[str], etags: dict[str, str] | None = None) -> None:
+    `served` counts the body bytes of object GETs per path. With `hold_after` N, object GETs after the first N
+    wait (unanswered) until `stop`: the client is frozen at a known point, e.g. to be killed there."""
+
+    def __init__(
+        self,
+        upstream: str,
+        corrupt_paths: set[str],
+        etags: dict[str, str] | None = None,
+        hold_after: int | None = None,
+    ) -> None:
         self.upstream = urlparse(upstream)
         self.corrupt_paths = corrupt_paths
         self.etags = dict(etags or {})
+        self.served: dict[str, int] = {}
+        self.object_gets = 0
+        self.hold_after = hold_after
+        self.released = threading.Event()
+        self.lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -88,6 +102,15 @@ class CorruptingProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                path = urlparse(self.path).path
+                is_object_get = self.command == "GET" and "/" in path.strip("/")
+                if is_object_get:
+                    with proxy.lock:
+                        proxy.object_gets += 1
+                        held = proxy.hold_after is not None and proxy.object_gets > proxy.hold_after
+                    if held:
+                        proxy.released.wait()
+                        return
                 headers = dict(self.headers)
                 for real, shown in proxy.etags.items():
                     for k in [k for k in headers if k.lower() == "if-match"]:
@@ -96,7 +119,9 @@ class CorruptingProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
-                path = urlparse(self.path).path
+                if is_object_get:
+                    with proxy.lock:
+                        proxy.served[path] = proxy.served.get(path, 0) + len(data)
                 if self.command == "GET" and path in proxy.corrupt_paths and data:
                     data = bytes([data[0] ^ 0xFF]) + data[1:]
                 if "xml" in (resp.getheader("Content-Type") or ""):
@@ -122,5 +147,6 @@ class CorruptingProxy:
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
+        self.released.set()
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -116,7 +116,8 @@ def _download(
     """Resume, check capacity, fetch and publish (under the key's lock, held by `preload`)."""
     staging = store.Staging(lay)
     kept = _resume(source, staging, listing)
-    staging.sweep(keep={f.path for f in kept})
+    todo = [f for f in listing.files if f not in kept]
+    staging.sweep(keep={f.path for f in kept} | {f.path + store.PART_SUFFIX for f in todo})  # parts may resume
     kept_bytes = sum(f.size for f in kept)
     needed = max(listing.total_bytes, expected_bytes) - kept_bytes
     capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
@@ -126,7 +127,6 @@ def _download(
         progress.human(capacity.margin),
         progress.human(capacity.available),
     )
-    todo = [f for f in listing.files if f not in kept]
     phases = {"prepare": time.monotonic() - started}
     fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
     extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}

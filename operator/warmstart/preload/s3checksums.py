@@ -21,8 +21,9 @@ from warmstart.api.preloading import Reason
 from warmstart.preload import verifying
 from warmstart.preload.results import PreloadError
 
-#: Strongest first: the first one an object has and this host can compute is the one checked.
-ALGORITHMS = ("SHA256", "SHA1", "CRC64NVME", "CRC32C", "CRC32")
+#: Cheapest to compute first: the first one an object has and this host can compute is the one checked. Each of
+#: them catches a damaged or truncated download; none protects against the store itself (it gives the value).
+ALGORITHMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA1", "SHA256")
 FULL_OBJECT, COMPOSITE = "FULL_OBJECT", "COMPOSITE"
 
 
@@ -54,9 +55,9 @@ def hasher_factory(algorithm: str) -> Callable[[], verifying.Hasher] | None:
         return hashlib.sha256
     if algorithm == "SHA1":
         return lambda: hashlib.sha1(usedforsecurity=False)
-    if algorithm == "CRC32":
+    crc = {"CRC32": ("crc32", 4), "CRC32C": ("crc32c", 4), "CRC64NVME": ("crc64nvme", 8)}.get(algorithm)
+    if algorithm == "CRC32" and _crt("crc32") is None:
         return lambda: _Crc(zlib.crc32, 4)
-    crc = {"CRC32C": ("crc32c", 4), "CRC64NVME": ("crc64nvme", 8)}.get(algorithm)
     fn = _crt(crc[0]) if crc else None
     if crc is None or fn is None:
         return None
@@ -78,8 +79,16 @@ class Expected:
         return f"{kind}{self.algorithm} {self.value}" + (f"-{self.parts}" if self.kind == COMPOSITE else "")
 
 
+def decode(value: str) -> bytes | None:
+    """A base64 checksum value as bytes; None if it is not base64."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        return None
+
+
 def from_head(head: Mapping[str, Any], etag_parts: int | None) -> list[Expected]:
-    """The checksums of a `HeadObject(ChecksumMode=ENABLED)` answer, strongest first."""
+    """The checksums of a `HeadObject(ChecksumMode=ENABLED)` answer, cheapest first."""
     kind = head.get("ChecksumType")
     out: list[Expected] = []
     for algorithm in ALGORITHMS:
@@ -107,12 +116,11 @@ def check(path: str, size: int, expected: Expected, name: str, part_size_hint: i
     new = hasher_factory(expected.algorithm)
     if new is None:
         raise ValueError(f"cannot compute {expected.algorithm}")
-    try:
-        want = base64.b64decode(expected.value, validate=True)
-    except binascii.Error:
+    want = decode(expected.value)
+    if want is None:
         raise PreloadError(
             Reason.CHECKSUM_MISMATCH, f"{name}: the store's {expected.algorithm} {expected.value!r} is not base64"
-        ) from None
+        )
     full = new() if expected.kind in (FULL_OBJECT, None) else None
     candidates = []
     if expected.kind in (COMPOSITE, None) and expected.parts:

@@ -1,17 +1,20 @@
-"""S3 (and S3-compatible stores): list a prefix or one object, and fetch with s3transfer's parallel ranged GETs.
+"""S3 (and S3-compatible stores): list a prefix or one object, and fetch it with parallel, resumable ranged GETs.
 
-One TransferManager downloads every file: its request pool is shared, so small files run side by side and
-large files are split into `part_size` ranges fetched in parallel. Sizes and ETags from the listing are
-handed to s3transfer up front (no HEAD per object), and every GET carries If-Match on the listed ETag, so
-an object overwritten mid-download fails instead of mixing two versions.
+Each file first gets its check plan (`s3plans`: one HEAD where the listing does not say enough), which fixes its
+part size and the digests of each part; `s3ranges` then fetches the parts of every file through one pool of
+requests, journaling each durable part. Every GET carries If-Match on the listed ETag, so an object overwritten
+mid-download fails instead of mixing two versions. A file whose parts add up to its S3 checksum or ETag is not
+read again; the others are checked by `s3verify` once they land.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
+import hashlib
 import logging
+import os
 import posixpath
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,21 +23,24 @@ import botocore.config
 import botocore.credentials
 import botocore.exceptions
 import botocore.session
-from boto3.s3.transfer import TransferConfig, create_transfer_manager
-from s3transfer.subscribers import BaseSubscriber
 
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload import s3checksums, store
+from warmstart.preload import nofollow, partdigests, partjournal, s3checksums, store, verifying
 from warmstart.preload.results import PreloadError
-from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location, s3processes, s3verify
+from warmstart.preload.sources import (
+    Listing,
+    OnBytes,
+    Options,
+    RemoteFile,
+    model_location,
+    s3plans,
+    s3processes,
+    s3ranges,
+    s3verify,
+)
 
 log = logging.getLogger(__name__)
-
-#: Bytes per read/write step, and how many steps may wait for the disk: at most 256 MiB buffered.
-#: (s3transfer's 256 KiB default: 2 MiB steps were measured about 1.5x slower on the benchmark machine.)
-IO_CHUNK = 256 << 10
-IO_QUEUE = 1000
 
 NOT_FOUND_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
 DENIED_CODES = {
@@ -89,6 +95,9 @@ def client(region: str | None, endpoint: str | None, concurrency: int, role_arn:
         connect_timeout=10,
         read_timeout=60,
         s3={"addressing_style": "path"} if endpoint else None,
+        # the preloader checks what it downloads itself, part by part: no second CRC of every GET in Python
+        response_checksum_validation="when_required",
+        request_checksum_calculation="when_required",
     )
     session = assumed_role_session(role_arn, region) if role_arn else boto3.session.Session()
     return session.client("s3", region_name=region, endpoint_url=endpoint, config=config)
@@ -105,7 +114,7 @@ def object_reader(s3_client: Any) -> Callable[[str, str], bytes]:
 
 
 def error(exc: BaseException, what: str) -> PreloadError:
-    """A botocore/s3transfer failure as a PreloadError with a reason."""
+    """A botocore failure as a PreloadError with a reason."""
     if isinstance(exc, PreloadError):
         return exc
     if isinstance(exc, botocore.exceptions.ClientError):
@@ -137,46 +146,9 @@ def error(exc: BaseException, what: str) -> PreloadError:
     return PreloadError(Reason.NETWORK_ERROR, f"{what}: {type(exc).__name__}: {exc}")
 
 
-class _Subscriber(BaseSubscriber):  # type: ignore[misc]
-    def __init__(
-        self,
-        file: RemoteFile,
-        on_bytes: OnBytes,
-        on_done: Callable[[RemoteFile], None],
-        failures: list[PreloadError],
-        lock: threading.Lock,
-        settled: threading.Semaphore,
-        what: str,
-    ) -> None:
-        self.file, self.on_bytes, self.on_done_cb, self.failures, self.lock, self.what = (
-            file,
-            on_bytes,
-            on_done,
-            failures,
-            lock,
-            what,
-        )
-        self.settled = (
-            settled  # released once per file after its callback ran (s3transfer sets "done" before callbacks)
-        )
-
-    def on_queued(self, future: Any, **kwargs: Any) -> None:
-        future.meta.provide_transfer_size(self.file.size)
-        if self.file.etag:
-            future.meta.provide_object_etag(f'"{self.file.etag}"')
-
-    def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
-        self.on_bytes(bytes_transferred)
-
-    def on_done(self, future: Any, **kwargs: Any) -> None:
-        try:
-            future.result()
-            self.on_done_cb(self.file)
-        except BaseException as exc:  # noqa: BLE001 - every failure is classified below
-            with self.lock:
-                self.failures.append(error(exc, self.what))
-        finally:
-            self.settled.release()
+def journal_path(journals: str, file: RemoteFile) -> str:
+    """Where the part journal of `file` is kept: one flat directory, names from the path's hash."""
+    return os.path.join(journals, hashlib.sha256(file.path.encode()).hexdigest()[:32] + ".jsonl")
 
 
 class S3Source:
@@ -203,6 +175,8 @@ class S3Source:
             self.client = client(region, endpoint, options.concurrency, role_arn)
         except Exception as exc:
             raise error(exc, f"{self.uri()}: sts:AssumeRole {role_arn}") from exc
+        self._plans: dict[str, s3plans.Plan] = {}
+        self._proofs: dict[str, tuple[s3plans.Plan, bool]] = {}  # checked part by part as the file landed
 
     @classmethod
     def from_config(cls, config: ModelSourceConfig, options: Options) -> S3Source:
@@ -285,40 +259,83 @@ class S3Source:
             factory = functools.partial(
                 S3Source, self.bucket, self.location, self.region, self.endpoint, role_arn=self.role_arn
             )
-            s3processes.fetch(factory, self.options, files, part_path, on_bytes, on_done, self.options.processes)
+            s3processes.fetch(
+                factory, self.options, files, part_path, on_bytes, on_done, self.options.processes, scratch
+            )
             return
-        config = TransferConfig(
-            max_concurrency=self.options.concurrency,
-            multipart_chunksize=self.options.part_size,
-            multipart_threshold=self.options.part_size,
-            io_chunksize=IO_CHUNK,
-            max_io_queue=IO_QUEUE,
-            preferred_transfer_client="classic",
+        journals = os.path.join(scratch, "parts")
+        nofollow.makedirs_inside(scratch, journals)
+        ordered = sorted(files, key=lambda f: -f.size)  # large files first: the tail is small files in parallel
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(self.options.concurrency, len(ordered)))) as pool:
+            plans = list(pool.map(self.plan, ordered))
+        jobs = []
+        for file, plan in zip(ordered, plans, strict=True):
+            self._plans[file.ref] = plan
+            header = partjournal.Header(file.fingerprint(), plan.part_size, plan.algorithms)
+            jobs.append(
+                s3ranges.Job(file, part_path(file), partjournal.PartJournal(journal_path(journals, file), header))
+            )
+
+        def on_file(file: RemoteFile, digests: list[dict[str, str]]) -> None:
+            plan = self._plans[file.ref]
+            if plan.finish != s3plans.Finish.REREAD:
+                self._proofs[file.ref] = (plan, plan.check(digests, file.size))
+            on_done(file)
+
+        s3ranges.fetch(
+            jobs, self.get_range, self.options.concurrency, on_bytes, on_file, lambda e, f: error(e, self.uri(f.ref))
         )
-        failures: list[PreloadError] = []
-        lock = threading.Lock()
-        settled = threading.Semaphore(0)
-        submitted = waited = 0
-        stopped = True
-        manager = create_transfer_manager(self.client, config)
-        futures: list[Any] = []
+
+    def _journaled_proof(self, file: RemoteFile, path: str) -> bool:
+        """Check a file kept from an interrupted run by its part journal: each part's cheap digest re-read from disk,
+        then the parts' digests against the object's check. False when there is no complete journal to go by."""
+        staging = path[: -len(file.path)] if path.endswith("/" + file.path) else None
+        if staging is None:
+            return False
+        journals = os.path.join(staging, store.TMP_DIR_NAME, "source", "parts")
+        if not os.path.isfile(journal_path(journals, file)):
+            return False
+        plan = self.plan(file)
+        if plan.finish == s3plans.Finish.REREAD:
+            return False
+        header = partjournal.Header(file.fingerprint(), plan.part_size, plan.algorithms)
+        recorded = partjournal.PartJournal(journal_path(journals, file), header).load()
+        count = partjournal.part_count(file.size, plan.part_size)
+        if len(recorded) != count:
+            return False
+        verifying.check_size(path, file.size, self.uri(file.ref))
+        fd = nofollow.open_fd(path, os.O_RDONLY)
         try:
-            for file in sorted(files, key=lambda f: -f.size):  # large files first: the tail is small files in parallel
-                sub = _Subscriber(file, on_bytes, on_done, failures, lock, settled, self.uri(file.ref))
-                futures.append(manager.download(self.bucket, file.ref, part_path(file), subscribers=[sub]))
-                submitted += 1
-            while waited < submitted and not failures:  # one failure fails the preload: stop fetching the rest
-                waited += settled.acquire(timeout=0.5)
-            stopped = bool(failures)
+            kept = partjournal.recheck(
+                fd, recorded, file.size, plan.part_size, plan.algorithms[0], partdigests.of_range
+            )
         finally:
-            if stopped:  # cancel each transfer: shutdown(cancel=True) passes its arguments wrongly in s3transfer
-                for future in futures:
-                    future.cancel()
-            manager.shutdown()
-            for _ in range(submitted - waited):
-                settled.acquire()
-        if failures:
-            raise sorted(failures, key=lambda f: f.reason in {Reason.NETWORK_ERROR})[0]
+            os.close(fd)
+        if len(kept) != count or not plan.check([kept[i] for i in range(count)], file.size):
+            return False  # s3verify reads the whole file and says what is wrong
+        log.debug("%s: verified by size, %s (its part journal)", self.uri(file.ref), plan.label)
+        return True
+
+    def plan(self, file: RemoteFile) -> s3plans.Plan:
+        """How `file` is checked part by part (one HEAD where the listing does not tell enough)."""
+        hint = functools.cache(lambda: self.part_size_hint(file))
+        head = self.head_checksums(file) if s3plans.needs_head(file, self.options.part_size) else None
+        return s3plans.choose(file, self.options.part_size, head, hint)
+
+    def get_range(self, file: RemoteFile, offset: int, length: int) -> Any:
+        """The body of `length` bytes at `offset` of `file`, pinned to the listed ETag."""
+        pin = {"IfMatch": f'"{file.etag}"'} if file.etag else {}
+        answer = self.client.get_object(
+            Bucket=self.bucket, Key=file.ref, Range=f"bytes={offset}-{offset + length - 1}", **pin
+        )
+        if int(answer.get("ContentLength", -1)) != length:
+            answer["Body"].close()
+            raise PreloadError(
+                Reason.NETWORK_ERROR,
+                f"{self.uri(file.ref)}: asked for {length} bytes at {offset}, "
+                f"the store sent {answer.get('ContentLength')}",
+            )
+        return answer["Body"]
 
     def authorize(self, paths: Sequence[str]) -> None:
         """HEAD one cached object with this pod's credentials (s3:GetObject, what a download needs)."""
@@ -362,6 +379,20 @@ class S3Source:
 
     def verifier(self, file: RemoteFile) -> Callable[[str], None]:
         def verify(path: str) -> None:
+            proof = self._proofs.pop(file.ref, None)
+            if proof is not None:
+                plan, ok = proof
+                if ok:
+                    verifying.check_size(path, file.size, self.uri(file.ref))
+                    log.debug("%s: verified by size, %s (part by part)", self.uri(file.ref), plan.label)
+                    return
+                if plan.algorithm != partdigests.MD5:  # an MD5 ETag may be an SSE-KMS one: s3verify tells
+                    raise PreloadError(
+                        Reason.CHECKSUM_MISMATCH,
+                        f"{self.uri(file.ref)}: content does not match the store's {plan.label}",
+                    )
+            if self._journaled_proof(file, path):
+                return
             checked = s3verify.verify(
                 path,
                 file,

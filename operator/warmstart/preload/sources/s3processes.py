@@ -1,6 +1,6 @@
-"""S3 downloads split across several processes, each with its own GIL, TransferManager and connection pool.
+"""S3 downloads split across several processes, each with its own GIL and connection pool.
 
-One Python process moving bytes through boto3/s3transfer is CPU-bound at a few hundred MB/s (about 5 CPU-seconds per
+One Python process moving bytes through botocore is CPU-bound at a few hundred MB/s (about 1 CPU-second per
 GiB measured, under one GIL). With `--processes N` the files are dealt to N spawned workers, largest first, to even
 out bytes; each reports bytes, finished files and failures over a queue, and the parent verifies and journals as
 usual. A worker dies with its parent (PR_SET_PDEATHSIG), so a kill -9 of the preload leaves no writer behind.
@@ -45,7 +45,7 @@ def _die_with_parent() -> None:
 
 
 def _worker(
-    worker: int, factory: SourceFactory, options: Options, jobs: list[tuple[RemoteFile, str]], out: Any
+    worker: int, factory: SourceFactory, options: Options, jobs: list[tuple[RemoteFile, str]], scratch: str, out: Any
 ) -> None:
     _die_with_parent()
     paths = {file.ref: path for file, path in jobs}
@@ -63,7 +63,7 @@ def _worker(
     try:
         source = factory(options)
         source.fetch(
-            [f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), ""
+            [f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), scratch
         )
     except PreloadError as exc:
         out.put(("error", worker, exc.reason.value, exc.message))
@@ -82,6 +82,7 @@ def fetch(
     on_bytes: OnBytes,
     on_done: Callable[[RemoteFile], None],
     processes: int,
+    scratch: str,
 ) -> None:
     """Download `files` with `processes` workers; raise the first permanent failure (else the first failure).
 
@@ -98,7 +99,7 @@ def fetch(
     workers = [
         ctx.Process(
             target=_worker,
-            args=(i, factory, per_worker, [(f, part_path(f)) for f in g], out),
+            args=(i, factory, per_worker, [(f, part_path(f)) for f in g], scratch, out),
             name=f"preload-s3-{i}",
             daemon=True,
         )

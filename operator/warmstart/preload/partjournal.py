@@ -1,0 +1,120 @@
+"""The durable record of which parts of one partial file are on disk: what lets a resume skip them.
+
+One JSON-lines file per partial file. Its first line says what the parts are of (the remote version's fingerprint,
+the part size, the digest algorithms); each further line records one part: its index and its digests (hex), written
+only after the part's bytes were fdatasynced. A resume keeps a recorded part only if the header matches this run and
+the part's first digest, recomputed from disk, matches (so a part damaged between runs is fetched again). A line
+torn by a kill is ignored; a header that does not match empties the journal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from warmstart.preload import nofollow
+from warmstart.preload.results import PreloadError
+
+
+def part_count(size: int, part_size: int) -> int:
+    """How many parts of `part_size` bytes cover `size` bytes (one, for an empty file)."""
+    return max(1, -(-size // part_size))
+
+
+def part_range(index: int, size: int, part_size: int) -> tuple[int, int]:
+    """The offset and the length of part `index`."""
+    offset = index * part_size
+    return offset, max(0, min(part_size, size - offset))
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """What a journal's parts are of: they are reusable only by a run with the same header."""
+
+    fingerprint: Mapping[str, Any]
+    part_size: int
+    algorithms: tuple[str, ...]  # digests recorded per part; the first is re-checked from disk on resume
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fingerprint": dict(self.fingerprint), "partSize": self.part_size, "algorithms": list(self.algorithms)}
+
+
+def parse(lines: list[str], header: Header) -> dict[int, dict[str, str]]:
+    """The parts recorded under `header` (index -> algorithm -> hex digest); nothing if the header differs."""
+    if not lines:
+        return {}
+    try:
+        if json.loads(lines[0]) != header.to_json():
+            return {}
+    except ValueError:
+        return {}
+    count = part_count(int(header.fingerprint.get("size", 0)), header.part_size)
+    parts: dict[int, dict[str, str]] = {}
+    for line in lines[1:]:
+        try:
+            entry = json.loads(line)
+            index, digests = int(entry["i"]), entry["d"]
+        except (ValueError, KeyError, TypeError):
+            continue  # torn by a kill: that part is fetched again
+        if 0 <= index < count and isinstance(digests, dict) and set(digests) == set(header.algorithms):
+            parts[index] = {str(k): str(v) for k, v in digests.items()}
+    return parts
+
+
+class PartJournal:
+    """The journal of one partial file; `record` is safe to call from several download threads."""
+
+    def __init__(self, path: str, header: Header) -> None:
+        self.path, self.header = path, header
+        self._lock = threading.Lock()
+
+    def load(self) -> dict[int, dict[str, str]]:
+        """The parts an earlier run recorded for this same header (not yet re-checked against the disk)."""
+        try:
+            with os.fdopen(nofollow.open_fd(self.path, os.O_RDONLY), encoding="utf-8") as f:
+                return parse(f.read().splitlines(), self.header)
+        except (OSError, ValueError, PreloadError):
+            return {}  # none yet, unreadable, or a symlink in its place: every part is fetched
+
+    def start(self, kept: Mapping[int, Mapping[str, str]]) -> None:
+        """Rewrite the journal with this header and the parts kept (atomically: a new file renamed into place)."""
+        tmp = self.path + ".tmp"
+        lines = [json.dumps(self.header.to_json())]
+        lines += [json.dumps({"i": i, "d": dict(d)}) for i, d in sorted(kept.items())]
+        with os.fdopen(nofollow.open_write(tmp), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def record(self, parts: Mapping[int, Mapping[str, str]]) -> None:
+        """Append parts (their bytes must already be durable on disk), fsynced before returning."""
+        line = "".join(json.dumps({"i": i, "d": dict(d)}) + "\n" for i, d in sorted(parts.items()))
+        with self._lock:
+            fd = nofollow.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def recheck(
+    fd: int,
+    recorded: Mapping[int, Mapping[str, str]],
+    size: int,
+    part_size: int,
+    algorithm: str,
+    digest_of: Callable[[int, int, int, str], str],
+) -> dict[int, dict[str, str]]:
+    """The recorded parts whose `algorithm` digest, recomputed from the file `fd`, still matches."""
+    kept: dict[int, dict[str, str]] = {}
+    for index, digests in recorded.items():
+        offset, length = part_range(index, size, part_size)
+        if digest_of(fd, offset, length, algorithm) == digests.get(algorithm):
+            kept[index] = dict(digests)
+    return kept

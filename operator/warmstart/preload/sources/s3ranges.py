@@ -1,0 +1,249 @@
+"""Parallel ranged GETs of S3 objects into their part files, each part journaled once durable, so a resume skips it.
+
+Parts of every file go through one pool of `concurrency` threads, file by file (largest first), so files finish
+early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body in large
+chunks, digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset. Once the part is
+whole it is queued; every half second each file with new parts is fdatasynced once, then those parts are recorded
+in its `partjournal` (see `Durable`). A file whose parts are all there is handed to
+`on_done` with its parts' digests. On start, the parts an earlier run recorded are re-checked from disk and kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import botocore.exceptions
+
+from warmstart.api.preloading import Reason
+from warmstart.preload import nofollow, partdigests, partjournal
+from warmstart.preload.results import PreloadError
+from warmstart.preload.sources import OnBytes, RemoteFile
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 20
+ATTEMPTS = 5  # per part, for a body cut short (the request itself is retried by botocore)
+FLUSH_SECONDS = 0.5  # how often received parts are made durable and journaled
+
+
+@dataclasses.dataclass
+class Job:
+    """One file to fetch: where it goes, its journal, and the parts still to get."""
+
+    file: RemoteFile
+    path: str
+    journal: partjournal.PartJournal
+    fd: int = -1
+    digests: dict[int, dict[str, str]] = dataclasses.field(default_factory=dict)
+    todo: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def part_size(self) -> int:
+        return self.journal.header.part_size
+
+    @property
+    def algorithms(self) -> tuple[str, ...]:
+        return self.journal.header.algorithms
+
+
+#: Called with a file whose parts are all durable, and their digests in order.
+OnFile = Callable[[RemoteFile, list[dict[str, str]]], None]
+
+
+def prepare(job: Job) -> int:
+    """Open the part file, keep the parts an earlier run recorded that still check out; the bytes kept."""
+    nofollow.drop_link(job.path)
+    try:
+        job.fd = nofollow.open_fd(job.path, os.O_RDWR)
+        recorded = job.journal.load()
+    except FileNotFoundError:  # no part file (never started, or removed after a failed check): nothing to keep
+        job.fd = nofollow.open_fd(job.path, os.O_RDWR | os.O_CREAT)
+        recorded = {}
+    size, part_size = job.file.size, job.part_size
+    kept = (
+        partjournal.recheck(job.fd, recorded, size, part_size, job.algorithms[0], partdigests.of_range)
+        if recorded
+        else {}
+    )
+    if len(kept) < len(recorded):
+        log.warning(
+            "%s: %d recorded parts failed their re-check; fetching them again", job.file.path, len(recorded) - len(kept)
+        )
+    if not kept:
+        os.ftruncate(job.fd, 0)
+    os.ftruncate(job.fd, size)
+    job.journal.start(kept)
+    job.digests = kept
+    job.todo = [i for i in range(partjournal.part_count(size, part_size)) if i not in kept]
+    return sum(partjournal.part_range(i, size, part_size)[1] for i in kept)
+
+
+class Transient(Exception):
+    """A body cut short or a connection lost mid-read: the part is fetched again."""
+
+
+def _read_part(get: Callable[[int, int], Any], job: Job, index: int) -> dict[str, str]:
+    offset, length = partjournal.part_range(index, job.file.size, job.part_size)
+    hashers = {a: partdigests.hasher(a) for a in job.algorithms}
+    running = {a: new() for a, new in hashers.items() if new is not None}
+    if length:
+        body = get(offset, length)
+        done = 0
+        try:
+            while done < length:
+                chunk = body.read(min(READ_CHUNK, length - done))
+                if not chunk:
+                    raise Transient(f"body ended after {done} of {length} bytes")
+                for h in running.values():
+                    h.update(chunk)
+                written = 0
+                while written < len(chunk):
+                    written += os.pwrite(job.fd, memoryview(chunk)[written:], offset + done + written)
+                done += len(chunk)
+        finally:
+            body.close()
+    return {a: h.digest().hex() for a, h in running.items()}
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, Transient | botocore.exceptions.ResponseStreamingError | botocore.exceptions.ReadTimeoutError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return False
+    return isinstance(exc, ConnectionError | TimeoutError) or type(exc).__module__.startswith("urllib3")
+
+
+def fetch(
+    jobs: Sequence[Job],
+    get: Callable[[RemoteFile, int, int], Any],
+    concurrency: int,
+    on_bytes: OnBytes,
+    on_file: OnFile,
+    classify: Callable[[BaseException, RemoteFile], PreloadError],
+) -> None:
+    """Fetch every job's missing parts; raise the first permanent failure (else the first failure).
+
+    `get(file, offset, length)` returns a readable body of that range; `classify` maps an exception to a
+    PreloadError. Part files stay open until their file is complete or the fetch ends."""
+    lock = threading.Lock()
+    failures: list[PreloadError] = []
+    stop = threading.Event()
+    remaining: dict[int, int] = {}
+    try:
+        for n, job in enumerate(jobs):
+            on_bytes(prepare(job))
+            remaining[n] = len(job.todo)
+        for n, job in enumerate(jobs):
+            if not remaining[n]:
+                _complete(job, on_file)
+        durable = Durable()
+        cursor = iter([(n, job, i) for n, job in enumerate(jobs) for i in job.todo])
+
+        def worker() -> None:
+            while not stop.is_set():
+                with lock:
+                    item = next(cursor, None)
+                if item is None:
+                    return
+                n, job, index = item
+                try:
+                    digests = _part(job, index, get, on_bytes, durable)
+                    with lock:
+                        job.digests[index] = digests
+                        remaining[n] -= 1
+                        last = remaining[n] == 0
+                    if last:
+                        _complete(job, on_file)
+                except BaseException as exc:  # noqa: BLE001 - recorded; the fetch raises it once every worker ends
+                    with lock:
+                        failures.append(classify(exc, job.file))
+                    stop.set()
+
+        threads = [
+            threading.Thread(target=worker, name=f"s3-range-{i}", daemon=True) for i in range(max(1, concurrency))
+        ]
+        with durable:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        for job in jobs:
+            if job.fd >= 0:
+                os.close(job.fd)
+                job.fd = -1
+    if failures:
+        raise sorted(failures, key=lambda f: f.reason == Reason.NETWORK_ERROR)[0]
+
+
+class Durable:
+    """Journals received parts in batches: every `interval` seconds, one fdatasync per file, then one journal append.
+
+    A part is journaled only after its file was fdatasynced, so a recorded part is on disk. Batching keeps the
+    download threads from waiting on the disk (an fdatasync per part serialised them); a kill loses at most the parts
+    of the last interval, which the resume fetches again."""
+
+    def __init__(self, interval: float = FLUSH_SECONDS) -> None:
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.pending: dict[int, tuple[Job, dict[int, dict[str, str]]]] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="s3-journal", daemon=True)
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> Durable:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.flush()
+
+    def add(self, job: Job, index: int, digests: dict[str, str]) -> None:
+        with self.lock:
+            self.pending.setdefault(id(job), (job, {}))[1][index] = digests
+
+    def flush(self) -> None:
+        with self.lock:
+            batch, self.pending = self.pending, {}
+        for job, parts in batch.values():
+            if job.fd >= 0:
+                os.fdatasync(job.fd)
+                job.journal.record(parts)
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.flush()
+            except OSError as exc:  # a disk error: the parts stay unjournaled, the final flush raises it
+                self.error = exc
+                return
+
+
+def _part(
+    job: Job, index: int, get: Callable[[RemoteFile, int, int], Any], on_bytes: OnBytes, durable: Durable
+) -> dict[str, str]:
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            digests = _read_part(lambda o, n: get(job.file, o, n), job, index)
+            break
+        except BaseException as exc:
+            if attempt == ATTEMPTS or not _transient(exc):
+                raise
+            log.info("%s: part %d: %s; fetching it again (attempt %d)", job.file.path, index, exc, attempt + 1)
+    durable.add(job, index, digests)
+    on_bytes(partjournal.part_range(index, job.file.size, job.part_size)[1])
+    return digests
+
+
+def _complete(job: Job, on_file: OnFile) -> None:
+    count = partjournal.part_count(job.file.size, job.part_size)
+    ordered: list[dict[str, str]] = [job.digests[i] for i in range(count)]
+    on_file(job.file, ordered)
