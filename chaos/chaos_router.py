@@ -14,6 +14,7 @@ process's memory grows by less than a bound between the first and the last batch
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -209,6 +210,7 @@ async def run_batches(batches: int, per_batch: int, seed: int, deadline: float, 
                 churn = asyncio.create_task(_churn(router, backends, rng, stop))
                 semaphore = asyncio.Semaphore(48)
                 late: list[float] = []
+                took_all: list[float] = []
                 modes: dict[str, int] = {}
 
                 async def bounded(i: int, mode: str) -> None:
@@ -219,6 +221,7 @@ async def run_batches(batches: int, per_batch: int, seed: int, deadline: float, 
                         except (aiohttp.ClientError, ConnectionError, TimeoutError):
                             pass
                         took = time.monotonic() - started
+                        took_all.append(took)
                         if took > DEADLINE:
                             late.append(took)
                         modes[mode] = modes.get(mode, 0) + 1
@@ -237,7 +240,8 @@ async def run_batches(batches: int, per_batch: int, seed: int, deadline: float, 
                     baseline_rss = rss
                 elif rss - baseline_rss > MEMORY_BOUND_MIB:
                     violations.append(f"RSS grew {rss - baseline_rss:.0f} MiB since the first batch")
-                note = f"{changes} churn events, RSS {rss:.0f} MiB, modes {dict(sorted(modes.items()))}"
+                slowest = max(took_all) if took_all else 0.0
+                note = f"slowest request {slowest:.1f} s, {changes} churn events, RSS {rss:.0f} MiB, modes {dict(sorted(modes.items()))}"
                 record = Run(SCENARIO, batch, not leaks, seconds, leaks, violations, note)
                 report(record)
                 out.append(record)
@@ -251,4 +255,5 @@ async def run_batches(batches: int, per_batch: int, seed: int, deadline: float, 
 
 
 def run_all(batches: int, per_batch: int, seed: int, deadline: float, report: Callable[[Run], None]) -> list[Run]:
+    logging.getLogger("warmstart.router").setLevel(logging.ERROR)  # a warning per injected fault otherwise
     return asyncio.run(run_batches(batches, per_batch, seed, deadline, report))
