@@ -84,6 +84,33 @@ def peering_priority(settings: OperatorSettings) -> int | None:
     return settings.peering_priority if settings.peering_priority is not None else random.randint(1, 2**30)
 
 
+async def wait_for_api_server(api: Any, interval: float = 1.0) -> None:
+    """Return once the API server answers /readyz with 200.
+
+    kopf resolves the resources it serves once, from the discovery it reads at start, and re-resolves only when a CRD
+    changes. An API server that is still starting (a restart, an upgrade) serves a discovery without some groups
+    (batch, the CRDs): an operator started then would never watch them, while its liveness probe stays green.
+    """
+    attempts = 0
+    while True:
+        try:  # the client raises on any status but 2xx
+            await asyncio.to_thread(
+                api.call_api,
+                "/readyz",
+                "GET",
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=5,
+            )
+            return
+        except Exception:  # noqa: BLE001 - connection refused, TLS, 5xx: all mean "not yet"
+            pass
+        attempts += 1
+        if attempts % 30 == 1:
+            logging.getLogger(__name__).info("waiting for the API server to be ready (/readyz)")
+        await asyncio.sleep(interval)
+
+
 async def run(
     settings: OperatorSettings,
     *,
@@ -95,7 +122,9 @@ async def run(
     if kubeconfig:
         os.environ["KUBECONFIG"] = str(kubeconfig)
     start_metrics(settings.metrics_port)
-    memo = kopf.Memo(store=Store(load_api_client(str(kubeconfig) if kubeconfig else None)), settings=settings)
+    api = load_api_client(str(kubeconfig) if kubeconfig else None)
+    await wait_for_api_server(api)
+    memo = kopf.Memo(store=Store(api), settings=settings)
     await kopf.operator(
         registry=registry(settings),
         standalone=settings.peering is None,
