@@ -119,7 +119,9 @@ def duplicate_jobs(api: client.ApiClient, namespace: str) -> list[str]:
     selector = f"{labels.ROLE_LABEL}={jobs.ROLE_PRELOAD}"
     found = client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=selector).items
     counts = Counter(
-        (j.metadata.labels.get(labels.MDCC_LABEL), j.metadata.labels.get(labels.NODE_LABEL)) for j in found if _active(j)
+        (j.metadata.labels.get(labels.MDCC_LABEL), j.metadata.labels.get(labels.NODE_LABEL))
+        for j in found
+        if _active(j)
     )
     return [f"{n} active preload Jobs for {cache} on {node}" for (cache, node), n in counts.items() if n > 1]
 

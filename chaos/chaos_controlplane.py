@@ -128,9 +128,7 @@ class RouterProcess:
                 self.proc.wait()
 
 
-def one_run(
-    api: client.ApiClient, directory: pathlib.Path, log_dir: pathlib.Path, component: str, seed: int
-) -> Run:
+def one_run(api: client.ApiClient, directory: pathlib.Path, log_dir: pathlib.Path, component: str, seed: int) -> Run:
     rng = random.Random(seed)
     kubeconfig = directory / "kubeconfig"
     namespace = cc.fresh_namespace(api)
@@ -180,7 +178,8 @@ def one_run(
         seconds = time.monotonic() - restarted
         violations += sampler.stop()
         leaks = cc.label_leaks(api, namespace, nodes) + cc.finalizer_leaks(api, namespace)
-        note = f"router caught up {router_seconds:.1f} s after the restart"
+        endpoint = (cc.custom_objects(api, namespace, PLURAL) or [{}])[0].get("status") or {}
+        note = f"router caught up {router_seconds:.1f} s after the restart; endpoint {endpoint.get('state')}"
         return Run(scenario(component), seed, bool(done) and bool(seen), seconds, leaks, violations, note)
     finally:
         if router is not None:

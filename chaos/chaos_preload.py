@@ -221,8 +221,8 @@ def enospc_runs(bench: Bench, runs: int, seed: int, deadline: float) -> Iterator
             started = time.monotonic()
             rerun = preload_process(*_args(bucket, key), root=root, env=bench.env(), tlog=bench.scratch / f"r{i}")
             code, result = _finish(rerun, bench.scratch / f"r{i}", 120)
-            converged = code == 0 and cache_dir(root, key).exists() and tree_digests(cache_dir(root, key)) == digests(
-                files
+            converged = (
+                code == 0 and cache_dir(root, key).exists() and tree_digests(cache_dir(root, key)) == digests(files)
             )
             if not converged:
                 violations.append(f"rerun after freeing space ended {code} {result.get('reason')}")
@@ -268,9 +268,7 @@ def s3_runs(bench: Bench, runs: int, seed: int, deadline: float) -> Iterator[Run
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_all(
-    kills: int, enospc: int, s3: int, seed: int, deadline: float, report: Callable[[Run], None]
-) -> list[Run]:
+def run_all(kills: int, enospc: int, s3: int, seed: int, deadline: float, report: Callable[[Run], None]) -> list[Run]:
     bench = Bench(seed)
     out: list[Run] = []
     try:

@@ -81,7 +81,7 @@ def rows(runs: Iterable[Run]) -> list[Row]:
 
 
 def _seconds(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f} s"
+    return "-" if value is None else f"{value:.1f} s"
 
 
 def table(found: Sequence[Row]) -> str:
@@ -122,10 +122,9 @@ def splice(document: str, block: str) -> str:
 def write(runs: list[Run], out_dir: pathlib.Path, doc: pathlib.Path | None, header: str) -> str:
     """Write bench/out/chaos.json and chaos.md, and the table into `doc`; returns the Markdown block."""
     found = rows(runs)
-    block = "\n".join(
-        [header, "", table(found), "", "Runs that broke an invariant:" if failures(runs) else "No run broke an invariant."]
-        + failures(runs)
-    )
+    broken = failures(runs)
+    verdict = "Runs that broke an invariant:" if broken else "No run broke an invariant."
+    block = "\n".join([header, "", table(found), "", verdict, *broken])
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     payload = {"runs": [dataclasses.asdict(r) for r in runs], "rows": [dataclasses.asdict(r) for r in found]}

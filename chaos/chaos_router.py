@@ -105,8 +105,9 @@ async def _churn(router: Router, backends: Backends, rng: random.Random, stop: a
             keep = rng.sample(urls, rng.randint(1, len(urls)))
             router.set_backends(keep + [u for u in backends.faulty if rng.random() < 0.5])
         elif action < 0.8:
-            config = router.config.model_copy(update={"strategy": rng.choice(STRATEGIES)})
-            router.apply_config(RouterConfig.model_validate(config.model_dump()))
+            router.apply_config(
+                RouterConfig.model_validate({**router.config.model_dump(), "strategy": rng.choice(STRATEGIES)})
+            )
         else:  # kill a replica while it serves, start another (a pod replaced)
             victim = rng.choice(list(backends.sims))
             await backends.sims.pop(victim).cleanup()
@@ -120,10 +121,8 @@ async def _churn(router: Router, backends: Backends, rng: random.Random, stop: a
 async def _raw_partial_body(url: str) -> None:
     """Declare a 4 KiB JSON body, send part of it, disconnect."""
     host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    head = (
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
-    )
+    _reader, writer = await asyncio.open_connection(host, int(port))
+    head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
     writer.write(head.encode() + b'{"prompt": "' + b"a" * 500)
     await writer.drain()
     await asyncio.sleep(0.01)
@@ -147,6 +146,26 @@ async def _one(session: aiohttp.ClientSession, url: str, mode: str, i: int) -> N
             response.close()
         else:
             await response.read()
+
+
+async def _timed(
+    semaphore: asyncio.Semaphore,
+    session: aiohttp.ClientSession,
+    url: str,
+    mode: str,
+    i: int,
+    took_all: list[float],
+    modes: dict[str, int],
+) -> None:
+    """One request of `mode`, its duration appended to `took_all` whatever happened to it."""
+    async with semaphore:
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(_one(session, url, mode, i), DEADLINE + 20)
+        except (aiohttp.ClientError, ConnectionError, TimeoutError):
+            pass
+        took_all.append(time.monotonic() - started)
+        modes[mode] = modes.get(mode, 0) + 1
 
 
 MODES = ["complete", "stream", "disconnect_before_headers", "disconnect_mid_body", "disconnect_mid_stream"]
@@ -178,7 +197,9 @@ async def _settle(router: Router, limit: float) -> float:
     return time.monotonic() - started
 
 
-async def run_batches(batches: int, per_batch: int, seed: int, deadline: float, report: Callable[[Run], None]) -> list[Run]:
+async def run_batches(
+    batches: int, per_batch: int, seed: int, deadline: float, report: Callable[[Run], None]
+) -> list[Run]:
     rng = random.Random(seed)
     backends = Backends()
     for n in range(4):
@@ -208,30 +229,23 @@ async def run_batches(batches: int, per_batch: int, seed: int, deadline: float, 
                     break
                 stop = asyncio.Event()
                 churn = asyncio.create_task(_churn(router, backends, rng, stop))
-                semaphore = asyncio.Semaphore(48)
-                late: list[float] = []
                 took_all: list[float] = []
                 modes: dict[str, int] = {}
-
-                async def bounded(i: int, mode: str) -> None:
-                    async with semaphore:
-                        started = time.monotonic()
-                        try:
-                            await asyncio.wait_for(_one(session, url, mode, i), DEADLINE + 20)
-                        except (aiohttp.ClientError, ConnectionError, TimeoutError):
-                            pass
-                        took = time.monotonic() - started
-                        took_all.append(took)
-                        if took > DEADLINE:
-                            late.append(took)
-                        modes[mode] = modes.get(mode, 0) + 1
-
-                await asyncio.gather(*(bounded(i, rng.choice(MODES)) for i in range(per_batch)))
+                semaphore = asyncio.Semaphore(48)
+                requests = (
+                    _timed(semaphore, session, url, rng.choice(MODES), i, took_all, modes) for i in range(per_batch)
+                )
+                await asyncio.gather(*requests)
+                late = [took for took in took_all if took > DEADLINE]
                 stop.set()
                 changes = await churn
                 seconds = await _settle(router, 30.0)
                 leaks = _inflight_leaks(router)
-                violations = [f"{len(late)} requests outlived the {DEADLINE:.0f} s deadline (max {max(late):.1f} s)"] if late else []
+                violations = (
+                    [f"{len(late)} requests outlived the {DEADLINE:.0f} s deadline (max {max(late):.1f} s)"]
+                    if late
+                    else []
+                )
                 async with session.get(url + "/healthz") as health:
                     if health.status != 200:
                         violations.append(f"/healthz answered {health.status}")
@@ -241,7 +255,8 @@ async def run_batches(batches: int, per_batch: int, seed: int, deadline: float, 
                 elif rss - baseline_rss > MEMORY_BOUND_MIB:
                     violations.append(f"RSS grew {rss - baseline_rss:.0f} MiB since the first batch")
                 slowest = max(took_all) if took_all else 0.0
-                note = f"slowest request {slowest:.1f} s, {changes} churn events, RSS {rss:.0f} MiB, modes {dict(sorted(modes.items()))}"
+                note = f"slowest request {slowest:.1f} s, {changes} churn events, RSS {rss:.0f} MiB"
+                note += f", modes {dict(sorted(modes.items()))}"
                 record = Run(SCENARIO, batch, not leaks, seconds, leaks, violations, note)
                 report(record)
                 out.append(record)

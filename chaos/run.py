@@ -10,8 +10,9 @@ in a temporary directory and stop it at the end. The real-node group reuses the 
 host's real-node lock (it never starts one) and is skipped, and said so, when none runs.
 
 Every group gets a share of the budget; a group starts no new run past its share, and no group starts past the
-budget minus a reserve for the run in flight, so the whole suite ends within --budget. Output: bench/out/chaos-<time>.json
-(every run), bench/out/chaos.md and the table in docs/reliability.md. Exit status 1 if any run broke an invariant.
+budget minus a reserve for the run in flight, so the whole suite ends within --budget. Output:
+bench/out/chaos-<time>.json (every run), bench/out/chaos.md and the table in docs/reliability.md. Exit status 1 if
+any run broke an invariant.
 """
 
 from __future__ import annotations
@@ -99,11 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     own_cluster = False
     api = None
     if {"operator", "nodes", "controlplane"} & set(wanted):
-        from warmstart.localcluster import running
-
         from kubernetes import config
 
         import kube
+        from warmstart.localcluster import running
 
         if args.dir is not None and running.running_cluster(args.dir) is not None:
             cluster_dir = args.dir

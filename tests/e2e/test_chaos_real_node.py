@@ -1,4 +1,4 @@
-"""Chaos on the real node: the preload container is SIGKILLed mid-download, and the operator pod is killed mid-reconcile.
+"""Chaos on the real node: the preload container SIGKILLed mid-download, the operator pod killed mid-reconcile.
 
 Nothing is simulated: the kill is a real `kill -9` of the container's process on the host (the kubelet sees the
 container die with 137), the download is from the real S3 server, and the invariants are read from the node's disk and
@@ -149,7 +149,9 @@ def test_operator_killed_mid_reconcile_comes_back_and_finishes_it(real_stack: re
     )
 
     # the pod itself deleted at once (a node drain without grace): the Deployment's new pod takes over
-    client.CoreV1Api(real_stack.api).delete_namespaced_pod(pod.metadata.name, real_stack.namespace, grace_period_seconds=0)
+    client.CoreV1Api(real_stack.api).delete_namespaced_pod(
+        pod.metadata.name, real_stack.namespace, grace_period_seconds=0
+    )
     deleted = time.monotonic()
     objects = client.CustomObjectsApi(real_stack.api)
     objects.patch_namespaced_custom_object(
