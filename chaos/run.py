@@ -33,8 +33,8 @@ for folder in ("chaos", "tests", "tests/integration", "tests/preload", "tests/ro
 import chaos_report  # noqa: E402
 from chaos_report import Run  # noqa: E402
 
-GROUPS = ("preload", "router", "operator", "nodes", "controlplane", "realnode")
-SHARES = {"preload": 0.14, "router": 0.10, "operator": 0.40, "nodes": 0.14, "controlplane": 0.12, "realnode": 0.10}
+GROUPS = ("preload", "router", "operator", "realnode", "nodes", "controlplane")
+SHARES = {"preload": 0.12, "router": 0.08, "operator": 0.45, "realnode": 0.13, "nodes": 0.12, "controlplane": 0.10}
 RESERVE = 150.0  # the longest a run may take after it started (the convergence timeout)
 REAL_LOCK = "/tmp/realnode-tests.lock"
 
