@@ -271,13 +271,17 @@ def s3_runs(bench: Bench, runs: int, seed: int, deadline: float) -> Iterator[Run
 def run_all(kills: int, enospc: int, s3: int, seed: int, deadline: float, report: Callable[[Run], None]) -> list[Run]:
     bench = Bench(seed)
     out: list[Run] = []
+    start = time.monotonic()
+    # each kind gets its share of the time: the kills alone could use all of it
+    shares = ((0.0, 0.5), (0.5, 0.65), (0.65, 1.0))
+    kinds: list[Callable[[float], Iterator[Run]]] = [
+        lambda end: kill_runs(bench, kills, seed, end),
+        lambda end: enospc_runs(bench, enospc, seed, end),
+        lambda end: s3_runs(bench, s3, seed, end),
+    ]
     try:
-        for produce in (
-            lambda: kill_runs(bench, kills, seed, deadline),
-            lambda: enospc_runs(bench, enospc, seed, deadline),
-            lambda: s3_runs(bench, s3, seed, deadline),
-        ):
-            for run in produce():
+        for (_, until), produce in zip(shares, kinds, strict=True):
+            for run in produce(start + (deadline - start) * until):
                 report(run)
                 out.append(run)
     finally:

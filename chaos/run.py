@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=pathlib.Path, default=ROOT / "docs" / "reliability.md")
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite the table in docs/reliability.md")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so every scenario's clean-up (finally) runs
     wanted = [g for g in GROUPS if g in args.only.split(",")]
     started = time.monotonic()
     end = started + args.budget - RESERVE
