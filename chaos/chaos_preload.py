@@ -198,9 +198,12 @@ def enospc_runs(bench: Bench, runs: int, seed: int, deadline: float) -> Iterator
             threshold = rng.randrange(MIB, 4 * MIB)
             while proc.poll() is None and _written(proc) < threshold:
                 time.sleep(0.002)
-            with contextlib.suppress(OSError), open(filler, "wb") as f:  # fill until ENOSPC
+            with contextlib.suppress(OSError), open(filler, "wb") as f:  # take the free space at once, then the rest
+                free = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
+                os.posix_fallocate(f.fileno(), 0, max(MIB, free - MIB))
+                f.seek(0, os.SEEK_END)
                 while True:
-                    f.write(b"\1" * 8 * MIB)
+                    f.write(b"\1" * MIB)
                     f.flush()
             code, result = _finish(proc, bench.scratch / f"e{i}", 120)
             bench.proxy.set("none")

@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few runs per scenario (the CI sizes)")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "out")
     parser.add_argument("--doc", type=pathlib.Path, default=ROOT / "docs" / "reliability.md")
+    parser.add_argument(
+        "--merge", type=pathlib.Path, action="append", default=[], help="also count the runs of an earlier chaos-*.json"
+    )
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite the table in docs/reliability.md")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so every scenario's clean-up (finally) runs
@@ -164,11 +167,15 @@ def main(argv: list[str] | None = None) -> int:
 
             running.down(cluster_dir)
     elapsed = time.monotonic() - started
+    for earlier in args.merge:
+        runs = [Run(**row) for row in json.loads(earlier.read_text())["runs"]] + runs
     header = (
         f"Last full run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {elapsed / 60:.1f} min of a "
         f"{args.budget / 60:.0f} min budget, seed {args.seed}{', --quick' if args.quick else ''}, on a 2-core host "
         "shared with other jobs (times are wall clock under that load)."
     )
+    if args.merge:
+        header += " Merged with the runs of " + ", ".join(p.name for p in args.merge) + " (same host, same day)."
     block = chaos_report.write(runs, args.out, None if args.no_doc else args.doc, header)
     print(block)
     return 0 if all(run.ok for run in runs) else 1
