@@ -30,7 +30,7 @@ def _ok(runs: list[Run], expected: int) -> None:
 
 
 def test_kill_9_at_random_offsets_then_resume(bench: chaos_preload.Bench) -> None:
-    _ok(list(chaos_preload.kill_runs(bench, 3, seed=3, deadline=time.monotonic() + 300)), 3)
+    _ok(list(chaos_preload.kill_runs(bench, 2, seed=3, deadline=time.monotonic() + 300)), 2)
 
 
 def test_enospc_mid_download_is_retryable_and_leaves_nothing(bench: chaos_preload.Bench) -> None:
@@ -40,7 +40,7 @@ def test_enospc_mid_download_is_retryable_and_leaves_nothing(bench: chaos_preloa
 def test_s3_faults_are_classified_and_never_publish_an_incomplete_cache(
     bench: chaos_preload.Bench, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    picked = [f for f in chaos_preload.S3_FAULTS if (f[0], f[2]) in {("503", False), ("cut", False), ("503", True)}]
+    picked = [f for f in chaos_preload.S3_FAULTS if (f[0], f[2]) in {("cut", False), ("503", True)}]
     picked += [f for f in chaos_preload.S3_FAULTS if f[0] == "403"]
     monkeypatch.setattr(chaos_preload, "S3_FAULTS", picked)
     _ok(list(chaos_preload.s3_runs(bench, len(picked), seed=3, deadline=time.monotonic() + 300)), len(picked))
