@@ -22,7 +22,7 @@ from kubernetes import client
 
 import realstack
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import keys
+from warmstart.render import jobs, keys, labels
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
@@ -37,20 +37,29 @@ def _record(scenario: str, converged: bool, seconds: float, leaks: list[str], no
             out.write(json.dumps(row) + "\n")
 
 
-def _host_pids(*words: str) -> list[int]:
-    """Host PIDs whose command line contains every word (the real node's containers run on this host)."""
+def _host_pids(pod_uid: str, *words: str) -> list[int]:
+    """Host PIDs of the pod `pod_uid` (its cgroup names it) whose command line contains every word: the real node's
+    containers run on this host, beside other processes with the same command lines that must not be touched."""
+    marks = (pod_uid, pod_uid.replace("-", "_"))
     found = []
     for entry in pathlib.Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cgroup = (entry / "cgroup").read_text()
         except OSError:
             continue
         line = b" ".join(argv).decode(errors="replace")
-        if all(word in line for word in words):
+        if any(mark in cgroup for mark in marks) and all(word in line for word in words):
             found.append(int(entry.name))
     return found
+
+
+def _running_pod_uid(stack: realstack.Stack, selector: str) -> str | None:
+    pods = client.CoreV1Api(stack.api).list_namespaced_pod(stack.namespace, label_selector=selector).items
+    running = [p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+    return str(running[0].metadata.uid) if running else None
 
 
 def _blocks(path: pathlib.Path) -> int:
@@ -92,7 +101,9 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(real_s
         240,
         real_stack.describe,
     )
-    victims = _host_pids("preload", key)
+    uid = _running_pod_uid(real_stack, f"{labels.ROLE_LABEL}={jobs.ROLE_PRELOAD}")
+    assert uid is not None, "no running preload pod"
+    victims = _host_pids(uid, "preload", key)
     assert victims, "no preload process of this key on the host"
     written = _blocks(staging)
     for pid in victims:
@@ -135,7 +146,7 @@ def test_operator_killed_mid_reconcile_comes_back_and_finishes_it(real_stack: re
     )
     real_stack.create_endpoint(manifest)
     time.sleep(1.0)  # mid-reconcile: the endpoint's first handler is running or queued
-    victims = _host_pids("warmstart", "operator")
+    victims = _host_pids(str(pod.metadata.uid), "warmstart", "operator")
     assert victims, "no operator process on the host"
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
