@@ -271,4 +271,5 @@ async def run_batches(
 
 def run_all(batches: int, per_batch: int, seed: int, deadline: float, report: Callable[[Run], None]) -> list[Run]:
     logging.getLogger("warmstart.router").setLevel(logging.ERROR)  # a warning per injected fault otherwise
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)  # a simulated replica's client left: a traceback
     return asyncio.run(run_batches(batches, per_batch, seed, deadline, report))

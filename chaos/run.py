@@ -175,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         "shared with other jobs (times are wall clock under that load)."
     )
     if args.merge:
-        header += " Merged with the runs of " + ", ".join(p.name for p in args.merge) + " (same host, same day)."
+        merged = ", ".join(p.name for p in args.merge)
+        header = header if wanted else "Runs of several invocations on a 2-core host shared with other jobs."
+        header += f" Merged with the runs of {merged} (same host, same day)."
     block = chaos_report.write(runs, args.out, None if args.no_doc else args.doc, header)
     print(block)
     return 0 if all(run.ok for run in runs) else 1
