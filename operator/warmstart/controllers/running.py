@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kopf._cogs.structs import references as kopf_references
 from prometheus_client import start_http_server
 
 from warmstart.api import GROUP
@@ -125,18 +127,90 @@ async def run(
     api = load_api_client(str(kubeconfig) if kubeconfig else None)
     await wait_for_api_server(api)
     memo = kopf.Memo(store=Store(api), settings=settings)
-    await kopf.operator(
-        registry=registry(settings),
-        standalone=settings.peering is None,
-        peering_name=settings.peering,
-        priority=peering_priority(settings),
-        clusterwide=not settings.namespaces,
-        namespaces=settings.namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
-        memo=memo,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    stop = stop_flag or asyncio.Event()
+    while True:
+        incomplete = await _serve_once(settings, api, memo, stop, ready_flag)
+        if not incomplete or stop.is_set():
+            return
+        logging.getLogger(__name__).error(
+            "the API server's discovery lacked %s (it was starting?); starting over", ", ".join(incomplete)
+        )
+
+
+def unresolved(operator_registry: kopf.OperatorRegistry, insights: Any) -> list[Any]:
+    """Selectors of the registry's handlers that the discovery kopf read did not resolve (kopf never serves them)."""
+    found = insights.watched_resources | insights.indexed_resources
+    selectors = {
+        handler.selector
+        for handlers in (operator_registry._indexing, operator_registry._watching, operator_registry._changing)
+        for handler in handlers.get_all_handlers()
+        if handler.selector is not None
+    }
+    return [s for s in selectors if not s.select(found)]
+
+
+def served(api: Any, selector: Any) -> bool:
+    """Whether the API server's discovery now lists the resource `selector` names (group, version, plural)."""
+    name = selector.plural or selector.any_name
+    if not isinstance(name, str) or selector.version is None:
+        return False
+    path = f"/apis/{selector.group}/{selector.version}" if selector.group else f"/api/{selector.version}"
+    try:
+        response = api.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=5)
+        listed = json.loads(response.data)
+    except Exception:  # noqa: BLE001 - not served (404) or not reachable: either way not now
+        return False
+    return any(r.get("name") == name for r in listed.get("resources") or [])
+
+
+async def _serve_once(
+    settings: OperatorSettings, api: Any, memo: kopf.Memo, stop: asyncio.Event, ready_flag: threading.Event | None
+) -> list[str]:
+    """Run kopf until `stop`, or until its initial discovery turns out incomplete: then stop it and return what was
+    missing (kopf resolves resources once, at start, and re-resolves only when a CRD changes)."""
+    operator_registry = registry(settings)
+    insights = kopf_references.Insights()
+    halt = asyncio.Event()
+    missing: list[str] = []
+
+    async def watchdog() -> None:
+        await insights.ready_resources.wait()
+        lacking = unresolved(operator_registry, insights)
+        if not lacking:
+            return
+        # a CRD that is not installed is lacking for good (kopf serves it once it appears); a resource the API server
+        # serves now but did not list then was lost to a starting API server: only that is worth starting over
+        await asyncio.sleep(2.0)
+        await wait_for_api_server(api)
+        for selector in lacking:
+            if await asyncio.to_thread(served, api, selector):
+                missing.append(str(selector.plural or selector.any_name))
+        if missing:
+            halt.set()
+
+    async def relay() -> None:
+        await stop.wait()
+        halt.set()
+
+    helpers = [asyncio.create_task(watchdog()), asyncio.create_task(relay())]
+    try:
+        await kopf.operator(
+            registry=operator_registry,
+            insights=insights,
+            standalone=settings.peering is None,
+            peering_name=settings.peering,
+            priority=peering_priority(settings),
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
+            memo=memo,
+            stop_flag=halt,
+            ready_flag=ready_flag,
+        )
+    finally:
+        for helper in helpers:
+            helper.cancel()
+    return missing
 
 
 def main(argv: list[str]) -> int:
