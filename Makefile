@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER_DIR ?= .cluster
+CHAOS_BUDGET ?= 1200
 REAL_NODES ?= 0
 
-.PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench clean
+.PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +65,12 @@ bench: $(BIN)/warmstart
 	$(BIN)/python bench/operator_scale.py
 	$(BIN)/python bench/endpoint_idle_traffic.py
 	$(BIN)/python bench/scaleout.py --dir $(CLUSTER_DIR)
+
+## chaos: the fault-injection suite (docs/reliability.md), bounded by CHAOS_BUDGET seconds (default 20 min); uses the
+## cluster in CLUSTER_DIR if one runs there, else starts and stops one; the real-node part reuses the shared real-node
+## cluster under /tmp/realnode-tests.lock if one runs (needs root: tmpfs mounts, kill -9 of node processes)
+chaos: $(BIN)/warmstart
+	$(BIN)/python chaos/run.py --budget $(CHAOS_BUDGET) --dir $(CLUSTER_DIR)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info bench/out

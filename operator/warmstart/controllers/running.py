@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from kopf._cogs.structs import references as kopf_references
 from prometheus_client import start_http_server
 
 from warmstart.api import GROUP
-from warmstart.controllers import coexistence, endpoints, images, nodes, sharing, weights
+from warmstart.controllers import coexistence, discovery, endpoints, images, nodes, sharing, weights
 from warmstart.controllers import settings as settings_module
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Store, load_api_client
@@ -94,22 +95,70 @@ async def run(
     """Run the operator until `stop_flag` is set (or forever)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = str(kubeconfig)
-    store = Store(load_api_client(str(kubeconfig) if kubeconfig else None))
+    api = load_api_client(str(kubeconfig) if kubeconfig else None)
+    await discovery.wait_for_api_server(api)
+    store = Store(api)
     settings = coexistence.check(store, settings)  # ForeignCrds: AWS's operator owns the kinds here
     start_metrics(settings.metrics_port)
     memo = kopf.Memo(store=store, settings=settings)
-    await kopf.operator(
-        registry=registry(settings),
-        standalone=settings.peering is None,
-        peering_name=settings.peering,
-        priority=peering_priority(settings),
-        clusterwide=not settings.namespaces,
-        namespaces=settings.namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
-        memo=memo,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    stop = stop_flag or asyncio.Event()
+    while True:
+        incomplete = await _serve_once(settings, api, memo, stop, ready_flag)
+        if not incomplete or stop.is_set():
+            return
+        logging.getLogger(__name__).error(
+            "the API server's discovery lacked %s (it was starting?); starting over", ", ".join(incomplete)
+        )
+
+
+async def _serve_once(
+    settings: OperatorSettings, api: Any, memo: kopf.Memo, stop: asyncio.Event, ready_flag: threading.Event | None
+) -> list[str]:
+    """Run kopf until `stop`, or until its initial discovery turns out incomplete: then stop it and return what was
+    missing (kopf resolves resources once, at start, and re-resolves only when a CRD changes)."""
+    operator_registry = registry(settings)
+    insights = kopf_references.Insights()
+    halt = asyncio.Event()
+    missing: list[str] = []
+
+    async def watchdog() -> None:
+        await insights.ready_resources.wait()
+        lacking = discovery.unresolved(operator_registry, insights)
+        if not lacking:
+            return
+        # a CRD that is not installed is lacking for good (kopf serves it once it appears); a resource the API server
+        # serves now but did not list then was lost to a starting API server: only that is worth starting over
+        await asyncio.sleep(2.0)
+        await discovery.wait_for_api_server(api)
+        for selector in lacking:
+            if await asyncio.to_thread(discovery.served, api, selector):
+                missing.append(str(selector.plural or selector.any_name))
+        if missing:
+            halt.set()
+
+    async def relay() -> None:
+        await stop.wait()
+        halt.set()
+
+    helpers = [asyncio.create_task(watchdog()), asyncio.create_task(relay())]
+    try:
+        await kopf.operator(
+            registry=operator_registry,
+            insights=insights,
+            standalone=settings.peering is None,
+            peering_name=settings.peering,
+            priority=peering_priority(settings),
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None,
+            memo=memo,
+            stop_flag=halt,
+            ready_flag=ready_flag,
+        )
+    finally:
+        for helper in helpers:
+            helper.cancel()
+    return missing
 
 
 def main(argv: list[str]) -> int:

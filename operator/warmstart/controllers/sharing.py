@@ -17,7 +17,7 @@ from warmstart.api import API_VERSION, GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.api.statuses import CacheSummary
 from warmstart.controllers.settings import OperatorSettings
-from warmstart.controllers.storage import Store
+from warmstart.controllers.storage import Conflict, Store
 from warmstart.render import caches
 
 Manifest = dict[str, Any]
@@ -80,6 +80,17 @@ def release(store: Store, kind: str, name: str, namespace: str, parent_uid: str)
     remaining = [p for p in current.get("spec", {}).get("parentReferences") or [] if p.get("uid") != parent_uid]
     if len(remaining) == len(current.get("spec", {}).get("parentReferences") or []) and remaining:
         return False
+    if not remaining:
+        # The last parent deletes the cache with its reference still on it. Detaching first would leave, after a crash
+        # between the two calls, a cache that no parent references and nothing ever deletes (its DaemonSet and node
+        # labels with it). The precondition lets a parent that attached meanwhile win: then release as one of several.
+        try:
+            store.delete(API_VERSION, kind, name, namespace, resource_version=current["metadata"]["resourceVersion"])
+            return True
+        except Conflict:
+            current = store.get(API_VERSION, kind, name, namespace)
+            if current is None:
+                return True
     result = writer.apply(caches.detached(current))
     left = [p for p in result.get("spec", {}).get("parentReferences") or [] if p.get("uid") != parent_uid]
     if not left:

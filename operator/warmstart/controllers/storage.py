@@ -220,10 +220,20 @@ class Store:
         return result
 
     def delete(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None, *, propagation: str = "Background"
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation: str = "Background",
+        resource_version: str | None = None,
     ) -> bool:
-        """Delete an object; False when it was already gone."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        """Delete an object; False when it was already gone. With `resource_version`, only that version of it (else
+        Conflict)."""
+        body: Manifest = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if resource_version is not None:
+            body["preconditions"] = {"resourceVersion": resource_version}
         try:
             self._call("DELETE", object_path(api_version, kind, name, namespace), body=body)
             return True
