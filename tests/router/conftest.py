@@ -10,13 +10,12 @@ Simulated time runs fast (``time_scale``) and no test asserts on wall-clock dura
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
+from proxyharness import RouterFactory, RunningReplica, RunningRouter, SimFactory
 from warmstart.api.routers import RouterConfig
 from warmstart.router import admin, proxying
 from warmstart.router.routing import Router
@@ -25,26 +24,6 @@ from warmstart.sim.server import SimReplica
 from warmstart.sim.server import serve as serve_replica
 
 FAST = EngineParams(time_scale=0.002)
-
-
-@dataclass
-class RunningReplica:
-    replica: SimReplica
-    url: str
-    runner: web.AppRunner
-
-
-@dataclass
-class RunningRouter:
-    router: Router
-    url: str
-    runner: web.AppRunner
-    admin_url: str
-    admin_runner: web.AppRunner
-
-
-SimFactory = Callable[..., Awaitable[list[RunningReplica]]]
-RouterFactory = Callable[..., Awaitable[RunningRouter]]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import random
 import aiohttp
 from aiohttp import web
 
-from conftest import RouterFactory, RunningRouter, SimFactory
+from proxyharness import RouterFactory, RunningRouter, SimFactory
 from routerhelpers import sse_events
 from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying

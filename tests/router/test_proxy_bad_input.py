@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from conftest import RouterFactory, SimFactory
+from proxyharness import RouterFactory, SimFactory
 from warmstart.api.routers import RouterConfig
 
 

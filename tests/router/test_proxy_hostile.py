@@ -14,7 +14,7 @@ import json
 import aiohttp
 from aiohttp import web
 
-from conftest import RouterFactory, SimFactory
+from proxyharness import RouterFactory, SimFactory
 from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
 

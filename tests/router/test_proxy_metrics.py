@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
-from conftest import RouterFactory
+from proxyharness import RouterFactory
 from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
 

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from conftest import RouterFactory, RunningRouter
+from proxyharness import RouterFactory, RunningRouter
 from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying
 

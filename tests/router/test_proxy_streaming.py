@@ -8,7 +8,7 @@ import json
 import aiohttp
 from aiohttp import web
 
-from conftest import RouterFactory, SimFactory
+from proxyharness import RouterFactory, SimFactory
 from routerhelpers import sse_events
 from warmstart.api.routers import RouterConfig
 from warmstart.router import proxying

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from conftest import RouterFactory, SimFactory
+from proxyharness import RouterFactory, SimFactory
 from warmstart.api.routers import RouterConfig
 from warmstart.router import discovery
 
