@@ -103,6 +103,14 @@ app.kubernetes.io/component: operator
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
+# FSx sources: the claim bound to the static PersistentVolume; listed by the finalizer that lets go of it
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, list, create, patch, delete]
+# autoScalingSpec: the KEDA ScaledObject of an endpoint (KEDA itself makes the HPA)
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, create, patch, delete]
 {{- if and (include "warmstart.peering" .) .Values.watchNamespaces }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]

@@ -80,6 +80,9 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     if env.get("WARMSTART_EXTRA_TOLERATIONS"):
         render["extra_tolerations"] = _json_list(env["WARMSTART_EXTRA_TOLERATIONS"])
     render["cache_sharing_groups"] = _json_groups(env.get("WARMSTART_CACHE_SHARING_GROUPS"))
+    region = env.get("WARMSTART_AWS_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        render["aws_region"] = region
     settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
     if env.get("WARMSTART_NAMESPACES"):
         settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]

@@ -122,7 +122,7 @@ def build_one(build: versions.Build) -> None:
     go = shutil.which("go")
     if go is None:
         raise BuildError("`go` is not on PATH: install Go (1.26 or newer) to build the local cluster")
-    env = _go_env()
+    env = go_env()
     workdir = cache_root() / "src" / f"{build.name}-{build.version}"
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "build.log"
@@ -206,6 +206,7 @@ def _prepare_wrapper(
         for r in upstream.get("Replace") or []
         if not r["New"].get("Version") and r["New"]["Path"].startswith(build.local_replace_prefix)
     ]
+    replaces += _versioned_directives(upstream)
     (workdir / "go.mod").unlink(missing_ok=True)
     _output([go, "mod", "init", f"warmstart.local/{build.name}"], workdir, env)
     go_directive = upstream.get("Go") or ""
@@ -218,7 +219,25 @@ def _prepare_wrapper(
     marker.write_text(wanted)
 
 
-def _go_env() -> dict[str, str]:
+def _versioned_directives(upstream: Mapping[str, object]) -> list[str]:
+    """``go mod edit`` flags that carry the module's versioned replaces and its excludes into the wrapper.
+
+    Directives of a dependency's go.mod are ignored by Go, so the wrapper must restate them to build
+    what upstream builds (KEDA, for one, replaces a module by a pseudo-version and excludes another).
+    """
+    flags: list[str] = []
+    for replace in upstream.get("Replace") or []:  # type: ignore[attr-defined]
+        old, new = replace["Old"], replace["New"]
+        if not new.get("Version"):
+            continue  # local replaces: pinned above, by prefix
+        source = f"{old['Path']}@{old['Version']}" if old.get("Version") else old["Path"]
+        flags.append(f"-replace={source}={new['Path']}@{new['Version']}")
+    for exclude in upstream.get("Exclude") or []:  # type: ignore[attr-defined]
+        flags.append(f"-exclude={exclude['Path']}@{exclude['Version']}")
+    return flags
+
+
+def go_env() -> dict[str, str]:
     env = dict(os.environ)
     env["GOWORK"] = "off"  # a go.work of the caller must not leak into the wrappers
     env["GOFLAGS"] = " ".join(filter(None, [env.get("GOFLAGS", ""), "-buildvcs=false"]))

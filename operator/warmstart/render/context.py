@@ -48,6 +48,11 @@ class RenderContext(BaseModel):
         default=None, description="Override of the JumpStart gated content bucket."
     )
     jumpstart_region: str = Field(default="us-west-2", description="Region of the JumpStart buckets.")
+    aws_region: str | None = Field(
+        default=None,
+        description="The operator's AWS region (FSx DescribeFileSystems, CloudWatch triggers); "
+        "unset: the JumpStart region.",
+    )
     extra_tolerations: tuple[dict[str, Any], ...] = Field(
         default=(),
         description="Tolerations of cache pods besides the GPU node-pool ones (Helm cache.extraTolerations).",

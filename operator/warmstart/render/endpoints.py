@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from warmstart.api import API_VERSION
+from warmstart.api.autoscaling import AutoScalingSpec
 from warmstart.api.base import ParentReference
 from warmstart.api.blocks import DEFAULT_HOST_PATH, IntelligentRoutingSpec, KubernetesSettings, WeightsCache
 from warmstart.api.caches import NodeTargeting
@@ -58,6 +59,7 @@ class Endpoint(BaseModel):
     routing: IntelligentRoutingSpec | None = None
     kubernetes: KubernetesSettings | None = None
     resolved_env: dict[str, str] = Field(default_factory=dict)
+    auto_scaling: AutoScalingSpec | None = None
 
     @property
     def child_name(self) -> str:
@@ -124,6 +126,7 @@ def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
         image_cache=bool(cache and cache.image_cache and cache.image_cache.enabled),
         routing=spec.intelligent_routing_spec,
         kubernetes=spec.kubernetes,
+        auto_scaling=spec.auto_scaling_spec,
     )
 
 
@@ -178,4 +181,5 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
         routing=spec.intelligent_routing_spec,
         kubernetes=spec.kubernetes,
         resolved_env=resolution.env,
+        auto_scaling=spec.auto_scaling_spec,
     )

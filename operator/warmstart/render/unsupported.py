@@ -16,7 +16,6 @@ _IGNORED = (
     "kvCacheSpec",
     "sageMakerEndpoint",
     "endpointName",
-    "autoScalingSpec",
     "loadBalancer",
     "tags",
 )
