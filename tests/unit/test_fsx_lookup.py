@@ -38,7 +38,7 @@ def _lustre(mount_name: str | None = "abcdefgh") -> str:
     created = client.create_file_system(
         FileSystemType="LUSTRE",
         StorageCapacity=1200,
-        SubnetIds=["subnet-0123"],
+        SubnetIds=["subnet-0123456789abcdef0"],
         LustreConfiguration={"DeploymentType": "PERSISTENT_2"},
     )["FileSystem"]
     if mount_name:

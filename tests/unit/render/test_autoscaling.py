@@ -25,7 +25,10 @@ def _spec(**extra: Any) -> InferenceEndpointConfigSpec:
         {
             "modelName": "llama",
             "instanceType": "ml.g5.8xlarge",
-            "modelSourceConfig": {"modelSourceType": "s3", "s3Storage": {"bucketName": "m", "region": "us-west-2"}},
+            "modelSourceConfig": {
+                "modelSourceType": "s3",
+                "s3Storage": {"bucketName": "models", "region": "us-west-2"},
+            },
             "worker": {
                 "image": "vllm/vllm-openai:v0.8.0",
                 "modelInvocationPort": {"containerPort": 8000},
