@@ -139,3 +139,53 @@ def test_without_dns_and_mount_names_and_no_aws_access_the_endpoint_asks_for_the
     assert "dnsName and mountName" in resolved["message"]
     assert ep.status(api_client, namespace, "fsx-model")["state"] == "DeploymentFailed"
     assert not client.CoreV1Api(api_client).list_namespaced_persistent_volume_claim(namespace).items
+
+
+def test_an_endpoint_and_its_weights_cache_share_one_claim_and_the_last_to_go_removes_it(
+    cluster: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Model pods and preload Jobs mount one claim; each user holds an owner reference; the volume outlives neither."""
+    storage = FsxStorage.model_validate(STORAGE)
+    claim, volume = fsx.claim_name(storage), fsx.volume_name(namespace, storage)
+    with (
+        ep.own_nodes(api_client, 2) as (instance_type, _nodes),
+        operating.operator(
+            str(cluster.kubeconfig),
+            [namespace],
+            render={"preload_pod_annotations": {"sim.warmstart.io/duration": "2s"}},
+        ),
+    ):
+        manifest = _manifest(namespace, STORAGE)
+        manifest["spec"].update(instanceType=instance_type, modelCacheConfig={"weightsCache": {"enabled": True}})
+        kube.apply(str(cluster.kubeconfig), manifest)
+        jobs = kube.wait_for(
+            lambda: client.BatchV1Api(api_client).list_namespaced_job(namespace).items, what="preload Jobs"
+        )
+        job_claims = {
+            v.persistent_volume_claim.claim_name
+            for j in jobs
+            for v in j.spec.template.spec.volumes
+            if v.persistent_volume_claim
+        }
+        assert job_claims == {claim}
+        owners = kube.wait_for(
+            lambda: len(refs := (_pvc(api_client, namespace, claim).metadata.owner_references or [])) == 2 and refs,
+            what="the claim owned by the endpoint and by its weights cache",
+        )
+        assert sorted(r.kind for r in owners) == ["InferenceEndpointConfig", "ModelDataCacheConfig"]
+        assert _pv(api_client, volume) is not None
+
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", "fsx-model"
+        )
+        # the endpoint lets go first; its weights cache still holds the claim while its finalizer runs
+        kube.wait_for(
+            lambda: (
+                (c := _pvc(api_client, namespace, claim)) is not None
+                and [r.kind for r in c.metadata.owner_references or []] == ["ModelDataCacheConfig"]
+            ),
+            what="the endpoint's owner reference dropped, the cache's kept",
+        )
+        kube.wait_for(lambda: _pv(api_client, volume) is None, timeout=120, what="the PV gone with its last user")
+        assert _pvc(api_client, namespace, claim) is None
+        kube.wait_for(lambda: not ep.caches(api_client, namespace, "modeldatacacheconfigs"), what="the cache gone")

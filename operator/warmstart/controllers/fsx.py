@@ -126,9 +126,9 @@ def release(store: Store, namespace: str, uid: str, keep: str | None = None) -> 
         others = [r for r in refs if r.get("uid") != uid]
         if others:
             writer = Store(store.api, field_manager=caches.parent_field_manager(uid))
-            detached = {k: v for k, v in claim.items() if k in ("apiVersion", "kind")}
-            detached["metadata"] = {"name": meta["name"], "namespace": namespace, "ownerReferences": []}
-            writer.apply(detached)
+            # items of a LIST carry no apiVersion or kind: state them
+            meta_only = {"name": meta["name"], "namespace": namespace, "ownerReferences": []}
+            writer.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta_only})
             continue
         store.delete("v1", "PersistentVolumeClaim", meta["name"], namespace)
         volume = (claim.get("spec") or {}).get("volumeName")

@@ -63,6 +63,8 @@ class Measurement:
     wall_seconds: float
     peak_rss_bytes: int
     """Largest resident set of the command or any one of its child processes (compile, link)."""
+    cpu_seconds: float = 0.0
+    """User plus system CPU time of the command and its children: unlike wall time, not inflated by a busy machine."""
 
 
 def cache_root() -> pathlib.Path:
@@ -166,6 +168,7 @@ def build_one(build: versions.Build) -> None:
             "version": build.version,
             "go": go_version,
             "wall_seconds": round(measured.wall_seconds, 1),
+            "cpu_seconds": round(measured.cpu_seconds, 1),
             "wrapper_tidy_seconds": round(prepare_seconds, 1),
             "peak_rss_bytes": measured.peak_rss_bytes,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -175,9 +178,10 @@ def build_one(build: versions.Build) -> None:
         shutil.rmtree(final.parent, ignore_errors=True)
         staging.rename(final.parent)
         logger.info(
-            "built %s in %.0f s (peak RSS %.1f GiB) -> %s",
+            "built %s in %.0f s (%.0f CPU-s, peak RSS %.1f GiB) -> %s",
             name,
             measured.wall_seconds,
+            measured.cpu_seconds,
             measured.peak_rss_bytes / 2**30,
             final,
         )
@@ -278,7 +282,9 @@ def _run(
     if process.returncode != 0:
         tail = log_path.read_text()[-4000:]
         raise BuildError(f"{' '.join(command)} failed ({process.returncode}); see {log_path}:\n{tail}")
-    return Measurement(wall_seconds=elapsed, peak_rss_bytes=usage.ru_maxrss * 1024)
+    return Measurement(
+        wall_seconds=elapsed, peak_rss_bytes=usage.ru_maxrss * 1024, cpu_seconds=usage.ru_utime + usage.ru_stime
+    )
 
 
 def _minutes(seconds: float) -> str:
