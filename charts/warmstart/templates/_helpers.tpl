@@ -106,11 +106,11 @@ app.kubernetes.io/component: operator
 # FSx sources: the claim bound to the static PersistentVolume; listed by the finalizer that lets go of it
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [get, list, create, patch, delete]
+  verbs: [list, create, patch, delete]
 # autoScalingSpec: the KEDA ScaledObject of an endpoint (KEDA itself makes the HPA)
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
-  verbs: [get, create, patch, delete]
+  verbs: [create, patch, delete]
 {{- if and (include "warmstart.peering" .) .Values.watchNamespaces }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
