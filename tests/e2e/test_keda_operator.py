@@ -77,6 +77,9 @@ def keda_operator(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
     try:
         yield process
     finally:
+        # while KEDA runs: it removes its finalizer from each ScaledObject (and deletes its HPA); without it the
+        # ScaledObjects, their namespaces and KEDA's CRDs would hang on that finalizer
+        kube.kubectl(kubeconfig, "delete", "scaledobjects.keda.sh", "--all", "-A", "--wait=true", "--timeout=60s")
         process.terminate()
         try:
             process.wait(timeout=20)
