@@ -44,7 +44,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if any(item.get_closest_marker("cluster") for item in session.items) and not os.environ.get("WARMSTART_KUBECONFIG"):
         wanted += versions.CONTROL_PLANE
     if any(item.get_closest_marker("realnode") for item in session.items) and not os.environ.get(REAL_KUBECONFIG):
-        wanted += tuple(build for build in versions.BUILDS if build not in wanted)
+        wanted += tuple(build for build in versions.CONTROL_PLANE + versions.REAL_NODES if build not in wanted)
+    if any(item.get_closest_marker("keda") for item in session.items):
+        wanted += tuple(build for build in versions.AUTOSCALING if build not in wanted)
     if building.missing(wanted):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+import endpointing
 import helming
 import kube
 from warmstart.api import GROUP, VERSION
@@ -165,6 +166,40 @@ def _state(api: client.ApiClient, namespace: str, name: str) -> str | None:
     return None if body is None else (body.get("status") or {}).get("state")
 
 
+def _check_fsx_and_autoscaling(
+    api: client.ApiClient, namespace: str, instance_type: str, operator: helming.OperatorProcess
+) -> None:
+    """Under the chart's RBAC and admission policies: an FSx endpoint's static PV and claim (bound by the PV controller)
+    are created and removed, and autoScalingSpec without KEDA says so."""
+    storage = {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs-0123456789abcdef0.fsx.aws", "mountName": "m1"}
+    body = endpointing.endpoint_manifest(
+        "fsx-scaled",
+        namespace,
+        instance_type,
+        modelSourceConfig={"modelSourceType": "fsx", "fsxStorage": storage, "modelLocation": "models/m"},
+        modelCacheConfig={"weightsCache": {"enabled": False}},
+        autoScalingSpec={"prometheusTrigger": {"serverAddress": "http://prom:9090", "query": "q", "targetValue": 1}},
+    )
+    helming.custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    core = client.CoreV1Api(api)
+    claim = kube.wait_for(
+        lambda: [c for c in core.list_namespaced_persistent_volume_claim(namespace).items if c.status.phase == "Bound"],
+        what="the FSx claim Bound",
+    )[0]
+    volume = claim.spec.volume_name
+    scaling = kube.wait_for(
+        lambda: endpointing.condition(endpointing.status(api, namespace, "fsx-scaled"), "Autoscaling"),
+        what="the Autoscaling condition",
+    )
+    assert scaling["reason"] == "KedaNotInstalled", scaling
+    helming.custom(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "fsx-scaled")
+    kube.wait_for(
+        lambda: helming.get_or_none(lambda: core.read_persistent_volume(volume)) is None,
+        what="the PV deleted by the operator's finalizer",
+    )
+    assert "Forbidden" not in operator.output(), f"the chart's RBAC or a policy refused a request:\n{operator.tail()}"
+
+
 def test_install_seed_upgrade_uninstall(
     cluster: Any, api_client: client.ApiClient, namespace: str, helm: pathlib.Path, tmp_path: pathlib.Path
 ) -> None:
@@ -279,6 +314,8 @@ def test_install_seed_upgrade_uninstall(
                 what="the endpoint to be deleted",
                 timeout=120,
             )
+
+            _check_fsx_and_autoscaling(api_client, namespace, instance_type, operator)
 
         # upgrade: a changed value reaches the operator's environment; a bad value is refused and changes nothing
         helming.run_helm(

@@ -159,6 +159,8 @@ def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(
     # the router's Role reads EndpointSlices: the operator must hold that to grant it
     assert {"get", "list", "watch"} <= granted[("discovery.k8s.io", "endpointslices")]
     assert ("", "secrets") not in granted
+    assert granted[("", "persistentvolumeclaims")] == {"list", "create", "patch", "delete"}
+    assert granted[("keda.sh", "scaledobjects")] == {"create", "patch", "delete"}
 
 
 def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -180,7 +182,10 @@ def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Pa
         ("", "nodes"),
         ("scheduling.k8s.io", "priorityclasses"),
         ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("", "persistentvolumes"),
     }
+    # FSx sources' static volumes: no list or watch; admission.yaml confines the writes to warmstart-fsx-* volumes
+    assert cluster[("", "persistentvolumes")] == {"create", "patch", "delete"}
     assert cluster[("scheduling.k8s.io", "priorityclasses")] == {"get", "list", "watch"}
     assert cluster[("", "nodes")] == {"get", "list", "watch", "patch"}
     assert ("", "secrets") not in _rules(docs, "Role")

@@ -141,7 +141,6 @@ UNSUPPORTED = {
     "iec-resource-claims.yaml#1": [],
     "iec-v1-fsx-routing.yaml#0": [
         "spec.loadBalancer.routingAlgorithm (intelligentRoutingSpec decides the routing)",
-        "spec.intelligentRoutingSpec.autoScalingSpec",
     ],
     "iec-v1-huggingface-pd.yaml#0": ["spec.dataCapture", "spec.pdSpec"],
     "iec-v1-s3-everything.yaml#0": [
@@ -149,7 +148,6 @@ UNSUPPORTED = {
         "spec.dnsConfig",
         "spec.kvCacheSpec",
         "spec.endpointName",
-        "spec.autoScalingSpec",
         "spec.tags",
         "spec.InitialReplicaCount",
         "spec.modelVersion",
@@ -159,7 +157,6 @@ UNSUPPORTED = {
     "iec-v1alpha1-s3.yaml#0": [
         "spec.tlsConfig",
         "spec.endpointName",
-        "spec.autoScalingSpec",
         "spec.tags",
         "spec.InitialReplicaCount",
         "spec.modelVersion",
@@ -171,9 +168,8 @@ UNSUPPORTED = {
         "spec.dataCapture",
         "spec.kvCacheSpec",
         "spec.sageMakerEndpoint",
-        "spec.autoScalingSpec",
         "spec.loadBalancer.routingAlgorithm (intelligentRoutingSpec decides the routing)",
-        "spec.intelligentRoutingSpec.autoScalingSpec",
+        "spec.intelligentRoutingSpec.autoScalingSpec (spec.autoScalingSpec is used)",
         "spec.model.additionalConfigs",
         "spec.server.executionRole (pods use their service account)",
         "spec.server.validations",
@@ -181,7 +177,6 @@ UNSUPPORTED = {
     "jsm-v1alpha1.yaml#0": [
         "spec.tlsConfig",
         "spec.sageMakerEndpoint",
-        "spec.autoScalingSpec",
         "spec.model.additionalConfigs",
         "spec.server.executionRole (pods use their service account)",
     ],
@@ -190,6 +185,6 @@ UNSUPPORTED = {
 
 @pytest.mark.parametrize(("name", "doc"), documents(), ids=[n for n, _ in documents()])
 def test_unsupported_fields_name_only_what_is_not_acted_on(name: str, doc: dict[str, Any]) -> None:
-    """prefetchEnabled, modelHubName SageMakerPublicHub, metrics, kubernetes, gatedModelDownloadRole and
-    acceleratorPartitionType are acted on, so never named."""
+    """prefetchEnabled, modelHubName SageMakerPublicHub, metrics, kubernetes, gatedModelDownloadRole,
+    acceleratorPartitionType and autoScalingSpec are acted on, so never named."""
     assert unsupported_fields(SPECS[doc["kind"]].model_validate(doc["spec"])) == UNSUPPORTED[name]

@@ -74,3 +74,15 @@ def test_fleet_settings_come_from_the_chart_values() -> None:
     defaults = settings.from_env({}).render
     assert (defaults.preload_concurrency_nodes, defaults.preload_concurrency_percent) == (16, 25)
     assert defaults.cache_eviction_policy == "Never"
+
+
+def test_the_operators_aws_region_comes_from_warmstart_then_the_sdk_then_jumpstart() -> None:
+    """FSx lookups and CloudWatch triggers use it (controllers/autoscaling.region)."""
+    from warmstart.controllers import autoscaling
+
+    assert settings.from_env({"WARMSTART_AWS_REGION": "eu-west-1", "AWS_REGION": "us-east-1"}).render.aws_region == (
+        "eu-west-1"
+    )
+    assert settings.from_env({"AWS_REGION": "us-east-1"}).render.aws_region == "us-east-1"
+    unset = settings.from_env({"WARMSTART_JUMPSTART_REGION": "ap-south-1"})
+    assert unset.render.aws_region is None and autoscaling.region(unset.render) == "ap-south-1"

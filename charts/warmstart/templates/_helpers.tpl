@@ -111,6 +111,14 @@ app.kubernetes.io/component: operator
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
   verbs: [get, list, watch, create, patch, delete]
+# FSx sources: the claim bound to the static PersistentVolume; listed by the finalizer that lets go of it
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [list, create, patch, delete]
+# autoScalingSpec: the KEDA ScaledObject of an endpoint (KEDA itself makes the HPA)
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [create, patch, delete]
 {{- if and (include "warmstart.peering" .) .Values.watchNamespaces }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
+from warmstart.api.autoscaling import AutoScalingSpec
 from warmstart.api.base import ApiModel
 from warmstart.api.sources import NO_DOTDOT
 from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
@@ -63,8 +64,8 @@ class IntelligentRoutingSpec(ApiModel):
         description="random, roundrobin, leastoutstanding, session, prefixaware or kvaware (served as prefixaware). "
         "Changeable live.",
     )
-    auto_scaling_spec: dict[str, Any] | None = Field(
-        default=None, description="Autoscaling of the router (HyperPod's autoScalingSpec shape)."
+    auto_scaling_spec: AutoScalingSpec | None = Field(
+        default=None, description="Autoscaling through KEDA, as spec.autoScalingSpec (which wins if both are set)."
     )
     router_replicas: int | None = Field(
         default=None,
@@ -113,40 +114,6 @@ class Metrics(ApiModel):
     metrics_scrape_interval_seconds: int = Field(default=15, ge=5, le=300, description="Scrape interval in seconds.")
     model_metrics: ModelMetrics | None = Field(
         default=None, description="Where the model container serves metrics (default /metrics on port 8080)."
-    )
-
-
-class PrometheusTrigger(ApiModel):
-    """A Prometheus query that drives autoscaling."""
-
-    name: str | None = Field(default=None, description="Trigger name.")
-    query: str | None = Field(default=None, description="PromQL query.")
-    server_address: str | None = Field(default=None, description="Prometheus server address.")
-    target_value: float | None = Field(default=None, description="Target value.")
-    metric_type: str | None = Field(default=None, description="Value or Average.")
-    custom_headers: str | None = Field(default=None, description="Extra query headers.")
-    namespace: str | None = Field(default=None, description="Namespace for namespaced queries.")
-    use_cached_metrics: bool | None = Field(default=None, description="Cache metric values between polls.")
-    activation_target_value: float | None = Field(default=None, description="Activation threshold.")
-
-
-class AutoScalingSpec(ApiModel):
-    """KEDA-style autoscaling settings (accepted; HPA/KEDA drive the scale subresource)."""
-
-    min_replica_count: int | None = Field(default=None, ge=0, description="Minimum replicas.")
-    max_replica_count: int | None = Field(default=None, ge=1, description="Maximum replicas.")
-    polling_interval: int | None = Field(default=None, ge=1, description="Seconds between trigger checks.")
-    cooldown_period: int | None = Field(default=None, ge=0, description="Seconds before scaling back down.")
-    initial_cooldown_period: int | None = Field(default=None, ge=0, description="Initial cooldown in seconds.")
-    scale_down_stabilization_time: int | None = Field(default=None, ge=0, description="HPA scale-down window, seconds.")
-    scale_up_stabilization_time: int | None = Field(default=None, ge=0, description="HPA scale-up window, seconds.")
-    cloud_watch_trigger: dict[str, Any] | None = Field(default=None, description="CloudWatch trigger.")
-    prometheus_trigger: PrometheusTrigger | None = Field(default=None, description="Prometheus trigger.")
-    cloud_watch_trigger_list: list[dict[str, Any]] | None = Field(
-        default=None, max_length=100, description="CloudWatch triggers."
-    )
-    prometheus_trigger_list: list[PrometheusTrigger] | None = Field(
-        default=None, max_length=100, description="Prometheus triggers."
     )
 
 

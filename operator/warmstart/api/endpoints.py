@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
+from warmstart.api.autoscaling import AutoScalingSpec
 from warmstart.api.base import ApiModel, api_config
 from warmstart.api.blocks import (
-    AutoScalingSpec,
     DnsConfig,
     IntelligentRoutingSpec,
     KubernetesSettings,
@@ -86,7 +86,9 @@ class InferenceEndpointConfigSpec(ApiModel):
     intelligent_routing_spec: IntelligentRoutingSpec | None = Field(default=None, description="Prefix-aware router.")
     load_balancer: LoadBalancer | None = Field(default=None, description="Load balancer settings.")
     metrics: Metrics | None = Field(default=None, description="Metrics collection.")
-    auto_scaling_spec: AutoScalingSpec | None = Field(default=None, description="Autoscaling settings.")
+    auto_scaling_spec: AutoScalingSpec | None = Field(
+        default=None, description="Autoscaling through KEDA: rendered into a ScaledObject on the scale subresource."
+    )
     kv_cache_spec: KvCacheSpec | None = Field(default=None, description="Managed KV cache tiers (not implemented).")
     tls_config: TlsConfig | None = Field(default=None, description="TLS settings (not implemented).")
     kubernetes: KubernetesSettings | None = Field(default=None, description="Pod-level Kubernetes settings.")

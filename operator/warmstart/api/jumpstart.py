@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import Field
 
+from warmstart.api.autoscaling import AutoScalingSpec
 from warmstart.api.base import ApiModel
 from warmstart.api.blocks import (
-    AutoScalingSpec,
     DnsConfig,
     IntelligentRoutingSpec,
     KubernetesSettings,
@@ -129,7 +129,9 @@ class JumpStartModelSpec(ApiModel):
     intelligent_routing_spec: IntelligentRoutingSpec | None = Field(default=None, description="Prefix-aware router.")
     load_balancer: LoadBalancer | None = Field(default=None, description="Load balancer settings.")
     metrics: Metrics | None = Field(default=None, description="Metrics collection.")
-    auto_scaling_spec: AutoScalingSpec | None = Field(default=None, description="Autoscaling settings.")
+    auto_scaling_spec: AutoScalingSpec | None = Field(
+        default=None, description="Autoscaling through KEDA: rendered into a ScaledObject on the scale subresource."
+    )
     tls_config: TlsConfig | None = Field(default=None, description="TLS settings (not implemented).")
     kubernetes: KubernetesSettings | None = Field(
         default=None, description="warmstart extension: pod-level Kubernetes settings."

@@ -46,3 +46,4 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     RESOLVED = "Resolved"
     UNSUPPORTED_FIELDS = "UnsupportedFields"
+    AUTOSCALING = "Autoscaling"

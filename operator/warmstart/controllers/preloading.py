@@ -22,9 +22,11 @@ from warmstart.api.caches import (
     ModelDataCacheConfigSpec,
     ModelDataCacheConfigStatus,
 )
-from warmstart.controllers import handling, labelling, nodes, nvme_usage, weights_reporting
+from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, weights_reporting
+from warmstart.controllers.resolving import ResolutionFailed
 from warmstart.controllers.storage import Invalid, Store
-from warmstart.render import hostpaths, keys, names, node_health, nvme_budget, throttling, tolerations
+from warmstart.render import fsx as render_fsx
+from warmstart.render import hostpaths, keys, names, node_health, nvme_budget, owners, throttling, tolerations
 from warmstart.render import jobs as render_jobs
 from warmstart.render import weights_plans as planning
 from warmstart.render.context import RenderContext
@@ -43,11 +45,34 @@ class Memory:
     labelled: dict[str, float] = dataclasses.field(default_factory=dict)
     #: (resourceVersion our last status write was based on, the status written): the watch may not have caught up
     written: tuple[str, ModelDataCacheConfigStatus] | None = None
+    #: DNS and mount names of FSx sources that the spec left out (DescribeFileSystems)
+    fsx_lookups: fsx.Lookups = dataclasses.field(default_factory=fsx.Lookups.empty)
 
 
 def memory(memo: kopf.Memo) -> Memory:
     found: Memory = memo.setdefault("weights_cache", Memory())
     return found
+
+
+def _with_fsx_claim(
+    store: Store, body: Mapping[str, Any], spec: ModelDataCacheConfigSpec, ctx: RenderContext, remembered: Memory
+) -> ModelDataCacheConfigSpec:
+    """Before Jobs mount an FSx source: its names completed (for the Jobs only: the key stays that of the spec),
+    and its PersistentVolume and claim attached to this cache."""
+    source = spec.model_source_config
+    if render_fsx.storage_of(source) is None:
+        return spec
+    region = ctx.aws_region or ctx.jumpstart_region
+    try:
+        source = fsx.completed_source(source, region, remembered.fsx_lookups)
+    except ResolutionFailed as failure:
+        raise kopf.TemporaryError(failure.message, delay=60) from failure
+    storage = render_fsx.storage_of(source)
+    assert storage is not None
+    cache = owner(body)
+    ref = owners.owner_reference(MDCC_KIND, cache.name, cache.uid, controller=False)
+    fsx.attach(store, cache.namespace, storage, ref)
+    return spec.model_copy(update={"model_source_config": source})
 
 
 def owner(body: Mapping[str, Any]) -> render_jobs.Owner:
@@ -212,12 +237,13 @@ def _reconcile(
     for name in plan.delete:
         store.delete("batch/v1", "Job", name, cache.namespace)
     size = planning.model_size(spec, plan.status)
+    job_spec = _with_fsx_claim(store, body, spec, ctx, remembered) if plan.create else spec
     for node, attempt in plan.create:
         request = render_jobs.PreloadRequest(
             owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
         )
         try:
-            store.apply(render_jobs.preload_job(request, spec, ctx, permanent_exit_codes()))
+            store.apply(render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes()))
         except Invalid as error:  # e.g. the Job exists with an older template the index has not shown yet
             log.warning(
                 "cache %s/%s: preload Job for node %s not applied: %s", cache.namespace, cache.name, node, error

@@ -23,7 +23,7 @@ from warmstart.api.statuses import (
     ResolvedModel,
     WarmPlacement,
 )
-from warmstart.controllers import applying, handling, metrics, routing, sharing
+from warmstart.controllers import applying, autoscaling, fsx, handling, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
@@ -35,9 +35,11 @@ from warmstart.render import (
     keys,
     monitoring,
     names,
+    owners,
     router,
     services,
 )
+from warmstart.render import fsx as render_fsx
 from warmstart.render.conditions import condition, merge_conditions
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
@@ -68,6 +70,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     unsupported = _unsupported_condition(spec_model, generation)
     try:
         endpoint = resolve(kind, body, context, memo.setdefault("jumpstart", _jumpstart_cache()))
+        endpoint = _with_complete_fsx(endpoint, context, memo.setdefault("fsx_lookups", fsx.Lookups.empty()))
     except ResolutionFailed as failure:
         conds = [*endpoint_status.failed(generation, failure.reason, failure.message), *unsupported]
         _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
@@ -103,7 +106,13 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
     traffic = _traffic(store, endpoint, old_status)
     warm_nodes = _warm_nodes(endpoint, wkey, indexes) if endpoint.routing_enabled else None
-    children = _children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes)
+    scaling = autoscaling.plan(store, endpoint, context, old_status)
+    if scaling.remove:
+        autoscaling.remove(store, endpoint)
+    children = [
+        *_children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes),
+        *scaling.manifests,
+    ]
     if applying.needed(memo, endpoint.ref.uid, children, deployment):
         try:
             deployment = _apply(store, endpoint, children) or deployment
@@ -133,12 +142,14 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     facts = _deployment_facts(deployment)
     if facts.rolled_out and gate.open:
         _release_stale(store, endpoint, indexes, wkey, ikey)
+    _release_stale_fsx(store, endpoint, resolved_old)
     placement = _placement(endpoint, wkey, indexes)
     conds = [
         *endpoint_status.conditions(
             generation, gate, weights, endpoint.weights_enabled, image, endpoint.image_cache, facts
         ),
         *unsupported,
+        *scaling.conditions,
     ]
     conds.append(
         condition(
@@ -219,6 +230,12 @@ def _children(
 ) -> list[Manifest]:
     """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
     wanted: list[Manifest] = []
+    storage = render_fsx.storage_of(endpoint.source)
+    if storage is not None:  # the claim (and its static volume) that the Deployment's preload mounts
+        wanted += [
+            render_fsx.persistent_volume(endpoint.ref.namespace, storage),
+            render_fsx.persistent_volume_claim(endpoint.ref.namespace, storage, _plain_ref(endpoint)),
+        ]
     if endpoint.weights_enabled:
         wanted.append(caches.weights_cache(endpoint, context))
     if endpoint.image_cache:
@@ -273,7 +290,7 @@ def _apply(store: Store, endpoint: Endpoint, children: list[Manifest]) -> Manife
     """Apply every child; caches under this endpoint's own field manager. Returns the applied Deployment, if any."""
     applied_deployment: Manifest | None = None
     for manifest in children:
-        if manifest["kind"] in (MDCC_KIND, MIC_KIND):
+        if manifest["kind"] in (MDCC_KIND, MIC_KIND, "PersistentVolumeClaim"):
             sharing.attach(store, manifest, endpoint.ref.uid)
         elif manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == endpoint.child_name:
             applied_deployment = store.apply(manifest)
@@ -288,6 +305,28 @@ def _remove_unwanted_monitor(
     """Delete the endpoint's PodMonitor once metrics are off (runs only when the children changed)."""
     if context.pod_monitors and not any(c["kind"] == monitoring.KIND for c in children):
         store.delete(monitoring.API_VERSION, monitoring.KIND, endpoint.child_name, endpoint.ref.namespace)
+
+
+def _plain_ref(endpoint: Endpoint) -> Manifest:
+    ref = endpoint.ref
+    return owners.owner_reference(ref.kind, ref.name, ref.uid, controller=False)
+
+
+def _with_complete_fsx(endpoint: Endpoint, context: RenderContext, lookups: fsx.Lookups) -> Endpoint:
+    """The endpoint with its FSx source's DNS and mount names (DescribeFileSystems when the spec omits them)."""
+    source = fsx.completed_source(endpoint.source, autoscaling.region(context), lookups)
+    return endpoint if source is endpoint.source else endpoint.model_copy(update={"source": source})
+
+
+def _release_stale_fsx(store: Store, endpoint: Endpoint, resolved_old: Mapping[str, Any]) -> None:
+    """After a change off an FSx source (or to another file system), let go of the old claim at once: the API
+    server keeps a claim in use by pods (and its volume) until the old pods are gone."""
+    old_source = resolved_old.get("modelSourceConfig") or {}
+    if old_source.get("modelSourceType") != "fsx" or old_source == endpoint.source.to_api():
+        return
+    storage = render_fsx.storage_of(endpoint.source)
+    keep = render_fsx.claim_name(storage) if storage is not None else None
+    fsx.release(store, endpoint.ref.namespace, endpoint.ref.uid, keep=keep)
 
 
 def _serving_weights_key(deployment: Mapping[str, Any] | None) -> str | None:
@@ -414,6 +453,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
             routing.remove(store, ns, name, uid)
         store.delete("apps/v1", "Deployment", names.child_name(name), ns)
         store.delete("v1", "Service", names.child_name(name), ns)
+        fsx.release(store, ns, uid)
         for cache_name in set(sharing.lookup(indexes["weights_caches_by_parent"], uid)):
             sharing.release(store, MDCC_KIND, cache_name, ns, uid)
         for cache_name in set(sharing.lookup(indexes["image_caches_by_parent"], uid)):

@@ -90,6 +90,9 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
             render[field] = int(env[var])
     if env.get("WARMSTART_CACHE_EVICTION_POLICY"):
         render["cache_eviction_policy"] = env["WARMSTART_CACHE_EVICTION_POLICY"]
+    region = env.get("WARMSTART_AWS_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    if region:
+        render["aws_region"] = region
     settings: dict[str, object] = {"render": RenderContext.model_validate(render)}
     if env.get("WARMSTART_NAMESPACES"):
         settings["namespaces"] = [n.strip() for n in env["WARMSTART_NAMESPACES"].split(",") if n.strip()]

@@ -73,6 +73,10 @@ _KINDS: dict[str, tuple[str, bool]] = {
     "JumpStartModel": ("jumpstartmodels", True),
     "ModelDataCacheConfig": ("modeldatacacheconfigs", True),
     "ModelImageCache": ("modelimagecaches", True),
+    "PersistentVolume": ("persistentvolumes", False),
+    "PersistentVolumeClaim": ("persistentvolumeclaims", True),
+    "ScaledObject": ("scaledobjects", True),
+    "HorizontalPodAutoscaler": ("horizontalpodautoscalers", True),
 }
 
 

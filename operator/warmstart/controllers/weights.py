@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, ModelDataCacheConfigSpec
-from warmstart.controllers import cleaning, handling, nvme_usage, preloading, weights_reporting
+from warmstart.controllers import cleaning, fsx, handling, nvme_usage, preloading, weights_reporting
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import jobs as render_jobs
 from warmstart.render import keys, labels
@@ -112,6 +112,7 @@ def delete_weights_cache(
         cleaning.finalize(
             body, memo.store, memo.settings.render, node_facts, weights_job_index, weights_key_index, handling.now()
         )
+        fsx.release(memo.store, body["metadata"]["namespace"], body["metadata"]["uid"])
     weights_reporting.forget(body)
 
 

@@ -63,6 +63,8 @@ class Measurement:
     wall_seconds: float
     peak_rss_bytes: int
     """Largest resident set of the command or any one of its child processes (compile, link)."""
+    cpu_seconds: float = 0.0
+    """User plus system CPU time of the command and its children: unlike wall time, not inflated by a busy machine."""
 
 
 def cache_root() -> pathlib.Path:
@@ -122,7 +124,7 @@ def build_one(build: versions.Build) -> None:
     go = shutil.which("go")
     if go is None:
         raise BuildError("`go` is not on PATH: install Go (1.26 or newer) to build the local cluster")
-    env = _go_env()
+    env = go_env()
     workdir = cache_root() / "src" / f"{build.name}-{build.version}"
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "build.log"
@@ -166,6 +168,7 @@ def build_one(build: versions.Build) -> None:
             "version": build.version,
             "go": go_version,
             "wall_seconds": round(measured.wall_seconds, 1),
+            "cpu_seconds": round(measured.cpu_seconds, 1),
             "wrapper_tidy_seconds": round(prepare_seconds, 1),
             "peak_rss_bytes": measured.peak_rss_bytes,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -175,9 +178,10 @@ def build_one(build: versions.Build) -> None:
         shutil.rmtree(final.parent, ignore_errors=True)
         staging.rename(final.parent)
         logger.info(
-            "built %s in %.0f s (peak RSS %.1f GiB) -> %s",
+            "built %s in %.0f s (%.0f CPU-s, peak RSS %.1f GiB) -> %s",
             name,
             measured.wall_seconds,
+            measured.cpu_seconds,
             measured.peak_rss_bytes / 2**30,
             final,
         )
@@ -206,6 +210,7 @@ def _prepare_wrapper(
         for r in upstream.get("Replace") or []
         if not r["New"].get("Version") and r["New"]["Path"].startswith(build.local_replace_prefix)
     ]
+    replaces += _versioned_directives(upstream)
     (workdir / "go.mod").unlink(missing_ok=True)
     _output([go, "mod", "init", f"warmstart.local/{build.name}"], workdir, env)
     go_directive = upstream.get("Go") or ""
@@ -218,7 +223,25 @@ def _prepare_wrapper(
     marker.write_text(wanted)
 
 
-def _go_env() -> dict[str, str]:
+def _versioned_directives(upstream: Mapping[str, object]) -> list[str]:
+    """``go mod edit`` flags that carry the module's versioned replaces and its excludes into the wrapper.
+
+    Directives of a dependency's go.mod are ignored by Go, so the wrapper must restate them to build
+    what upstream builds (KEDA, for one, replaces a module by a pseudo-version and excludes another).
+    """
+    flags: list[str] = []
+    for replace in upstream.get("Replace") or []:  # type: ignore[attr-defined]
+        old, new = replace["Old"], replace["New"]
+        if not new.get("Version"):
+            continue  # local replaces: pinned above, by prefix
+        source = f"{old['Path']}@{old['Version']}" if old.get("Version") else old["Path"]
+        flags.append(f"-replace={source}={new['Path']}@{new['Version']}")
+    for exclude in upstream.get("Exclude") or []:  # type: ignore[attr-defined]
+        flags.append(f"-exclude={exclude['Path']}@{exclude['Version']}")
+    return flags
+
+
+def go_env() -> dict[str, str]:
     env = dict(os.environ)
     env["GOWORK"] = "off"  # a go.work of the caller must not leak into the wrappers
     env["GOFLAGS"] = " ".join(filter(None, [env.get("GOFLAGS", ""), "-buildvcs=false"]))
@@ -259,7 +282,9 @@ def _run(
     if process.returncode != 0:
         tail = log_path.read_text()[-4000:]
         raise BuildError(f"{' '.join(command)} failed ({process.returncode}); see {log_path}:\n{tail}")
-    return Measurement(wall_seconds=elapsed, peak_rss_bytes=usage.ru_maxrss * 1024)
+    return Measurement(
+        wall_seconds=elapsed, peak_rss_bytes=usage.ru_maxrss * 1024, cpu_seconds=usage.ru_utime + usage.ru_stime
+    )
 
 
 def _minutes(seconds: float) -> str:

@@ -22,8 +22,9 @@ NODE_IP = "10.0.0.1"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 NODE_LEASE_SECONDS = 40
 
-#: Everything a real cluster runs that a workload or this operator can observe. Left out:
-#: volume controllers (no storage), node IPAM, CSR signing and bootstrap tokens.
+#: Everything a real cluster runs that a workload or this operator can observe. Left out: volume attach/detach and
+#: expansion (no storage backend), node IPAM, CSR signing and bootstrap tokens. The PV binder and the PV/PVC
+#: protection controllers are in: they bind static PersistentVolumes to their claims (FSx sources), as on EKS.
 CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
@@ -48,6 +49,9 @@ CONTROLLERS = (
     "node-lifecycle-controller",
     "taint-eviction-controller",
     "ttl-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
 )
 
 

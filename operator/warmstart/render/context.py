@@ -67,6 +67,11 @@ class RenderContext(BaseModel):
         default=nvme_budget.EvictionPolicy.NEVER,
         description="Never, or EvictUnreferencedLRU: make room on a node by evicting caches no endpoint references.",
     )
+    aws_region: str | None = Field(
+        default=None,
+        description="The operator's AWS region (FSx DescribeFileSystems, CloudWatch triggers); "
+        "unset: the JumpStart region.",
+    )
     extra_tolerations: tuple[dict[str, Any], ...] = Field(
         default=(),
         description="Tolerations of cache pods besides the GPU node-pool ones (Helm cache.extraTolerations).",

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from warmstart.api import API_VERSION, strategies
+from warmstart.api.autoscaling import AutoScalingSpec
 from warmstart.api.base import ParentReference
 from warmstart.api.blocks import (
     DEFAULT_HOST_PATH,
@@ -69,6 +70,7 @@ class Endpoint(BaseModel):
     metrics: Metrics | None = None
     load_balancer: LoadBalancer | None = None
     resolved_env: dict[str, str] = Field(default_factory=dict)
+    auto_scaling: AutoScalingSpec | None = None
 
     @property
     def child_name(self) -> str:
@@ -157,6 +159,7 @@ def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
         kubernetes=spec.kubernetes,
         metrics=spec.metrics,
         load_balancer=spec.load_balancer,
+        auto_scaling=spec.auto_scaling_spec,
     )
 
 
@@ -225,4 +228,5 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
         metrics=spec.metrics,
         load_balancer=spec.load_balancer,
         resolved_env=resolution.env,
+        auto_scaling=spec.auto_scaling_spec,
     )

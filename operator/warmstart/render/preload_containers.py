@@ -11,7 +11,8 @@ cache volume (its name, and an emptyDir in its place when a model pod does not c
 - Writable: the cache directory `<hostPath>/warmstart`, mounted at the same path as on the node (so messages and logs
   name the node's paths), and an emptyDir at /tmp, which is also HOME. The kubelet creates the directory when it is
   missing (`DirectoryOrCreate`, root-owned 0755); `ownership_container` then gives it to 65532.
-- Read-only: a mounted source (fsx, kubernetesVolume) at /mnt/source, and the Hub token Secret.
+- Read-only: a mounted source (the FSx claim of render/fsx.py, a kubernetesVolume claim) at /mnt/source, and the Hub
+  token Secret.
 - The pod's namespace and service account reach the preload through the downward API: the manifest records who
   downloaded the files, and a pod of another identity re-checks its access to the source before using them.
 - The command is explicit, so a mirrored operator image with another entrypoint still works.
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from warmstart.api import cachemanifests, preloading
-from warmstart.api.sources import FsxStorage, ModelSourceConfig, ModelSourceType
-from warmstart.render import security
+from warmstart.api.sources import ModelSourceConfig, ModelSourceType
+from warmstart.render import fsx, security
 from warmstart.render.context import RenderContext
 
 Manifest = dict[str, Any]
@@ -35,7 +36,6 @@ Manifest = dict[str, Any]
 TMP_VOLUME = "warmstart-tmp"
 SOURCE_VOLUME = "warmstart-source"
 HF_TOKEN_VOLUME = "warmstart-hf-token"
-FSX_CSI_DRIVER = "fsx.csi.aws.com"
 #: readable by the non-root preload without a pod-level fsGroup (which, in a model pod, belongs to the model server);
 #: the volume is mounted only into the preload container, so no other container sees the file whatever its mode
 HF_TOKEN_MODE = 0o444
@@ -102,23 +102,13 @@ def _tmp_volume() -> Mounted:
     return Mounted({"name": TMP_VOLUME, "emptyDir": {}}, {"name": TMP_VOLUME, "mountPath": "/tmp"})
 
 
-def _fsx_attributes(fsx: FsxStorage) -> dict[str, str]:
-    """The CSI driver's volume attributes; unset names are left out rather than passed empty."""
-    attributes = {"fileSystemId": fsx.file_system_id}
-    if fsx.dns_name:
-        attributes["dnsname"] = fsx.dns_name
-    if fsx.mount_name:
-        attributes["mountname"] = fsx.mount_name
-    return attributes
-
-
 def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
     """What the source needs mounted, chosen by modelSourceType: fsx or the PVC at /mnt/source, the Hub token Secret."""
     found: list[Mounted] = []
     source_mount = {"name": SOURCE_VOLUME, "mountPath": preloading.SOURCE_MOUNT, "readOnly": True}
-    if source.model_source_type == ModelSourceType.FSX and source.fsx_storage:
-        csi = {"driver": FSX_CSI_DRIVER, "readOnly": True, "volumeAttributes": _fsx_attributes(source.fsx_storage)}
-        found.append(Mounted({"name": SOURCE_VOLUME, "csi": csi}, source_mount))
+    fsx_storage = fsx.storage_of(source)
+    if fsx_storage is not None:  # the claim bound to the static PersistentVolume (render/fsx.py)
+        found.append(Mounted(fsx.pod_volume(SOURCE_VOLUME, fsx_storage), source_mount))
     if source.model_source_type == ModelSourceType.KUBERNETES_VOLUME and source.kubernetes_volume:
         claim = {"claimName": source.kubernetes_volume.claim_name, "readOnly": True}
         found.append(Mounted({"name": SOURCE_VOLUME, "persistentVolumeClaim": claim}, source_mount))

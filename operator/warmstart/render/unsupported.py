@@ -23,7 +23,6 @@ _IGNORED = (
     "kvCacheSpec",
     "sageMakerEndpoint",
     "endpointName",
-    "autoScalingSpec",
     "tags",
     "InitialReplicaCount",
     "modelVersion",
@@ -69,8 +68,8 @@ def unsupported_fields(spec: InferenceEndpointConfigSpec | JumpStartModelSpec) -
     if data.get("invocationEndpoint", DEFAULT_INVOCATION_ENDPOINT) != DEFAULT_INVOCATION_ENDPOINT:
         found.append("spec.invocationEndpoint (the router and Service pass every path through)")
     routing = spec.intelligent_routing_spec
-    if routing and routing.auto_scaling_spec:
-        found.append("spec.intelligentRoutingSpec.autoScalingSpec")
+    if routing and routing.auto_scaling_spec and spec.auto_scaling_spec:
+        found.append("spec.intelligentRoutingSpec.autoScalingSpec (spec.autoScalingSpec is used)")
     if routing and routing.enabled and routing.routing_strategy == RoutingStrategy.KVAWARE:
         found.append("spec.intelligentRoutingSpec.routingStrategy=kvaware (served as prefixaware)")
     if isinstance(spec, JumpStartModelSpec):

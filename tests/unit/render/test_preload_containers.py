@@ -9,7 +9,7 @@ import pytest
 from warmstart.api.caches import ModelDataCacheConfigSpec
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import deployments, endpoints, jobs, keys, preload_containers
+from warmstart.render import deployments, endpoints, fsx, jobs, keys, preload_containers
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import ObjectRef
@@ -154,11 +154,12 @@ def test_hub_token_is_read_only_and_mounted_into_the_preload_container_alone() -
     assert mounting == ["warmstart-preload"]
 
 
-def test_fsx_names_left_unset_are_not_passed_to_the_csi_driver() -> None:
+def test_fsx_is_mounted_through_its_claim_read_only_never_as_an_inline_csi_volume() -> None:
     volumes = {v["name"]: v for v in model_pod(SOURCES["fsx"])["volumes"]}
-    assert volumes[preload_containers.SOURCE_VOLUME]["csi"]["volumeAttributes"] == {
-        "fileSystemId": "fs-0123456789abcdef0"
-    }
+    source = volumes[preload_containers.SOURCE_VOLUME]
+    assert "csi" not in source
+    claim = fsx.claim_name(ModelSourceConfig.model_validate(SOURCES["fsx"]).fsx_storage)  # type: ignore[arg-type]
+    assert source["persistentVolumeClaim"] == {"claimName": claim, "readOnly": True}
 
 
 def test_source_volumes_follow_the_source_type_not_leftover_blocks() -> None:
