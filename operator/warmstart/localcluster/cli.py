@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
     directory = pathlib.Path(getattr(args, "dir", DEFAULT_DIR))
     try:
         if args.command == "build":
-            return _build(args.report)
+            return _build(_chosen(args.only), args.report)
         if args.command == "up":
             cluster = running.up(
                 directory,
@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build the missing binaries from Go modules (first time: ~30 min)")
     build.add_argument("--report", action="store_true", help="print the recorded build time and memory of each")
+    build.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(versions.GROUPS),
+        help="build only this group (repeatable; default: all of them)",
+    )
     for name, help_ in (
         ("up", "start the cluster (idempotent), create fake GPU nodes and, with --real-nodes, real ones"),
         ("down", "stop every process of the cluster"),
@@ -105,11 +111,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _build(report: bool) -> int:
-    todo = building.missing(versions.BUILDS)
+def _chosen(groups: list[str] | None) -> tuple[versions.Build, ...]:
+    """The builds of the named groups, in build order (every build when none is named)."""
+    if not groups:
+        return versions.BUILDS
+    return tuple(build for build in versions.BUILDS if any(build in versions.GROUPS[g] for g in groups))
+
+
+def _build(builds: tuple[versions.Build, ...], report: bool) -> int:
+    todo = building.missing(builds)
     if not todo:
-        print(f"all binaries are built already, under {building.cache_root() / 'bin'}")
-    building.ensure(versions.BUILDS)
+        print(f"the binaries asked for are built already, under {building.cache_root() / 'bin'}")
+    building.ensure(builds)
     if report:
         for record in building.build_records():
             rss = int(str(record["peak_rss_bytes"])) / 2**30

@@ -162,3 +162,9 @@ REAL_NODES: tuple[Build, ...] = (VERSITYGW_BUILD, KUBE_NODE)
 AUTOSCALING: tuple[Build, ...] = (KEDA_BUILD,)
 #: Everything ``warmstart cluster build`` builds.
 BUILDS: tuple[Build, ...] = CONTROL_PLANE + REAL_NODES + AUTOSCALING
+#: The groups ``warmstart cluster build --only`` names (CI builds the first two, then KEDA beside the tests).
+GROUPS: dict[str, tuple[Build, ...]] = {
+    "control-plane": CONTROL_PLANE,
+    "real-nodes": REAL_NODES,
+    "autoscaling": AUTOSCALING,
+}
