@@ -221,3 +221,35 @@ def test_router_replicas_budget_and_warm_nodes_follow_the_node_labels(
             configmap = kube.get(str(cluster.kubeconfig), "configmap", ROUTER, namespace)
             assert configmap is not None
             assert yaml.safe_load(configmap["data"][CONFIGMAP_KEY])["warmNodes"] == [nodes[1]]
+
+
+def test_an_endpoint_whose_child_name_another_endpoint_controls_is_refused_and_takes_nothing(
+    cluster: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Endpoint `routed` renders the `routed-models` Service; an endpoint named `routed-models` would render a client
+    Service of that name. The second is refused with a status naming the owner; the first keeps its Service."""
+    models = router.models_service_name(NAME)
+    core = client.CoreV1Api(api_client)
+    with ep.own_nodes(api_client, 1) as (instance_type, _nodes):
+        routing = {"enabled": True}
+        first = ep.endpoint_manifest(
+            NAME, namespace, instance_type, modelCacheConfig=None, intelligentRoutingSpec=routing
+        )
+        second = ep.endpoint_manifest(models, namespace, instance_type, modelCacheConfig=None)
+        with operating.operator(str(cluster.kubeconfig), [namespace]):
+            kube.create_custom(api_client, first)
+            owned = kube.wait_for(
+                lambda: kube.get(str(cluster.kubeconfig), "service", models, namespace), 120, what="routed-models"
+            )
+            kube.create_custom(api_client, second)
+            failed = kube.wait_for(
+                lambda: (s := ep.status(api_client, namespace, models)).get("state") == "DeploymentFailed" and s,
+                120,
+                what=f"{models} refused",
+            )
+            message = ep.condition(failed, "Ready")["message"]
+            assert f"Service {models} already belongs to InferenceEndpointConfig {NAME}" in message
+            kept = core.read_namespaced_service(models, namespace)
+            assert [o.name for o in kept.metadata.owner_references if o.controller] == [NAME]
+            assert kept.spec.cluster_ip == "None", "the router's headless Service was rewritten"
+            assert owned["metadata"]["uid"] == kept.metadata.uid

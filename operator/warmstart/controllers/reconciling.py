@@ -293,10 +293,27 @@ def _apply(store: Store, endpoint: Endpoint, children: list[Manifest]) -> Manife
         if manifest["kind"] in (MDCC_KIND, MIC_KIND, "PersistentVolumeClaim"):
             sharing.attach(store, manifest, endpoint.ref.uid)
         elif manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == endpoint.child_name:
+            _refuse_taken_name(store, manifest)
             applied_deployment = store.apply(manifest)
         else:
+            _refuse_taken_name(store, manifest)
             store.apply(manifest)
     return applied_deployment
+
+
+def _refuse_taken_name(store: Store, manifest: Manifest) -> None:
+    """Refuse to take over a child another endpoint controls (endpoint `a`'s `a-models` Service and an endpoint named
+    `a-models`): a forced apply would make the two fight over it."""
+    if owners.controller_of(manifest) is None:
+        return
+    meta = manifest["metadata"]
+    existing = store.get(manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace"))
+    other = owners.taken_by_another(existing, manifest)
+    if other is not None:
+        raise Invalid(
+            f"{manifest['kind']} {meta['name']} already belongs to {other.get('kind')} {other.get('name')}: "
+            "both render a child of that name; rename one of them"
+        )
 
 
 def _remove_unwanted_monitor(

@@ -9,6 +9,7 @@ Two kinds, and `controller` decides both flags:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from warmstart.api import API_VERSION
@@ -24,3 +25,20 @@ def owner_reference(kind: str, name: str, uid: str, *, controller: bool) -> dict
         "controller": controller,
         "blockOwnerDeletion": controller,
     }
+
+
+def controller_of(manifest: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The ownerReferences entry with `controller: true` of `manifest`, if any."""
+    refs = ((manifest or {}).get("metadata") or {}).get("ownerReferences") or []
+    return next((ref for ref in refs if ref.get("controller")), None)
+
+
+def taken_by_another(existing: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The controller of `existing` when it is not `wanted`'s controller: two owners render the same child name.
+
+    None when nothing exists yet, when `wanted` has no controller (a shared child) or when the controllers agree.
+    """
+    mine, theirs = controller_of(wanted), controller_of(existing)
+    if mine is None or theirs is None or theirs.get("uid") == mine.get("uid"):
+        return None
+    return theirs
