@@ -27,8 +27,8 @@ from typing import Any
 from kubernetes import client
 
 import chaos_cluster as cc
-from chaos_operator import NAME, PLURAL, Sampler, _complete, _gone
-from chaos_report import Run
+from chaos_operator import NAME, PLURAL, Sampler, _complete, clean_up
+from chaos_report import Run, cycle
 from endpointing import endpoint_manifest
 from nodepool import NodePool
 from warmstart.api import GROUP, VERSION
@@ -184,14 +184,7 @@ def one_run(api: client.ApiClient, directory: pathlib.Path, log_dir: pathlib.Pat
     finally:
         if router is not None:
             router.stop()
-        try:
-            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
-            cc.poll(lambda: _gone(api, namespace), 60)
-        except client.ApiException:
-            pass
-        operator.stop()
-        pool.delete_all()
-        cc.drop_namespace(api, namespace)
+        clean_up(api, namespace, operator, pool)
 
 
 def run_all(
@@ -203,11 +196,11 @@ def run_all(
     deadline: float,
     report: Callable[[Run], None],
 ) -> list[Run]:
-    out = []
-    for i in range(runs):
-        if time.monotonic() > deadline:
-            break
-        run = one_run(api, directory, log_dir, ("kube-apiserver", "etcd")[i % 2], seed + i)
-        report(run)
-        out.append(run)
-    return out
+    return cycle(
+        ("kube-apiserver", "etcd"),
+        runs,
+        seed,
+        deadline,
+        lambda variant, seed: one_run(api, directory, log_dir, variant, seed),
+        report,
+    )

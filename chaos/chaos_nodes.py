@@ -24,8 +24,8 @@ from typing import Any
 from kubernetes import client
 
 import chaos_cluster as cc
-from chaos_operator import NAME, PLURAL, Sampler, _gone
-from chaos_report import Run
+from chaos_operator import NAME, PLURAL, Sampler, clean_up
+from chaos_report import Run, cycle
 from endpointing import endpoint_manifest
 from nodepool import NodePool
 from warmstart.api import GROUP, VERSION
@@ -137,14 +137,7 @@ def one_run(api: client.ApiClient, kubeconfig: pathlib.Path, log_dir: pathlib.Pa
         note = f"victim {victim}; cache {cache.get('state')} {cache.get('readyNodes')}/{cache.get('targetNodes')}"
         return Run(scenario(fault), seed, bool(ok), seconds, leaks, violations, note)
     finally:
-        try:
-            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
-            cc.poll(lambda: _gone(api, namespace), 60)
-        except client.ApiException:
-            pass
-        operator.stop()
-        pool.delete_all()
-        cc.drop_namespace(api, namespace)
+        clean_up(api, namespace, operator, pool)
 
 
 def run_all(
@@ -156,11 +149,6 @@ def run_all(
     deadline: float,
     report: Callable[[Run], None],
 ) -> list[Run]:
-    out = []
-    for i in range(runs):
-        if time.monotonic() > deadline:
-            break
-        run = one_run(api, kubeconfig, log_dir, FAULTS[i % len(FAULTS)], seed + i)
-        report(run)
-        out.append(run)
-    return out
+    return cycle(
+        FAULTS, runs, seed, deadline, lambda variant, seed: one_run(api, kubeconfig, log_dir, variant, seed), report
+    )

@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client
 
 import chaos_cluster as cc
-from chaos_report import Run
+from chaos_report import Run, cycle
 from endpointing import endpoint_manifest
 from nodepool import NodePool
 from warmstart.api import GROUP, VERSION
@@ -169,11 +169,19 @@ def run_all(
     deadline: float,
     report: Callable[[Run], None],
 ) -> list[Run]:
-    out = []
-    for i in range(runs):
-        if time.monotonic() > deadline:
-            break
-        run = one_run(api, kubeconfig, log_dir, PHASES[i % len(PHASES)], seed + i)
-        report(run)
-        out.append(run)
-    return out
+    return cycle(
+        PHASES, runs, seed, deadline, lambda variant, seed: one_run(api, kubeconfig, log_dir, variant, seed), report
+    )
+
+
+def clean_up(api: client.ApiClient, namespace: str, operator: cc.OperatorProcess, pool: NodePool) -> None:
+    """After a run: delete the endpoint while the operator still runs (it lets go of its finalizers and labels), then
+    stop the operator and remove the run's nodes and namespace."""
+    try:
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME)
+        cc.poll(lambda: _gone(api, namespace), 60)
+    except client.ApiException:
+        pass
+    operator.stop()
+    pool.delete_all()
+    cc.drop_namespace(api, namespace)

@@ -12,7 +12,8 @@ import math
 import pathlib
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 BEGIN = "<!-- chaos-table:begin -->"
 END = "<!-- chaos-table:end -->"
@@ -133,3 +134,26 @@ def write(runs: list[Run], out_dir: pathlib.Path, doc: pathlib.Path | None, head
     if doc is not None:
         doc.write_text(splice(doc.read_text() if doc.exists() else "", block))
     return block
+
+
+V = TypeVar("V")
+
+
+def cycle(
+    variants: Sequence[V],
+    runs: int,
+    seed: int,
+    deadline: float,
+    one: Callable[[V, int], Run],
+    report: Callable[[Run], None],
+) -> list[Run]:
+    """Up to `runs` runs of `one(variant, seed)`: the variants in turn, the seeds counting up from `seed`, stopping
+    at `deadline` (time.monotonic); each run is reported as it ends."""
+    out = []
+    for i in range(runs):
+        if time.monotonic() > deadline:
+            break
+        run = one(variants[i % len(variants)], seed + i)
+        report(run)
+        out.append(run)
+    return out
