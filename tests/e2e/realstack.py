@@ -154,6 +154,28 @@ class Stack:
     def create_endpoint(self, manifest: dict[str, Any]) -> None:
         helming.custom(self.api).create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, manifest)
 
+    def remove_endpoints(self, names: list[str], keep_pods: set[str], timeout: float = 240.0) -> None:
+        """Delete the endpoints `names` and wait until they and every pod not in `keep_pods` (uids) are gone, the
+        operator's excepted: what a test leaves on the one real node would hold its CPU and memory, and its Job pods
+        would show up in a later test's listing."""
+        for name in names:
+            helming.get_or_none(
+                lambda n=name: helming.custom(self.api).delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, n
+                )
+            )
+
+        def gone() -> bool:
+            pods = client.CoreV1Api(self.api).list_namespaced_pod(self.namespace).items
+            left = [
+                p.metadata.name
+                for p in pods
+                if p.metadata.uid not in keep_pods and not p.metadata.name.startswith(self.deployment)
+            ]
+            return not left and all(self.endpoint(n) is None for n in names)
+
+        eventually(gone, f"the endpoints {names} and their pods removed", timeout, self.describe)
+
     def wait_state(self, name: str, state: str, timeout: float = 300.0) -> dict[str, Any]:
         def probe() -> dict[str, Any] | None:
             body = self.endpoint(name)

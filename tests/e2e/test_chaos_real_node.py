@@ -15,6 +15,7 @@ import os
 import pathlib
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +26,17 @@ from warmstart.api.sources import ModelSourceConfig
 from warmstart.render import jobs, keys, labels
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+
+
+@pytest.fixture
+def created(real_stack: realstack.Stack) -> Iterator[list[str]]:
+    """Names of the endpoints a test creates: removed afterwards, with their pods, so the next test finds the real
+    node as this one found it."""
+    before = {p.metadata.uid for p in client.CoreV1Api(real_stack.api).list_namespaced_pod(real_stack.namespace).items}
+    names: list[str] = []
+    yield names
+    real_stack.remove_endpoints(names, before)
+
 
 SIZES = {"config.json": 4096, **{f"model-0000{i}-of-00004.safetensors": 128 * realstack.MiB for i in range(1, 5)}}
 
@@ -80,8 +92,11 @@ def _sha256(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
-def test_preload_container_killed_mid_download_converges_to_a_whole_cache(real_stack: realstack.Stack) -> None:
+def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
+    real_stack: realstack.Stack, created: list[str]
+) -> None:
     name = f"kill-preload-{int(time.time()) % 100000}"
+    created.append(name)
     model = realstack.upload_model(real_stack.real.s3, real_stack.bucket, f"models/{name}", SIZES, seed=11)
     host_path = str(real_stack.hostpath_root / name)
     manifest = realstack.sim_endpoint(
@@ -136,10 +151,13 @@ def _operator_pod(stack: realstack.Stack) -> Any:
     return pods[0] if len(pods) == 1 else None
 
 
-def test_operator_killed_mid_reconcile_comes_back_and_finishes_it(real_stack: realstack.Stack) -> None:
+def test_operator_killed_mid_reconcile_comes_back_and_finishes_it(
+    real_stack: realstack.Stack, created: list[str]
+) -> None:
     pod = realstack.eventually(lambda: _operator_pod(real_stack), "one operator pod", 120, real_stack.describe)
     restarts = pod.status.container_statuses[0].restart_count
     name = f"kill-op-{int(time.time()) % 100000}"
+    created.append(name)
     model = realstack.upload_model(real_stack.real.s3, real_stack.bucket, f"models/{name}", {"config.json": 64}, 5)
     manifest = realstack.sim_endpoint(
         name, real_stack, model, replicas=1, weights=False, host_path=str(real_stack.hostpath_root / name), router=False

@@ -53,7 +53,8 @@ def describe(file_system_id: str, region: str) -> tuple[str, str]:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
-        client = boto3.client("fsx", region_name=region)
+        # a fresh session each time: credentials as they are now (rotated web-identity tokens, no process-wide cache)
+        client = boto3.session.Session().client("fsx", region_name=region)
         answer = client.describe_file_systems(FileSystemIds=[file_system_id])
     except ClientError as error:
         code = str(error.response.get("Error", {}).get("Code", ""))
