@@ -18,6 +18,7 @@ from kubernetes import client
 
 import kube
 import operating
+from fleet import delete_all, job_nodes, preload_jobs, status_of
 from nodepool import NodePool
 from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
@@ -83,22 +84,6 @@ def get_mdcc(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]
     return kube.get_custom(api, namespace, MDCC_PLURAL, name)
 
 
-def delete_all(api: client.ApiClient, namespace: str) -> None:
-    """Delete every MDCC in the namespace and wait until the finalizer released them (the operator must be running)."""
-    custom = client.CustomObjectsApi(api)
-    for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"])
-    kube.wait_for(
-        lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"],
-        TIMEOUT,
-        what="caches released",
-    )
-
-
-def status_of(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    return (get_mdcc(api, namespace, name) or {}).get("status") or {}
-
-
 def wait_state(api: client.ApiClient, namespace: str, name: str, state: str, **counts: int) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         status = status_of(api, namespace, name)
@@ -114,15 +99,6 @@ def key_of(name: str) -> str:
 def labeled(api: client.ApiClient, key: str) -> set[str]:
     selector = f"{nodelabels.weights_ready_label(key)}={nodelabels.READY}"
     return {n.metadata.name for n in client.CoreV1Api(api).list_node(label_selector=selector).items}
-
-
-def jobs_of(api: client.ApiClient, namespace: str, role: str = jobs.ROLE_PRELOAD) -> list[Any]:
-    selector = f"{labels.MDCC_LABEL},{labels.ROLE_LABEL}={role}"
-    return list(client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=selector).items)
-
-
-def job_nodes(api: client.ApiClient, namespace: str) -> list[str]:
-    return sorted(j.metadata.labels[labels.NODE_LABEL] for j in jobs_of(api, namespace))
 
 
 def events_for(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
@@ -258,14 +234,14 @@ def test_two_parents_share_one_cache_and_the_last_one_leaving_cleans_up(
         deadline = time.monotonic() + TIMEOUT
         while get_mdcc(api_client, namespace, name) is not None:
             assert time.monotonic() < deadline, f"cache not released; cleanup Jobs seen on {seen}"
-            for job in jobs_of(api_client, namespace, jobs.ROLE_CLEANUP):
+            for job in preload_jobs(api_client, namespace, jobs.ROLE_CLEANUP):
                 seen.add(job.metadata.labels[labels.NODE_LABEL])
                 assert job.spec.template.spec.containers[0].args[:3] == ["preload", "--delete", key]
             time.sleep(0.2)
         assert seen == set(targets)
         assert not labeled(api_client, key)
         kube.wait_for(
-            lambda: not jobs_of(api_client, namespace, jobs.ROLE_CLEANUP), TIMEOUT, what="cleanup Jobs deleted"
+            lambda: not preload_jobs(api_client, namespace, jobs.ROLE_CLEANUP), TIMEOUT, what="cleanup Jobs deleted"
         )
 
 
@@ -277,10 +253,10 @@ def test_operator_restart_mid_download_creates_no_duplicates_and_converges(
     with operating.operator(kubeconfig, [namespace], render=render(duration="10s")):
         name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         kube.wait_for(lambda: job_nodes(api_client, namespace) == sorted(targets), TIMEOUT, what="three preload Jobs")
-    before = {j.metadata.name: j.metadata.uid for j in jobs_of(api_client, namespace)}
+    before = {j.metadata.name: j.metadata.uid for j in preload_jobs(api_client, namespace)}
     with operating.operator(kubeconfig, [namespace], render=render(duration="10s")):
         wait_state(api_client, namespace, name, "Ready", readyNodes=3, targetNodes=3)
-        after = {j.metadata.name: j.metadata.uid for j in jobs_of(api_client, namespace)}
+        after = {j.metadata.name: j.metadata.uid for j in preload_jobs(api_client, namespace)}
         assert after == before
         assert labeled(api_client, key_of(name)) == set(targets)
         delete_all(api_client, namespace)
@@ -317,7 +293,7 @@ def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
         )
 
         def second_attempt() -> list[Any]:
-            return [j for j in jobs_of(api_client, namespace) if j.metadata.labels[jobs.ATTEMPT_LABEL] == "2"]
+            return [j for j in preload_jobs(api_client, namespace) if j.metadata.labels[jobs.ATTEMPT_LABEL] == "2"]
 
         kube.wait_for(second_attempt, TIMEOUT, what="a second preload Job")
         status = wait_state(api_client, namespace, name, "Ready", readyNodes=1, targetNodes=1)
@@ -325,7 +301,9 @@ def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
             lambda: labeled(api_client, key) == set(targets), TIMEOUT, what="label back after the new preload"
         )
         assert status["nodes"][0]["attempts"] == 2
-        kube.wait_for(lambda: len(jobs_of(api_client, namespace)) == 1, TIMEOUT, what="the first attempt's Job deleted")
+        kube.wait_for(
+            lambda: len(preload_jobs(api_client, namespace)) == 1, TIMEOUT, what="the first attempt's Job deleted"
+        )
         delete_all(api_client, namespace)
 
 
@@ -347,7 +325,7 @@ def test_retryable_failure_keeps_downloading_and_retries_after_backoff(
         assert status["state"] == "Downloading" and status["nodes"][0]["reason"] == "NetworkError"
         assert "retry 2 of" in status["nodes"][0]["message"]
         kube.wait_for(
-            lambda: any(j.metadata.labels[jobs.ATTEMPT_LABEL] == "2" for j in jobs_of(api_client, namespace)),
+            lambda: any(j.metadata.labels[jobs.ATTEMPT_LABEL] == "2" for j in preload_jobs(api_client, namespace)),
             TIMEOUT,
             what="attempt 2",
         )
