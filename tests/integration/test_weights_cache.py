@@ -18,32 +18,17 @@ from kubernetes import client
 
 import kube
 import operating
-from fleet import delete_all, job_nodes, preload_jobs, status_of
+from fleet import TIMEOUT, delete_all, job_nodes, preload_jobs, render, status_of
+from fleet import mdcc as mdcc_manifest
 from nodepool import NodePool
-from warmstart.api import API_VERSION, GROUP, VERSION, nodelabels
-from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
-from warmstart.api.sources import ModelSourceConfig
+from warmstart.api import GROUP, VERSION, nodelabels
+from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import nodes as kwok_nodes
-from warmstart.placement import GB, instance_type_affinity
-from warmstart.render import jobs, keys, labels
+from warmstart.placement import GB
+from warmstart.render import jobs, labels
 
 pytestmark = pytest.mark.cluster
 
-TIMEOUT = 120.0
-SOURCE = {
-    "modelSourceType": "s3",
-    "s3Storage": {"bucketName": "example-bucket", "region": "us-west-2"},
-    "modelLocation": "models/llama",
-}
-DOWNLOADED = {
-    "outcome": "Succeeded",
-    "reason": "Downloaded",
-    "message": "ok",
-    "bytes": 16 * GB,
-    "seconds": 1.5,
-    "files": 7,
-    "retryable": False,
-}
 NOT_FOUND = {
     "outcome": "Failed",
     "reason": "NotFound",
@@ -55,29 +40,9 @@ NOT_FOUND = {
 }
 
 
-def render(duration: str = "1s") -> dict[str, Any]:
-    annotations = {
-        "sim.warmstart.io/duration": duration,
-        "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED),
-    }
-    return {"operator_image": "warmstart:test", "preload_pod_annotations": annotations}
-
-
 @pytest.fixture(scope="module", autouse=True)
 def crds(cluster: Any) -> None:
     kube.install_crds(str(cluster.kubeconfig))
-
-
-def mdcc_manifest(namespace: str, instance_types: list[str], **spec: Any) -> dict[str, Any]:
-    """An MDCC as the endpoint controller makes it: named `weights-<key>`, required instance-type affinity."""
-    key = keys.weights_key_in(ModelSourceConfig.model_validate(SOURCE), "/opt/dlami/nvme", namespace, {})
-    body = {"modelSourceConfig": SOURCE, "nodeAffinity": instance_type_affinity(instance_types).to_api(), **spec}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": MDCC_KIND,
-        "metadata": {"name": keys.weights_cache_name(key), "namespace": namespace},
-        "spec": body,
-    }
 
 
 def get_mdcc(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
