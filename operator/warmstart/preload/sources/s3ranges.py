@@ -1,17 +1,18 @@
 """Parallel ranged GETs of S3 objects into their part files, each part journaled once durable, so a resume skips it.
 
 Parts of every file go through one pool of `concurrency` threads, file by file (largest first), so files finish
-early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body in large
-chunks, digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset. Once the part is
-whole it is queued; every half second each file with new parts is fdatasynced once, then those parts are recorded
-in its `partjournal` (see `Durable`). A file whose parts are all there is handed to
-`on_done` with its parts' digests. On start, the parts an earlier run recorded are re-checked from disk and kept.
+early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body into a
+reused buffer (`s3bodies`), digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset.
+Once the part is whole it is queued; every half second each file with new parts is fdatasynced once, then those
+parts are recorded in its `partjournal` (see `Durable`). A file whose parts are all there is handed to `on_done`
+with its parts' digests. On start, the parts an earlier run recorded are re-checked from disk and kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
+import http.client
 import logging
 import os
 import threading
@@ -23,11 +24,10 @@ import botocore.exceptions
 from warmstart.api.preloading import Reason
 from warmstart.preload import nofollow, partdigests, partjournal
 from warmstart.preload.results import PreloadError
-from warmstart.preload.sources import OnBytes, RemoteFile
+from warmstart.preload.sources import OnBytes, RemoteFile, s3bodies
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 1 << 20
 ATTEMPTS = 5  # per part, for a body cut short (the request itself is retried by botocore)
 FLUSH_SECONDS = 0.5  # how often received parts are made durable and journaled
 
@@ -94,18 +94,20 @@ def _read_part(get: Callable[[int, int], Any], job: Job, index: int) -> dict[str
     running = {a: new() for a, new in hashers.items() if new is not None}
     if length:
         body = get(offset, length)
+        read_into, buffer = s3bodies.reader(body), s3bodies.buffer()
         done = 0
         try:
             while done < length:
-                chunk = body.read(min(READ_CHUNK, length - done))
-                if not chunk:
+                n = read_into(buffer[: min(len(buffer), length - done)])
+                if not n:
                     raise Transient(f"body ended after {done} of {length} bytes")
+                chunk = buffer[:n]
                 for h in running.values():
                     h.update(chunk)
                 written = 0
-                while written < len(chunk):
-                    written += os.pwrite(job.fd, memoryview(chunk)[written:], offset + done + written)
-                done += len(chunk)
+                while written < n:
+                    written += os.pwrite(job.fd, chunk[written:], offset + done + written)
+                done += n
         finally:
             body.close()
     return {a: h.digest().hex() for a, h in running.items()}
@@ -113,6 +115,8 @@ def _read_part(get: Callable[[int, int], Any], job: Job, index: int) -> dict[str
 
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, Transient | botocore.exceptions.ResponseStreamingError | botocore.exceptions.ReadTimeoutError):
+        return True
+    if isinstance(exc, http.client.IncompleteRead):  # a body cut short, read straight from the socket (s3bodies)
         return True
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return False
