@@ -1,11 +1,18 @@
-"""A ranged GET's body read into a reused buffer: the right bytes, straight from the socket, the connection kept."""
+"""A ranged GET's body read into a reused buffer: the right bytes, straight from the socket, the connection kept,
+and a body cut short fetched again."""
 
 from __future__ import annotations
 
 import os
+import random
+from pathlib import Path
 from typing import Any
 
+import chaos_preload
+from preloadhelpers import cache_dir, digests, preload_process, s3_source, tree_digests
 from warmstart.preload.sources import s3, s3bodies
+
+MIB = 1 << 20
 
 
 def _read_all(body: Any, length: int) -> bytes:
@@ -47,3 +54,19 @@ def test_a_body_without_a_socket_underneath_is_read_by_copying() -> None:
             pass
 
     assert _read_all(Plain(b"x" * 3_000_000), 3_000_000) == b"x" * 3_000_000
+
+
+def test_parts_whose_bodies_are_cut_short_are_fetched_again_in_the_same_run(tmp_path: Path) -> None:
+    bench = chaos_preload.Bench(seed=5)
+    try:
+        bucket, files = bench.model(2, 3 * MIB, random.Random(5))
+        bench.proxy.set("cut", rate=0.3)
+        root = tmp_path / "nvme"
+        root.mkdir()
+        argv = ["--source-json", s3_source(bucket, "m"), "--key", "cut", "--concurrency", "4", "--part-size-mb", "1"]
+        proc = preload_process(*argv, root=root, env=bench.env(through_proxy=True), tlog=tmp_path / "tlog")
+        assert proc.wait(180) == 0, (tmp_path / "tlog").read_text()
+        assert bench.proxy.injected > 0, "the proxy cut no body: the test proved nothing"
+        assert tree_digests(cache_dir(root, "cut")) == digests(files)
+    finally:
+        bench.close()

@@ -4,7 +4,8 @@
 (measured against a local S3 server: 4.4-4.8 CPU seconds per GiB with 1 MiB reads, across 16 threads). Reading
 with http.client's `readinto` into one buffer per thread costs 1.4 s/GiB, so a download is no longer bound by the
 client's CPU. The response underneath botocore's body is not public API: when it is not the expected shape this
-falls back to `read()`, which is only slower. A body read to its end gives its connection back to the pool.
+falls back to `read()`, which is only slower. A body read to its end gives its connection back to the pool; a body
+cut short reads as its end (0 bytes) early, and the caller fetches that part again.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def reader(body: Any) -> ReadInto:
 def _socket_reader(raw: Any, response: Any) -> ReadInto:
     def read_into(view: memoryview) -> int:
         n = int(response.readinto(view))
-        if response.isclosed():  # the whole body was read: its connection can serve the next GET
-            raw.release_conn()
+        if response.isclosed() and not response.length:  # the whole body was read: the connection serves the next GET
+            raw.release_conn()  # (a body cut short leaves `length` > 0: closing the body then drops the connection)
         return n
 
     return read_into

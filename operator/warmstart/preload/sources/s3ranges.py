@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import http.client
 import logging
 import os
 import threading
@@ -115,8 +114,6 @@ def _read_part(get: Callable[[int, int], Any], job: Job, index: int) -> dict[str
 
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, Transient | botocore.exceptions.ResponseStreamingError | botocore.exceptions.ReadTimeoutError):
-        return True
-    if isinstance(exc, http.client.IncompleteRead):  # a body cut short, read straight from the socket (s3bodies)
         return True
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return False
