@@ -40,7 +40,7 @@ def test_drift_timers_run_at_the_configured_resync_interval() -> None:
     timers = [h for h in registry._spawning.get_all_handlers() if hasattr(h, "interval")]
     intervals = {h.id: h.interval for h in timers}
     assert intervals == {
-        "_handlers.<locals>.reconcile_on_timer": 3.5,  # endpoints (both kinds)
+        "reconcile-on-timer": 3.5,  # endpoints (both kinds)
         "reconcile_on_timer": 3.5,  # image caches
         "tick_weights_cache": 1.0,  # weights caches tick each second and check the resync interval themselves
     }

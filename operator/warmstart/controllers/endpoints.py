@@ -39,7 +39,8 @@ def endpoint_pods(
 
 
 def _handlers(registry: kopf.OperatorRegistry, interval: float, kind: str, plural: str) -> None:
-    # nested, so kopf's handler ids stay `_handlers.<locals>.<name>` (ids are stored in progress annotations)
+    # nested functions get ids like `_handlers.<locals>.name`, which make invalid annotation keys: kopf could not save a
+    # retried handler's progress (422). Explicit ids, the same for both kinds (ids are per resource).
     def reconcile_on_change(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.reconcile(kind, body, memo, indexes)
 
@@ -51,9 +52,11 @@ def _handlers(registry: kopf.OperatorRegistry, interval: float, kind: str, plura
         reconciling.delete(kind, body, memo, indexes)
 
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(GROUP, VERSION, plural, registry=registry)(reconcile_on_change)
-    kopf.timer(GROUP, VERSION, plural, interval=interval, initial_delay=interval, registry=registry)(reconcile_on_timer)
-    kopf.on.delete(GROUP, VERSION, plural, registry=registry)(release_on_delete)
+        on(GROUP, VERSION, plural, id="reconcile-on-change", registry=registry)(reconcile_on_change)
+    kopf.timer(
+        GROUP, VERSION, plural, id="reconcile-on-timer", interval=interval, initial_delay=interval, registry=registry
+    )(reconcile_on_timer)
+    kopf.on.delete(GROUP, VERSION, plural, id="release-on-delete", registry=registry)(release_on_delete)
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
