@@ -82,3 +82,56 @@ def client_response_headers(items: Iterable[tuple[str, str]]) -> list[tuple[str,
     if any(key.lower() == "connection" for key, _ in pairs):
         drop = drop | _connection_tokens(pairs)
     return [(key, value) for key, value in pairs if key.lower() not in drop]
+
+
+# ---- the same rules on raw header bytes (the traffic server's and upstream pool's form)
+
+_HOP_BY_HOP_BYTES = frozenset(name.encode() for name in HOP_BY_HOP)
+_DROP_REQUEST_BYTES = _HOP_BY_HOP_BYTES | frozenset(name.encode() for name in _RECOMPUTED_REQUEST)
+#: Response headers that never reach the client from the raw relay (it frames the body itself).
+_DROP_RELAYED = _HOP_BY_HOP_BYTES | {b"content-length"}
+
+
+def _connection_token_bytes(pairs: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    names: set[bytes] = set()
+    for key, value in pairs:
+        if key.lower() == b"connection":
+            names.update(token.strip().lower() for token in value.split(b",") if token.strip())
+    return frozenset(names)
+
+
+def forwarded_request_headers(pairs: list[tuple[bytes, bytes]], peer: str | None) -> list[tuple[bytes, bytes]]:
+    """Headers (lowercased names) to send to the replica for a client request with lowercased ``pairs``."""
+    drop = _DROP_REQUEST_BYTES
+    for key, _ in pairs:
+        if key == b"connection":
+            drop = drop | _connection_token_bytes(pairs)
+            break
+    headers: list[tuple[bytes, bytes]] = []
+    forwarded: list[bytes] = []
+    encoding = False
+    for key, value in pairs:
+        if key in drop:
+            continue
+        if key == b"x-forwarded-for":
+            forwarded.append(value)
+            continue
+        encoding = encoding or key == b"accept-encoding"
+        headers.append((key, value))
+    if peer:
+        forwarded.append(peer.encode())
+    if forwarded:
+        headers.append((b"x-forwarded-for", b", ".join(forwarded)))
+    if not encoding:
+        headers.append((b"accept-encoding", b"identity"))
+    return headers
+
+
+def relayed_response_headers(pairs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Headers of the replica's response to pass back as they came, less hop-by-hop ones and its framing."""
+    drop = _DROP_RELAYED
+    for key, _ in pairs:
+        if key.lower() == b"connection":
+            drop = drop | _connection_token_bytes(pairs)
+            break
+    return [(key, value) for key, value in pairs if key.lower() not in drop]

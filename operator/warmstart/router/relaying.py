@@ -14,9 +14,9 @@ import logging
 import time
 
 import aiohttp
-from aiohttp import web
 
-from warmstart.router.headers import client_response_headers
+from warmstart.router.headers import relayed_response_headers
+from warmstart.router.httpserver import Connection, Request, json_body
 from warmstart.router.metrics import RouterMetrics
 from warmstart.router.replicas import Replica
 
@@ -39,13 +39,6 @@ class PrefillClaim:
         if self.chars:
             self.replica.prefill_chars -= self.chars
             self.chars = 0
-
-
-def error_response(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
-    """An OpenAI-style JSON error."""
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "code": status}}, status=status, headers=headers
-    )
 
 
 def _error_event(message: str) -> bytes:
@@ -71,34 +64,38 @@ class Relay:
             self.metrics.ttft_of(self.replica.url).observe(time.perf_counter() - self.started)
 
     async def run(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, added: float
-    ) -> tuple[web.StreamResponse, str]:
-        """The client's response and the outcome label."""
-        headers = client_response_headers(upstream.headers.items())
+        self, request: Request, connection: Connection, upstream: aiohttp.ClientResponse, added: float
+    ) -> str:
+        """Relay the reply to ``connection``; the outcome label."""
+        headers = relayed_response_headers(list(upstream.raw_headers))
         sse = upstream.content_type == "text/event-stream"
         length = upstream.content_length
         if not sse and length is not None and length <= WHOLE_REPLY_BYTES:
             try:
                 data = await upstream.read()
             except (TimeoutError, aiohttp.ClientError):
-                return error_response(502, "model replica failed while responding", "upstream_error"), "error"
+                error = json_body(502, "model replica failed while responding", "upstream_error")
+                connection.respond(502, error)
+                return "error"
             self.first_byte()
             self.metrics.added_seconds.observe(added)
-            return web.Response(status=upstream.status, body=data, headers=headers), _outcome(upstream.status)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
-        if not sse and length is not None:
-            response.content_length = length
+            head = connection.head(upstream.status, headers, b"Content-Length: %d\r\n" % len(data))
+            connection.write(head + data)
+            return _outcome(upstream.status)
         relay_started = time.perf_counter()
-        try:
-            await response.prepare(request)
-        except ConnectionResetError:
-            return response, "aborted"
+        chunked = length is None and request.version == b"1.1"
+        if length is not None:
+            framing = b"Content-Length: %d\r\n" % length
+        elif chunked:
+            framing = b"Transfer-Encoding: chunked\r\n"
+        else:  # an HTTP/1.0 client: the end of the body is the end of the connection
+            connection.keep_alive = False
+            framing = b""
+        connection.write(connection.head(upstream.status, headers, framing))
         self.metrics.added_seconds.observe(added + time.perf_counter() - relay_started)
-        return await self._copy(request, upstream, response, sse)
+        return await self._copy(connection, upstream, sse, chunked)
 
-    async def _copy(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse, sse: bool
-    ) -> tuple[web.StreamResponse, str]:
+    async def _copy(self, connection: Connection, upstream: aiohttp.ClientResponse, sse: bool, chunked: bool) -> str:
         outcome = _outcome(upstream.status)
         tail = b"\n\n"
         while True:
@@ -107,30 +104,32 @@ class Relay:
             except (TimeoutError, aiohttp.ClientError) as exc:
                 log.warning("replica reply ended abnormally: %s", type(exc).__name__)
                 if not sse:  # headers are out: only a broken connection tells the client
-                    if request.transport is not None:
-                        request.transport.abort()
-                    return response, "error"
+                    connection.abort()
+                    return "error"
                 # close any half-sent event first, so the error is an event of its own
                 chunk = (b"" if tail.endswith(b"\n\n") else b"\n\n") + _error_event(
                     "model replica stream ended abnormally"
                 )
                 outcome = "error"
-                try:
-                    await response.write(chunk)
-                except ConnectionResetError:
-                    return response, "aborted"
+                connection.write(_frame(chunk) if chunked else chunk)
                 break
             if not chunk:
                 break
             self.first_byte()
             tail = (tail + chunk)[-2:]
+            connection.write(_frame(chunk) if chunked else chunk)
             try:
-                await response.write(chunk)
+                await connection.drain()
             except ConnectionResetError:  # our client went away
-                return response, "aborted"
+                return "aborted"
         self.first_byte()
-        try:
-            await response.write_eof()
-        except ConnectionResetError:
-            return response, "aborted"
-        return response, outcome
+        if chunked:
+            connection.write(b"0\r\n\r\n")
+        if connection.closed:
+            return "aborted"
+        return outcome
+
+
+def _frame(chunk: bytes) -> bytes:
+    """``chunk`` as one HTTP/1.1 chunk."""
+    return b"%x\r\n%s\r\n" % (len(chunk), chunk)
