@@ -65,6 +65,14 @@ class Request:
         return None
 
 
+class Follower(Protocol):
+    """Where a response's bytes come from: paused while the client cannot take more."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
 class Application(Protocol):
     """What the server needs from the application it serves."""
 
@@ -122,6 +130,8 @@ class Connection(asyncio.Protocol):
         self._writable = True
         self.keep_alive = True
         """False once the current response must be the connection's last."""
+        self.follower: Follower | None = None
+        """The source of the response being relayed, paused while the client's socket is full."""
 
     # ---- asyncio.Protocol
 
@@ -169,9 +179,13 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writable = False
+        if self.follower is not None:
+            self.follower.pause_reading()
 
     def resume_writing(self) -> None:
         self._writable = True
+        if self.follower is not None:
+            self.follower.resume_reading()
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
         self._drain = None
@@ -264,6 +278,11 @@ class Connection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if not self.closed and self.transport is not None:
             self.transport.write(data)
+
+    @property
+    def writable(self) -> bool:
+        """False while the client's socket is full (``pause_writing``)."""
+        return self._writable
 
     async def drain(self) -> None:
         """Wait until the client has taken what was written (ConnectionResetError once it is gone)."""

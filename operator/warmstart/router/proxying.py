@@ -1,25 +1,21 @@
 """The HTTP reverse proxy: check the request, wait for a free slot, ask the router for candidates, relay.
 
 The traffic port is served by :mod:`warmstart.router.httpserver` (which holds bodies under the
-size limit, deadlines and byte budget before this module sees them). One ``aiohttp.ClientSession``
-reaches the replicas. Each forwarded request holds one in-flight slot on its replica, taken just
-before the upstream call and released in exactly one ``finally`` - whatever happens: success,
-client disconnect (it cancels the handler), timeout, or a backend that dies mid-stream.
-Prompts are never logged; only sizes, hashes and outcomes are. ``/metrics`` and
-``/router/status`` are served on the admin port (:mod:`warmstart.router.admin`), not here.
+size limit, deadlines and byte budget before this module sees them); replicas are reached over
+the keep-alive connections of :mod:`warmstart.router.upstream`. Each forwarded request holds one
+in-flight slot on its replica, taken just before the upstream call and released in exactly one
+``finally`` - whatever happens: success, client disconnect (it cancels the handler), timeout, or
+a backend that dies mid-stream. Prompts are never logged; only sizes, hashes and outcomes are.
+``/metrics`` and ``/router/status`` are served on the admin port (:mod:`warmstart.router.admin`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
 
-import aiohttp
-from yarl import URL
-
-from warmstart.router import httpserver
+from warmstart.router import httpserver, upstream
 from warmstart.router.admission import QueueFull
 from warmstart.router.bodies import BadBody, BodyParser
 from warmstart.router.headers import forwarded_request_headers
@@ -56,22 +52,10 @@ class TrafficApp:
         self.router = router
         self.budget = ByteBudget(router.config.max_buffered_bytes)
         self.parser = BodyParser()
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=30, keepalive_timeout=30)
-            # auto_decompress off: replies pass back byte for byte, Content-Encoding included; no
-            # cookie jar: a replica's Set-Cookie goes back to its client, never replayed to others
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
-            )
-        return self._session
+        self.pool = upstream.Pool()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        self.pool.close()
         self.parser.close()
 
     def body_limits(self) -> tuple[int, float]:
@@ -144,14 +128,9 @@ class TrafficApp:
         router = self.router
         config = router.config
         strategy = router.policy.strategy.value
-        timeout = _timeout(config.connect_timeout_seconds, config.read_timeout_seconds)
-        headers = {
-            key.decode("latin-1"): value.decode("latin-1")
-            for key, value in forwarded_request_headers(request.headers, request.peer)
-        }
+        headers = forwarded_request_headers(request.headers, request.peer)
         cap = config.max_concurrent_requests
         attempts = routed.decision.candidates[: 1 + config.retries]
-        target = request.target.decode("latin-1")
         for attempt, url in enumerate(attempts):
             replica = router.fleet.get(url)
             if replica is None or (cap is not None and replica.inflight >= cap):
@@ -167,28 +146,29 @@ class TrafficApp:
             outcome = "aborted"
             try:
                 pre = time.perf_counter()
+                head = upstream.request_head(b"POST", request.target, upstream.address(url)[2], headers, len(raw))
                 try:
-                    upstream = await self.session.post(
-                        _upstream_url(url, target), data=raw, headers=headers, timeout=timeout
+                    replica_connection, exchange = await self.pool.start(
+                        url, head, raw, config.connect_timeout_seconds, config.read_timeout_seconds
                     )
-                except aiohttp.ClientConnectorError:
+                except upstream.ConnectFailed:
                     outcome = "refused"
                     log.warning("replica %s refused the connection (attempt %d)", url, attempt + 1)
                     if last:
                         return error(connection, 502, "model replica refused the connection", "upstream_error")
                     continue
-                except (TimeoutError, aiohttp.ClientError) as exc:
+                except (TimeoutError, upstream.UpstreamFailed) as exc:
                     outcome = "error"
                     log.warning("replica %s failed before responding: %s", url, type(exc).__name__)
                     return error(connection, 502, "model replica failed before responding", "upstream_error")
                 try:
                     relay = Relay(router.metrics, replica, claim, started)
-                    outcome = await relay.run(request, connection, upstream, pre - started)
+                    outcome = await relay.run(request, connection, replica_connection, exchange, pre - started)
                 finally:
                     if outcome == "ok":
-                        upstream.release()
+                        self.pool.release(replica_connection)
                     else:  # do not reuse a connection whose response was not read to the end
-                        upstream.close()
+                        replica_connection.close()
                 return None
             finally:
                 claim.release()
@@ -201,28 +181,22 @@ class TrafficApp:
 
     async def models(self, connection: Connection) -> None:
         """GET /v1/models from any replica."""
-        timeout = aiohttp.ClientTimeout(total=self.router.config.connect_timeout_seconds + 5)
+        timeout = self.router.config.connect_timeout_seconds
         for url in self.router.fleet.urls():
+            head = upstream.request_head(b"GET", b"/v1/models", upstream.address(url)[2], [], None)
             try:
-                async with self.session.get(url + "/v1/models", timeout=timeout) as upstream:
-                    body = await upstream.read()
-                    content_type = upstream.headers.get("Content-Type", "application/json").encode("latin-1")
-                    return connection.respond(upstream.status, body, content_type=content_type)
-            except (TimeoutError, aiohttp.ClientError):
+                replica_connection, exchange = await self.pool.start(url, head, b"", timeout, timeout + 5)
+                try:
+                    await exchange.done
+                finally:
+                    self.pool.release(replica_connection)
+            except (TimeoutError, OSError, upstream.UpstreamFailed):
                 continue
+            content_type = next(
+                (value for name, value in exchange.headers if name.lower() == b"content-type"), b"application/json"
+            )
+            return connection.respond(exchange.status, exchange.body(), content_type=content_type)
         return error(connection, 503, "no ready model replicas behind this router", "service_unavailable")
-
-
-@functools.lru_cache(maxsize=16)
-def _timeout(connect: float, read: float) -> aiohttp.ClientTimeout:
-    """The upstream timeouts (one object per setting, not one per request)."""
-    return aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect, sock_read=read)
-
-
-@functools.lru_cache(maxsize=4096)
-def _upstream_url(base: str, target: str) -> URL:
-    """``base + target`` parsed once per (replica, path and query)."""
-    return URL(base + target, encoded=True)
 
 
 class TrafficServer:

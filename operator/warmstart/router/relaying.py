@@ -1,8 +1,9 @@
 """Pass a replica's reply back to the client, streamed with bounded buffering, bytes untouched.
 
 Small replies of known length are read whole and answered in one write; everything else (SSE,
-large or unknown-length bodies) is copied chunk by chunk as it arrives, with the client's
-write back-pressure limiting what is held to the client session's read buffer plus one chunk.
+large or unknown-length bodies) is written to the client chunk by chunk as it arrives (chunked
+replies stay chunked, one chunk per read), and while the client's socket is full reading from the
+replica pauses, so what the router holds is one socket read plus the client transport's buffer.
 The first byte of the reply ends the request's share of its replica's prefill backlog and is
 the router's time to first byte (TTFT) for that replica.
 """
@@ -13,12 +14,11 @@ import json
 import logging
 import time
 
-import aiohttp
-
 from warmstart.router.headers import relayed_response_headers
 from warmstart.router.httpserver import Connection, Request, json_body
 from warmstart.router.metrics import RouterMetrics
 from warmstart.router.replicas import Replica
+from warmstart.router.upstream import Exchange, ReplicaConnection, UpstreamFailed
 
 log = logging.getLogger(__name__)
 
@@ -64,24 +64,24 @@ class Relay:
             self.metrics.ttft_of(self.replica.url).observe(time.perf_counter() - self.started)
 
     async def run(
-        self, request: Request, connection: Connection, upstream: aiohttp.ClientResponse, added: float
+        self, request: Request, client: Connection, upstream: ReplicaConnection, exchange: Exchange, added: float
     ) -> str:
-        """Relay the reply to ``connection``; the outcome label."""
-        headers = relayed_response_headers(list(upstream.raw_headers))
-        sse = upstream.content_type == "text/event-stream"
-        length = upstream.content_length
+        """Relay the reply whose head is in ``exchange`` to ``client``; the outcome label."""
+        status = exchange.status
+        headers = relayed_response_headers(exchange.headers)
+        sse = _is_sse(exchange.headers)
+        length = exchange.length
         if not sse and length is not None and length <= WHOLE_REPLY_BYTES:
             try:
-                data = await upstream.read()
-            except (TimeoutError, aiohttp.ClientError):
-                error = json_body(502, "model replica failed while responding", "upstream_error")
-                connection.respond(502, error)
+                await exchange.done  # usually in already: small replies come in one read
+            except (TimeoutError, UpstreamFailed):
+                client.respond(502, json_body(502, "model replica failed while responding", "upstream_error"))
                 return "error"
+            data = exchange.body()
             self.first_byte()
             self.metrics.added_seconds.observe(added)
-            head = connection.head(upstream.status, headers, b"Content-Length: %d\r\n" % len(data))
-            connection.write(head + data)
-            return _outcome(upstream.status)
+            client.write(client.head(status, headers, b"Content-Length: %d\r\n" % len(data)) + data)
+            return _outcome(status)
         relay_started = time.perf_counter()
         chunked = length is None and request.version == b"1.1"
         if length is not None:
@@ -89,47 +89,49 @@ class Relay:
         elif chunked:
             framing = b"Transfer-Encoding: chunked\r\n"
         else:  # an HTTP/1.0 client: the end of the body is the end of the connection
-            connection.keep_alive = False
+            client.keep_alive = False
             framing = b""
-        connection.write(connection.head(upstream.status, headers, framing))
+        client.write(client.head(status, headers, framing))
         self.metrics.added_seconds.observe(added + time.perf_counter() - relay_started)
-        return await self._copy(connection, upstream, sse, chunked)
+        tail = [b"\n\n"]
 
-    async def _copy(self, connection: Connection, upstream: aiohttp.ClientResponse, sse: bool, chunked: bool) -> str:
-        outcome = _outcome(upstream.status)
-        tail = b"\n\n"
-        while True:
-            try:
-                chunk = await upstream.content.readany()
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                log.warning("replica reply ended abnormally: %s", type(exc).__name__)
-                if not sse:  # headers are out: only a broken connection tells the client
-                    connection.abort()
-                    return "error"
-                # close any half-sent event first, so the error is an event of its own
-                chunk = (b"" if tail.endswith(b"\n\n") else b"\n\n") + _error_event(
-                    "model replica stream ended abnormally"
-                )
-                outcome = "error"
-                connection.write(_frame(chunk) if chunked else chunk)
-                break
-            if not chunk:
-                break
-            self.first_byte()
-            tail = (tail + chunk)[-2:]
-            connection.write(_frame(chunk) if chunked else chunk)
-            try:
-                await connection.drain()
-            except ConnectionResetError:  # our client went away
-                return "aborted"
+        def sink(chunk: bytes) -> None:
+            if self._first:
+                self.first_byte()
+            if sse:
+                tail[0] = (tail[0] + chunk)[-2:]
+            client.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+
+        outcome = _outcome(status)
+        client.follower = upstream  # the client's back-pressure pauses reading from the replica
+        if not client.writable:
+            upstream.pause_reading()
+        try:
+            exchange.attach(sink)
+            await exchange.done
+        except (TimeoutError, UpstreamFailed) as exc:
+            log.warning("replica reply ended abnormally: %s", type(exc).__name__)
+            if not sse:  # headers are out: only a broken connection tells the client
+                client.abort()
+                return "error"
+            # close any half-sent event first, so the error is an event of its own
+            event = (b"" if tail[0].endswith(b"\n\n") else b"\n\n") + _error_event(
+                "model replica stream ended abnormally"
+            )
+            client.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
+            outcome = "error"
+        finally:
+            client.follower = None
         self.first_byte()
         if chunked:
-            connection.write(b"0\r\n\r\n")
-        if connection.closed:
+            client.write(b"0\r\n\r\n")
+        if client.closed:
             return "aborted"
         return outcome
 
 
-def _frame(chunk: bytes) -> bytes:
-    """``chunk`` as one HTTP/1.1 chunk."""
-    return b"%x\r\n%s\r\n" % (len(chunk), chunk)
+def _is_sse(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"text/event-stream"
+    return False
