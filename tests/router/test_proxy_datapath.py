@@ -132,3 +132,17 @@ async def test_expect_continue_and_pipelined_requests(sims: SimFactory, routers:
     assert first.startswith(b"200") and b'"status": "ok"' in first
     assert second.startswith(b"200") and b'"replicas": 1' in second
     writer.close()
+
+
+async def test_a_large_body_over_the_limit_gets_its_413_not_a_reset(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    [replica] = await sims(1)
+    router = await routers(RouterConfig(max_body_bytes=64 * 1024), [replica.url])
+    big = b'{"prompt": "' + b"x" * (8 * MIB) + b'"}'
+    for _ in range(3):
+        async with client.post(
+            router.url + "/v1/completions", data=big, headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 413
+    assert replica.replica.engine.counters.requests == 0

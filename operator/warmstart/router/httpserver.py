@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 64 * 1024
 #: Pipelined requests held per connection before it stops reading.
 _MAX_PIPELINED = 4
+#: Seconds a refused connection keeps reading (and dropping) what the client still sends, so that
+#: the client reads the error instead of a reset.
+LINGER_SECONDS = 2.0
 #: Seconds a client is asked to wait (``Retry-After``) after the byte budget was full.
 RETRY_AFTER_SECONDS = 1
 
@@ -125,6 +128,7 @@ class Connection(asyncio.Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_deadline = 0.0
+        self._linger: asyncio.TimerHandle | None = None
         self._paused = False
         self._drain: asyncio.Future[None] | None = None
         self._writable = True
@@ -146,6 +150,8 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._open.discard(self)
         self._cancel_timers()
+        if self._linger is not None:
+            self._linger.cancel()
         if self._request is not None:
             self._request.body.release()
             self._request = None
@@ -337,7 +343,19 @@ class Connection(asyncio.Protocol):
             self.keep_alive = False
             self.respond(status, json_body(status, message, kind), headers)
             self.app.refused(status)
-        self.close()
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """Send what is written and end our side; drop what still comes in; close after a while."""
+        if self.closed or self.transport is None:
+            return
+        self.closed = True  # nothing more is parsed or written
+        try:
+            self.transport.write_eof()
+        except (OSError, RuntimeError, NotImplementedError):
+            self.transport.close()
+            return
+        self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_late)

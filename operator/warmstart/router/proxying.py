@@ -146,7 +146,8 @@ class TrafficApp:
             outcome = "aborted"
             try:
                 pre = time.perf_counter()
-                head = upstream.request_head(b"POST", request.target, upstream.address(url)[2], headers, len(raw))
+                _, _, host, prefix = upstream.address(url)
+                head = upstream.request_head(b"POST", prefix + request.target, host, headers, len(raw))
                 try:
                     replica_connection, exchange = await self.pool.start(
                         url, head, raw, config.connect_timeout_seconds, config.read_timeout_seconds
@@ -183,7 +184,8 @@ class TrafficApp:
         """GET /v1/models from any replica."""
         timeout = self.router.config.connect_timeout_seconds
         for url in self.router.fleet.urls():
-            head = upstream.request_head(b"GET", b"/v1/models", upstream.address(url)[2], [], None)
+            _, _, host, prefix = upstream.address(url)
+            head = upstream.request_head(b"GET", prefix + b"/v1/models", host, [], None)
             try:
                 replica_connection, exchange = await self.pool.start(url, head, b"", timeout, timeout + 5)
                 try:

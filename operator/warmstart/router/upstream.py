@@ -43,12 +43,12 @@ class _ClosedBeforeReply(UpstreamFailed):
 
 
 @functools.lru_cache(maxsize=1024)
-def address(base: str) -> tuple[str, int, bytes]:
-    """(host, port, Host header) of a replica's base URL ``http://host:port``."""
+def address(base: str) -> tuple[str, int, bytes, bytes]:
+    """(host, port, Host header, path prefix) of a replica's base URL ``http://host:port[/prefix]``."""
     parts = urlsplit(base)
     host = parts.hostname or "localhost"
     port = parts.port or 80
-    return host, port, (parts.netloc or host).encode()
+    return host, port, (parts.netloc or host).encode(), parts.path.rstrip("/").encode()
 
 
 class Exchange:
@@ -301,7 +301,7 @@ class Pool:
         return None
 
     async def _open(self, base: str, connect_timeout: float) -> ReplicaConnection:
-        host, port, _ = address(base)
+        host, port, _, _ = address(base)
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(connect_timeout):
