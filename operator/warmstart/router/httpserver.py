@@ -6,7 +6,8 @@ connections) and be at most :data:`MAX_HEAD_BYTES`; the body must arrive within 
 application's body deadline, under its size limit and the router-wide byte budget, or the
 client gets 408, 413 or 503 and the connection is closed. The application's handler runs once
 the whole body is held; a client that hangs up cancels it. Responses are written straight to
-the transport; a writer that must not outrun the client waits in :meth:`Connection.drain`.
+the transport; a relay that must not outrun the client registers as the connection's
+``follower``, which is paused while the client's socket is full.
 Requests pipelined on one connection are answered in order, one at a time.
 """
 
@@ -130,7 +131,6 @@ class Connection(asyncio.Protocol):
         self._body_deadline = 0.0
         self._linger: asyncio.TimerHandle | None = None
         self._paused = False
-        self._drain: asyncio.Future[None] | None = None
         self._writable = True
         self.keep_alive = True
         """False once the current response must be the connection's last."""
@@ -159,8 +159,6 @@ class Connection(asyncio.Protocol):
             self._ready.popleft().body.release()
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client went away: stop working for it
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(ConnectionResetError("client disconnected"))
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -192,9 +190,6 @@ class Connection(asyncio.Protocol):
         self._writable = True
         if self.follower is not None:
             self.follower.resume_reading()
-        if self._drain is not None and not self._drain.done():
-            self._drain.set_result(None)
-        self._drain = None
 
     # ---- parser callbacks
 
@@ -289,16 +284,6 @@ class Connection(asyncio.Protocol):
     def writable(self) -> bool:
         """False while the client's socket is full (``pause_writing``)."""
         return self._writable
-
-    async def drain(self) -> None:
-        """Wait until the client has taken what was written (ConnectionResetError once it is gone)."""
-        if self.closed:
-            raise ConnectionResetError("client disconnected")
-        if self._writable:
-            return
-        if self._drain is None:
-            self._drain = self.loop.create_future()
-        await self._drain
 
     def head(self, status: int, headers: Iterable[tuple[bytes, bytes]], framing: bytes) -> bytes:
         """A response head: status line, ``headers``, then ``framing`` (Content-Length or chunked lines)."""
