@@ -229,9 +229,17 @@ async def start_target(
 
 
 async def measure_overhead(
-    session: aiohttp.ClientSession, logs: Path, seconds: float, with_sglang: bool, baseline_ref: str
+    session: aiohttp.ClientSession,
+    logs: Path,
+    seconds: float,
+    with_sglang: bool,
+    baseline_ref: str,
+    repeats: int = 1,
 ) -> dict[str, dict[str, float]]:
-    """Latency added over a direct call to a trivial replica (time scale 0), at 200 and 500 req/s."""
+    """Latency added over a direct call to a trivial replica (time scale 0), at 200 and 500 req/s.
+
+    With ``repeats`` > 1 every figure is the median of that many alternating rounds.
+    """
     port = fleets.free_port()
     sim = fleets.spawn("sim-trivial", fleets.sim_argv(1, port, ["--time-scale", "0"], "t"), logs)
     backend = f"http://{fleets.HOST}:{port}"
@@ -259,36 +267,44 @@ async def measure_overhead(
                 stats = out.setdefault(target.label, {})
                 per_request = ((_cpu_seconds(target) or 0.0) - cpu_before) * 1000 / max(1, count)
                 stats["cpu_ms_sequential"] = min(stats.get("cpu_ms_sequential", math.inf), per_request)
-        for rate in (200, 500):
-            direct: list[float] = []
-            for target in targets:  # interleave the targets per rate so machine noise hits all alike
-                cpu_before = _cpu_seconds(target)
-                hist = "warmstart_router_added_latency_seconds"
-                buckets = (
-                    await loading.histogram_buckets(session, target.internals, hist)
-                    if target.kind == "warmstart"
-                    else {}
-                )
-                latencies, errors = await loading.fixed_rate(
-                    session, target.url + "/v1/completions", rate, seconds, body
-                )
-                stats = out.setdefault(target.label, {})
-                if target.kind == "warmstart":  # the router's own view: time spent inside it, by bucket
-                    after = await loading.histogram_buckets(session, target.internals, hist)
-                    stats[f"inside_p50@{rate}"] = loading.bucket_quantile(buckets, after, 0.5) * 1000
-                    stats[f"inside_p99@{rate}"] = loading.bucket_quantile(buckets, after, 0.99) * 1000
-                if cpu_before is not None:  # the router's own CPU per request: what limits its rate
-                    stats[f"cpu_ms_per_request@{rate}"] = (
-                        ((_cpu_seconds(target) or 0) - cpu_before) * 1000 / max(1, len(latencies))
+        rounds: dict[tuple[str, int], list[dict[str, float]]] = {}
+        for _ in range(repeats):  # rounds alternate, so a burst of load on the machine hits every target alike
+            for rate in (200, 500):
+                direct: list[float] = []
+                for target in targets:  # interleave the targets per rate so machine noise hits all alike
+                    cpu_before = _cpu_seconds(target)
+                    hist = "warmstart_router_added_latency_seconds"
+                    buckets = (
+                        await loading.histogram_buckets(session, target.internals, hist)
+                        if target.kind == "warmstart"
+                        else {}
                     )
-                stats[f"raw_p50@{rate}"] = reporting.percentile(latencies, 50) * 1000
-                stats[f"raw_p99@{rate}"] = reporting.percentile(latencies, 99) * 1000
-                stats[f"errors@{rate}"] = errors
-                if target.kind == "direct":
-                    direct = latencies
-                else:
-                    stats[f"p50@{rate}"] = stats[f"raw_p50@{rate}"] - reporting.percentile(direct, 50) * 1000
-                    stats[f"p99@{rate}"] = stats[f"raw_p99@{rate}"] - reporting.percentile(direct, 99) * 1000
+                    latencies, errors = await loading.fixed_rate(
+                        session, target.url + "/v1/completions", rate, seconds, body
+                    )
+                    one: dict[str, float] = {}
+                    if target.kind == "warmstart":  # the router's own view: time spent inside it, by bucket
+                        after = await loading.histogram_buckets(session, target.internals, hist)
+                        one[f"inside_p50@{rate}"] = loading.bucket_quantile(buckets, after, 0.5) * 1000
+                        one[f"inside_p99@{rate}"] = loading.bucket_quantile(buckets, after, 0.99) * 1000
+                    if cpu_before is not None:  # the router's own CPU per request: what limits its rate
+                        one[f"cpu_ms_per_request@{rate}"] = (
+                            ((_cpu_seconds(target) or 0) - cpu_before) * 1000 / max(1, len(latencies))
+                        )
+                    one[f"raw_p50@{rate}"] = reporting.percentile(latencies, 50) * 1000
+                    one[f"raw_p99@{rate}"] = reporting.percentile(latencies, 99) * 1000
+                    one[f"errors@{rate}"] = errors
+                    if target.kind == "direct":
+                        direct = latencies
+                    else:
+                        one[f"p50@{rate}"] = one[f"raw_p50@{rate}"] - reporting.percentile(direct, 50) * 1000
+                        one[f"p99@{rate}"] = one[f"raw_p99@{rate}"] - reporting.percentile(direct, 99) * 1000
+                    rounds.setdefault((target.label, rate), []).append(one)
+        for (label, _rate), measured in rounds.items():  # the median round of each figure (errors: summed)
+            stats = out.setdefault(label, {})
+            for key in measured[0]:
+                values = sorted(m[key] for m in measured)
+                stats[key] = sum(values) if key.startswith("errors@") else values[len(values) // 2]
     finally:
         for target in targets:
             target.stop()
@@ -330,6 +346,7 @@ async def main_async(args: argparse.Namespace) -> int:
     cfg = plan(args.quick, args.time_scale or (0.25 if args.quick else 0.5))
     cfg["load_basis"] = args.load_basis
     cfg["baseline_ref"] = args.baseline_ref
+    cfg["overhead_rounds"] = args.overhead_rounds
     cfg["machine_load_at_start"] = [round(x, 1) for x in os.getloadavg()]
     if args.router_config:
         cfg["router_config"] = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.router_config)}
@@ -398,6 +415,7 @@ async def main_async(args: argparse.Namespace) -> int:
                     float(cfg["overhead_seconds"]),  # type: ignore[arg-type]
                     with_sglang,
                     str(cfg["baseline_ref"]),
+                    args.overhead_rounds,
                 )
         finally:
             fleet_proc.stop()
@@ -439,6 +457,8 @@ def render(
     if overhead:
         lines += [
             "## Router overhead (trivial replica; added latency = via router - direct)",
+            "",
+            f"Each figure is the median of {cfg.get('overhead_rounds', 1)} round(s), the targets alternating.",
             "",
             "| target | rate | p50 ms | p99 ms | added p50 ms | added p99 ms | router CPU ms/request "
             "| inside the router p50 / p99 ms (≤ bucket) | errors |",
@@ -514,7 +534,13 @@ def main() -> int:
     )
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
-    p.add_argument("--overhead-only", action="store_true")
+    p.add_argument("--overhead-only", action="store_true", help="only the router overhead section")
+    p.add_argument(
+        "--overhead-rounds",
+        type=int,
+        default=1,
+        help="repeat the overhead rates this many times, alternating targets, and report each figure's median round",
+    )
     p.add_argument("--routers", nargs="*", help='subset, e.g. "warmstart prefixaware" ideal')
     p.add_argument("--workloads", nargs="*", choices=WORKLOADS)
     p.add_argument(

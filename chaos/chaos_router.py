@@ -217,8 +217,8 @@ async def run_batches(
         max_queue_size=32,
     )
     router = Router(config, list(backends.sims) + backends.faulty)
-    runner, port = await proxying.serve(proxying.make_app(router), "127.0.0.1", 0, header_timeout=3.0)
-    url = f"http://127.0.0.1:{port}"
+    traffic = await proxying.serve(router, "127.0.0.1", 0, header_timeout=3.0)
+    url = f"http://127.0.0.1:{traffic.port}"
     process = psutil.Process()
     baseline_rss: float | None = None
     out: list[Run] = []
@@ -261,7 +261,7 @@ async def run_batches(
                 report(record)
                 out.append(record)
     finally:
-        await runner.cleanup()
+        await traffic.cleanup()
         for sim in backends.sims.values():
             await sim.cleanup()
         for other in backends.runners:

@@ -1,7 +1,7 @@
 """Proxy test fixtures: a real router app and real simulated replicas on loopback ports.
 
-Sets up: simulated vLLM replicas (``warmstart.sim``) and the router's aiohttp application, each
-served by a real ``AppRunner`` with handler cancellation, talking over real sockets; an aiohttp
+Sets up: simulated vLLM replicas (``warmstart.sim``) and the router (its traffic server and its aiohttp admin
+application), each served for real with handler cancellation, talking over real sockets; an aiohttp
 client session for the test. Deliberately not faked: HTTP, streaming, disconnects, connection
 refusal. Not used: Kubernetes (discovery is tested against the real control plane elsewhere).
 Simulated time runs fast (``time_scale``) and no test asserts on wall-clock durations.
@@ -55,10 +55,10 @@ async def routers() -> AsyncIterator[RouterFactory]:
         config: RouterConfig | None = None, backends: list[str] | None = None, **serve_options: float
     ) -> RunningRouter:
         router = Router(config or RouterConfig(), backends or [])
-        runner, port = await proxying.serve(proxying.make_app(router), "127.0.0.1", 0, **serve_options)
-        admin_runner, admin_port = await proxying.serve(admin.make_admin_app(router), "127.0.0.1", 0)
+        traffic = await proxying.serve(router, "127.0.0.1", 0, **serve_options)
+        admin_runner, admin_port = await admin.serve(admin.make_admin_app(router), "127.0.0.1", 0)
         running = RunningRouter(
-            router, f"http://127.0.0.1:{port}", runner, f"http://127.0.0.1:{admin_port}", admin_runner
+            router, f"http://127.0.0.1:{traffic.port}", traffic, f"http://127.0.0.1:{admin_port}", admin_runner
         )
         started.append(running)
         return running

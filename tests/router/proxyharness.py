@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from warmstart.router.proxying import TrafficServer
 from warmstart.router.routing import Router
 from warmstart.sim.server import SimReplica
 
@@ -22,7 +23,7 @@ class RunningReplica:
 class RunningRouter:
     router: Router
     url: str
-    runner: web.AppRunner
+    runner: TrafficServer
     admin_url: str
     admin_runner: web.AppRunner
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from proxyharness import RouterFactory, RunningRouter, SimFactory
 from routerhelpers import sse_events
 from warmstart.api.routers import RouterConfig
-from warmstart.router import proxying
+from warmstart.router import admin
 from warmstart.sim.engine import EngineParams
 
 PROMPT = "shared system prompt for accounting tests. " * 30
@@ -151,7 +151,7 @@ async def test_read_timeout_mid_stream_is_an_error_event_and_counters_are_exact(
 
     app = web.Application()
     app.router.add_post("/v1/completions", backend)
-    runner, port = await proxying.serve(app, "127.0.0.1", 0)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
     try:
         router = await routers(RouterConfig(read_timeout_seconds=0.2), [f"http://127.0.0.1:{port}"])
         async with client.post(router.url + "/v1/completions", json={"prompt": "x", "stream": True}) as response:

@@ -16,11 +16,11 @@ from aiohttp import web
 
 from proxyharness import RouterFactory, SimFactory
 from warmstart.api.routers import RouterConfig
-from warmstart.router import proxying
+from warmstart.router import admin
 
 
 async def backend_app(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner, port = await proxying.serve(app, "127.0.0.1", 0)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
     return runner, f"http://127.0.0.1:{port}"
 
 
@@ -35,7 +35,7 @@ async def test_stalled_bodies_are_cut_off_and_do_not_pin_memory(sims: SimFactory
     config = RouterConfig(max_body_bytes=mib, max_buffered_bytes=4 * mib, body_timeout_seconds=1.0)
     router = await routers(config, [replica.url])
     host, port = router.url.removeprefix("http://").split(":")
-    budget = router.runner.app[proxying.BUDGET_KEY]
+    budget = router.runner.budget
     held: list[int] = []
 
     async def stall_one_byte_short() -> bytes:

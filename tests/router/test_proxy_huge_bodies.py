@@ -20,7 +20,7 @@ import psutil
 import pytest
 from aiohttp import web
 
-from warmstart.router import proxying
+from warmstart.router import admin
 
 MIB = 1024 * 1024
 
@@ -52,7 +52,7 @@ async def sink() -> AsyncIterator[str]:
 
     app = web.Application(client_max_size=64 * MIB)
     app.router.add_post("/v1/chat/completions", handle)
-    runner, port = await proxying.serve(app, "127.0.0.1", 0)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
     yield f"http://127.0.0.1:{port}"
     await runner.cleanup()
 

@@ -7,7 +7,7 @@ from aiohttp import web
 
 from proxyharness import RouterFactory
 from warmstart.api.routers import RouterConfig
-from warmstart.router import proxying
+from warmstart.router import admin
 
 
 async def quick(request: web.Request) -> web.Response:
@@ -17,7 +17,7 @@ async def quick(request: web.Request) -> web.Response:
 async def test_ttft_is_recorded_per_replica(routers: RouterFactory, client: aiohttp.ClientSession) -> None:
     app = web.Application()
     app.router.add_post("/v1/completions", quick)
-    runner, port = await proxying.serve(app, "127.0.0.1", 0)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
     try:
         url = f"http://127.0.0.1:{port}"
         router = await routers(RouterConfig(), [url])
@@ -38,7 +38,7 @@ async def test_requests_are_counted_by_the_placement_of_their_replica(
     for _ in range(3):
         app = web.Application()
         app.router.add_post("/v1/completions", quick)
-        runner, port = await proxying.serve(app, "127.0.0.1", 0)
+        runner, port = await admin.serve(app, "127.0.0.1", 0)
         runners.append(runner)
         urls.append(f"http://127.0.0.1:{port}")
     try:

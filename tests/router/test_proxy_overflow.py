@@ -9,7 +9,7 @@ from aiohttp import web
 
 from proxyharness import RouterFactory, RunningRouter
 from warmstart.api.routers import RouterConfig
-from warmstart.router import proxying
+from warmstart.router import admin
 
 
 async def eventually(predicate: object, what: str) -> None:
@@ -45,7 +45,7 @@ async def test_cap_queue_overflow_and_cancel(routers: RouterFactory, client: aio
 
     app = web.Application()
     app.router.add_post("/v1/completions", slow)
-    runner, port = await proxying.serve(app, "127.0.0.1", 0)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
     try:
         config = RouterConfig(max_concurrent_requests=1, max_queue_size=2, overflow_status_code=503)
         router = await routers(config, [f"http://127.0.0.1:{port}"])

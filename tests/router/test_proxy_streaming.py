@@ -11,7 +11,7 @@ from aiohttp import web
 from proxyharness import RouterFactory, SimFactory
 from routerhelpers import sse_events
 from warmstart.api.routers import RouterConfig
-from warmstart.router import proxying
+from warmstart.router import admin
 
 PROMPT = "You are a careful assistant. " * 40  # ~1,160 chars: several 256-char blocks
 
@@ -31,7 +31,7 @@ async def test_sse_is_relayed_chunk_by_chunk(routers: RouterFactory, client: aio
 
     app = web.Application()
     app.router.add_post("/v1/completions", backend)
-    runner, port = await proxying.serve(app, "127.0.0.1", 0)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
     try:
         router = await routers(RouterConfig(), [f"http://127.0.0.1:{port}"])
         async with client.post(router.url + "/v1/completions", json={"prompt": "x", "stream": True}) as response:

@@ -40,3 +40,13 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 async def handle_health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
+
+
+async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start an aiohttp ``app`` (the admin port) with handler cancellation on; (runner, port)."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    addresses = runner.addresses
+    return runner, int(addresses[0][1]) if addresses else port

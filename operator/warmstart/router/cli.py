@@ -15,9 +15,6 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
-
-from aiohttp import web
 
 from warmstart.api import strategies
 from warmstart.api.routers import RouterConfig
@@ -79,32 +76,20 @@ def _api_client(kubeconfig: str | None) -> object:
     return client.ApiClient()
 
 
-def sources_ctx(router: Router, sources: list[discovery.Source]) -> Callable[[web.Application], AsyncIterator[None]]:
-    """A ``cleanup_ctx`` entry that runs the sources for the application's lifetime."""
-
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        for source in sources:
-            await source.start(router)
-        yield
-        for source in sources:
-            await source.stop()
-
-    return ctx
-
-
 async def run(args: argparse.Namespace) -> int:
     config = RouterConfig.from_file(args.config) if args.config else RouterConfig()
     if args.strategy:
         config = config.model_copy(update={"strategy": strategies.parse(args.strategy)})
     router = Router(config, discovery.parse_backends(args.backends))
-    app = proxying.make_app(router)
-    app.cleanup_ctx.append(sources_ctx(router, build_sources(args)))
-    runner, port = await proxying.serve(app, args.host, args.port, header_timeout=args.header_timeout)
-    admin_runner, admin_port = await proxying.serve(admin.make_admin_app(router), args.host, args.admin_port)
+    sources = build_sources(args)
+    for source in sources:
+        await source.start(router)
+    traffic = await proxying.serve(router, args.host, args.port, header_timeout=args.header_timeout)
+    admin_runner, admin_port = await admin.serve(admin.make_admin_app(router), args.host, args.admin_port)
     log.info(
         "router listening on %s:%d (admin :%d), strategy %s, %d replicas",
         args.host,
-        port,
+        traffic.port,
         admin_port,
         router.config.strategy.value,
         len(router.fleet),
@@ -114,8 +99,10 @@ async def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    await traffic.cleanup()
     await admin_runner.cleanup()
+    for source in sources:
+        await source.stop()
     return 0
 
 

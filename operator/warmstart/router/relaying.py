@@ -1,8 +1,9 @@
 """Pass a replica's reply back to the client, streamed with bounded buffering, bytes untouched.
 
 Small replies of known length are read whole and answered in one write; everything else (SSE,
-large or unknown-length bodies) is copied chunk by chunk as it arrives, with the client's
-write back-pressure limiting what is held to the client session's read buffer plus one chunk.
+large or unknown-length bodies) is written to the client chunk by chunk as it arrives (chunked
+replies stay chunked, one chunk per read), and while the client's socket is full reading from the
+replica pauses, so what the router holds is one socket read plus the client transport's buffer.
 The first byte of the reply ends the request's share of its replica's prefill backlog and is
 the router's time to first byte (TTFT) for that replica.
 """
@@ -13,12 +14,11 @@ import json
 import logging
 import time
 
-import aiohttp
-from aiohttp import web
-
-from warmstart.router.headers import client_response_headers
+from warmstart.router.headers import relayed_response_headers
+from warmstart.router.httpserver import Connection, Request, json_body
 from warmstart.router.metrics import RouterMetrics
 from warmstart.router.replicas import Replica
+from warmstart.router.upstream import Exchange, ReplicaConnection, UpstreamFailed
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +39,6 @@ class PrefillClaim:
         if self.chars:
             self.replica.prefill_chars -= self.chars
             self.chars = 0
-
-
-def error_response(status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> web.Response:
-    """An OpenAI-style JSON error."""
-    return web.json_response(
-        {"error": {"message": message, "type": kind, "code": status}}, status=status, headers=headers
-    )
 
 
 def _error_event(message: str) -> bytes:
@@ -71,66 +64,74 @@ class Relay:
             self.metrics.ttft_of(self.replica.url).observe(time.perf_counter() - self.started)
 
     async def run(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, added: float
-    ) -> tuple[web.StreamResponse, str]:
-        """The client's response and the outcome label."""
-        headers = client_response_headers(upstream.headers.items())
-        sse = upstream.content_type == "text/event-stream"
-        length = upstream.content_length
+        self, request: Request, client: Connection, upstream: ReplicaConnection, exchange: Exchange, added: float
+    ) -> str:
+        """Relay the reply whose head is in ``exchange`` to ``client``; the outcome label."""
+        status = exchange.status
+        headers = relayed_response_headers(exchange.headers)
+        sse = _is_sse(exchange.headers)
+        length = exchange.length
         if not sse and length is not None and length <= WHOLE_REPLY_BYTES:
             try:
-                data = await upstream.read()
-            except (TimeoutError, aiohttp.ClientError):
-                return error_response(502, "model replica failed while responding", "upstream_error"), "error"
+                await exchange.done  # usually in already: small replies come in one read
+            except (TimeoutError, UpstreamFailed):
+                client.respond(502, json_body(502, "model replica failed while responding", "upstream_error"))
+                return "error"
+            data = exchange.body()
             self.first_byte()
             self.metrics.added_seconds.observe(added)
-            return web.Response(status=upstream.status, body=data, headers=headers), _outcome(upstream.status)
-        response = web.StreamResponse(status=upstream.status, headers=headers)
-        if not sse and length is not None:
-            response.content_length = length
+            client.write(client.head(status, headers, b"Content-Length: %d\r\n" % len(data)) + data)
+            return _outcome(status)
         relay_started = time.perf_counter()
-        try:
-            await response.prepare(request)
-        except ConnectionResetError:
-            return response, "aborted"
+        chunked = length is None and request.version == b"1.1"
+        if length is not None:
+            framing = b"Content-Length: %d\r\n" % length
+        elif chunked:
+            framing = b"Transfer-Encoding: chunked\r\n"
+        else:  # an HTTP/1.0 client: the end of the body is the end of the connection
+            client.keep_alive = False
+            framing = b""
+        client.write(client.head(status, headers, framing))
         self.metrics.added_seconds.observe(added + time.perf_counter() - relay_started)
-        return await self._copy(request, upstream, response, sse)
+        tail = [b"\n\n"]
 
-    async def _copy(
-        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse, sse: bool
-    ) -> tuple[web.StreamResponse, str]:
-        outcome = _outcome(upstream.status)
-        tail = b"\n\n"
-        while True:
-            try:
-                chunk = await upstream.content.readany()
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                log.warning("replica reply ended abnormally: %s", type(exc).__name__)
-                if not sse:  # headers are out: only a broken connection tells the client
-                    if request.transport is not None:
-                        request.transport.abort()
-                    return response, "error"
-                # close any half-sent event first, so the error is an event of its own
-                chunk = (b"" if tail.endswith(b"\n\n") else b"\n\n") + _error_event(
-                    "model replica stream ended abnormally"
-                )
-                outcome = "error"
-                try:
-                    await response.write(chunk)
-                except ConnectionResetError:
-                    return response, "aborted"
-                break
-            if not chunk:
-                break
-            self.first_byte()
-            tail = (tail + chunk)[-2:]
-            try:
-                await response.write(chunk)
-            except ConnectionResetError:  # our client went away
-                return response, "aborted"
-        self.first_byte()
+        def sink(chunk: bytes) -> None:
+            if self._first:
+                self.first_byte()
+            if sse:
+                tail[0] = (tail[0] + chunk)[-2:]
+            client.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+
+        outcome = _outcome(status)
+        client.follower = upstream  # the client's back-pressure pauses reading from the replica
+        if not client.writable:
+            upstream.pause_reading()
         try:
-            await response.write_eof()
-        except ConnectionResetError:
-            return response, "aborted"
-        return response, outcome
+            exchange.attach(sink)
+            await exchange.done
+        except (TimeoutError, UpstreamFailed) as exc:
+            log.warning("replica reply ended abnormally: %s", type(exc).__name__)
+            if not sse:  # headers are out: only a broken connection tells the client
+                client.abort()
+                return "error"
+            # close any half-sent event first, so the error is an event of its own
+            event = (b"" if tail[0].endswith(b"\n\n") else b"\n\n") + _error_event(
+                "model replica stream ended abnormally"
+            )
+            client.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
+            outcome = "error"
+        finally:
+            client.follower = None
+        self.first_byte()
+        if chunked:
+            client.write(b"0\r\n\r\n")
+        if client.closed:
+            return "aborted"
+        return outcome
+
+
+def _is_sse(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"text/event-stream"
+    return False

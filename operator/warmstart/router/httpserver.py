@@ -1,0 +1,394 @@
+"""The traffic port's HTTP/1.1 server: an asyncio protocol over the httptools (llhttp) C parser, with bounded cost.
+
+Per connection: the request head must arrive within ``header_timeout`` (counted from the
+connection's opening or from the previous response; the same timer closes idle keep-alive
+connections) and be at most :data:`MAX_HEAD_BYTES`; the body must arrive within the
+application's body deadline, under its size limit and the router-wide byte budget, or the
+client gets 408, 413 or 503 and the connection is closed. The application's handler runs once
+the whole body is held; a client that hangs up cancels it. Responses are written straight to
+the transport; a relay that must not outrun the client registers as the connection's
+``follower``, which is paused while the client's socket is full.
+Requests pipelined on one connection are answered in order, one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import json
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol, cast
+
+import httptools
+
+from warmstart.router.reading import ByteBudget, HeldBody
+
+log = logging.getLogger(__name__)
+
+#: Largest request head (request line and headers) accepted.
+MAX_HEAD_BYTES = 64 * 1024
+#: Pipelined requests held per connection before it stops reading.
+_MAX_PIPELINED = 4
+#: Seconds a refused connection keeps reading (and dropping) what the client still sends, so that
+#: the client reads the error instead of a reset.
+LINGER_SECONDS = 2.0
+#: Seconds a client is asked to wait (``Retry-After``) after the byte budget was full.
+RETRY_AFTER_SECONDS = 1
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class Request:
+    """One parsed request: method, target, lowercased header names, the body held under the budget."""
+
+    __slots__ = ("body", "headers", "keep_alive", "method", "peer", "target", "version")
+
+    def __init__(self, method: bytes, target: bytes, headers: Headers, peer: str | None, budget: ByteBudget) -> None:
+        self.method = method
+        self.target = target
+        """The request target as sent (path and query)."""
+        self.headers = headers
+        """(lowercased name, value) pairs in arrival order."""
+        self.peer = peer
+        self.body = HeldBody(budget)
+        self.keep_alive = True
+        self.version = b"1.1"
+
+    @property
+    def path(self) -> bytes:
+        query = self.target.find(b"?")
+        return self.target if query < 0 else self.target[:query]
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of header ``name`` (lowercase), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+class Follower(Protocol):
+    """Where a response's bytes come from: paused while the client cannot take more."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class Application(Protocol):
+    """What the server needs from the application it serves."""
+
+    budget: ByteBudget
+
+    def body_limits(self) -> tuple[int, float]:
+        """(largest body in bytes, seconds a body may take to arrive) for the next request."""
+        ...
+
+    def handle(self, request: Request, connection: Connection) -> Awaitable[None]:
+        """Answer ``request`` on ``connection`` (exactly one whole response)."""
+        ...
+
+    def refused(self, status: int) -> None:
+        """The server answered ``status`` itself (a body too large, too slow or over the budget)."""
+        ...
+
+
+_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
+
+
+def status_line(status: int) -> bytes:
+    return b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
+
+
+def json_body(status: int, message: str, kind: str) -> bytes:
+    """An OpenAI-style JSON error body."""
+    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parse requests, run the handler per request, write its response."""
+
+    def __init__(
+        self, app: Application, loop: asyncio.AbstractEventLoop, header_timeout: float, open_: set[Connection]
+    ) -> None:
+        self.app, self.loop, self.header_timeout, self._open = app, loop, header_timeout, open_
+        self.transport: asyncio.Transport | None = None
+        self.peer: str | None = None
+        self.closed = False
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: Headers = []
+        self._head_bytes = 0
+        self._request: Request | None = None
+        """The request whose head or body is being received."""
+        self._limit = 0
+        self._ready: deque[Request] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_deadline = 0.0
+        self._linger: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._writable = True
+        self.keep_alive = True
+        """False once the current response must be the connection's last."""
+        self.follower: Follower | None = None
+        """The source of the response being relayed, paused while the client's socket is full."""
+
+    # ---- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        self._open.add(self)
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if isinstance(peer, tuple) else None
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._open.discard(self)
+        self._cancel_timers()
+        if self._linger is not None:
+            self._linger.cancel()
+        if self._request is not None:
+            self._request.body.release()
+            self._request = None
+        while self._ready:
+            self._ready.popleft().body.release()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # the client went away: stop working for it
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        if self._request is None:
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(400, "protocol upgrades are not supported", "invalid_request_error")
+        except httptools.HttpParserError:
+            if not self.closed:
+                self._refuse(400, "malformed HTTP request", "invalid_request_error")
+            return
+        if self.closed:
+            return
+        if self._request is None and self._head_bytes > MAX_HEAD_BYTES:
+            self._refuse(431, "request head too large", "invalid_request_error")
+        elif self._request is not None and self._body_timer is None:
+            # the body is still coming: from now on it has a deadline
+            self._body_timer = self.loop.call_at(self._body_deadline, self._body_late)
+
+    def pause_writing(self) -> None:
+        self._writable = False
+        if self.follower is not None:
+            self.follower.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        if self.follower is not None:
+            self.follower.resume_reading()
+
+    # ---- parser callbacks
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        if self.closed:
+            return
+        self._cancel_head_timer()
+        limit, deadline = self.app.body_limits()
+        request = Request(self._parser.get_method(), self._url, self._headers, self.peer, self.app.budget)
+        request.keep_alive = self._parser.should_keep_alive()
+        request.version = self._parser.get_http_version().encode()
+        length = request.header(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            self._refuse(413, f"request body exceeds {limit} bytes", "request_too_large")
+            return
+        self._request, self._limit = request, limit
+        self._body_deadline = self.loop.time() + deadline
+        if request.header(b"expect") == b"100-continue" and self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        request = self._request
+        if request is None or self.closed:
+            return
+        if request.body.size + len(body) > self._limit:
+            self._refuse(413, f"request body exceeds {self._limit} bytes", "request_too_large")
+        elif not request.body.add(body):
+            self._refuse(
+                503,
+                "the router is holding too many request bytes; retry",
+                "overloaded",
+                [(b"Retry-After", str(RETRY_AFTER_SECONDS).encode())],
+            )
+
+    def on_message_complete(self) -> None:
+        request = self._request
+        if request is None or self.closed:
+            return
+        self._request = None
+        self._head_bytes = 0
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        self._ready.append(request)
+        if self._task is None:
+            self._task = self.loop.create_task(self._serve())
+        elif len(self._ready) >= _MAX_PIPELINED and self.transport is not None and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+
+    # ---- serving
+
+    async def _serve(self) -> None:
+        while self._ready and not self.closed:
+            request = self._ready.popleft()
+            self.keep_alive = request.keep_alive
+            try:
+                await self.app.handle(request, self)
+            except Exception:
+                log.exception("request handler failed")
+                self.keep_alive = False
+                self.respond(500, json_body(500, "internal router error", "internal_error"))
+            finally:
+                request.body.release()
+            if not self.keep_alive:
+                self.close()
+                break
+            if self._paused and self.transport is not None:
+                self._paused = False
+                self.transport.resume_reading()
+        self._task = None
+        if not self.closed and self._request is None:
+            self._arm_head_timer()
+
+    # ---- writing (for handlers)
+
+    def write(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    @property
+    def writable(self) -> bool:
+        """False while the client's socket is full (``pause_writing``)."""
+        return self._writable
+
+    def head(self, status: int, headers: Iterable[tuple[bytes, bytes]], framing: bytes) -> bytes:
+        """A response head: status line, ``headers``, then ``framing`` (Content-Length or chunked lines)."""
+        lines = [status_line(status)]
+        lines.extend(b"%s: %s\r\n" % pair for pair in headers)
+        lines.append(framing)
+        if not self.keep_alive:
+            lines.append(b"Connection: close\r\n")
+        lines.append(b"\r\n")
+        return b"".join(lines)
+
+    def respond(
+        self,
+        status: int,
+        body: bytes,
+        headers: Iterable[tuple[bytes, bytes]] = (),
+        content_type: bytes = b"application/json; charset=utf-8",
+    ) -> None:
+        """A whole response in one write."""
+        pairs = [(b"Content-Type", content_type), *headers]
+        self.write(self.head(status, pairs, b"Content-Length: %d\r\n" % len(body)) + body)
+
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Break the connection (the response cannot be completed)."""
+        if self.transport is not None:
+            self.closed = True
+            self.transport.abort()
+
+    # ---- internals
+
+    def _refuse(self, status: int, message: str, kind: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        """Answer an error before the handler runs and close: the rest of the request is not read."""
+        if self._request is not None:
+            self._request.body.release()
+            self._request = None
+        if self._task is None:  # no response of an earlier request is still being written
+            self.keep_alive = False
+            self.respond(status, json_body(status, message, kind), headers)
+            self.app.refused(status)
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """Send what is written and end our side; drop what still comes in; close after a while."""
+        if self.closed or self.transport is None:
+            return
+        self.closed = True  # nothing more is parsed or written
+        try:
+            self.transport.write_eof()
+        except (OSError, RuntimeError, NotImplementedError):
+            self.transport.close()
+            return
+        self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(self.header_timeout, self._head_late)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _cancel_timers(self) -> None:
+        self._cancel_head_timer()
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._task is None and self._request is None:
+            self.close()  # an idle keep-alive connection, or a head that never completed
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if self._request is not None:
+            deadline = self.app.body_limits()[1]
+            self._refuse(408, f"request body not received within {deadline:g} s", "request_timeout")
+
+
+class Server:
+    """A listening traffic port."""
+
+    def __init__(self, server: asyncio.Server, app: Application, connections: set[Connection]) -> None:
+        self._server, self.app, self._connections = server, app, connections
+
+    @property
+    def port(self) -> int:
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        self._server.close()
+        for connection in list(self._connections):
+            connection.abort()
+        await self._server.wait_closed()
+
+
+async def serve(app: Application, host: str, port: int, header_timeout: float = 15.0) -> Server:
+    """Listen on ``host:port`` (0 = any free port) and serve ``app``."""
+    loop = asyncio.get_running_loop()
+    connections: set[Connection] = set()
+    factory: Callable[[], Connection] = lambda: Connection(app, loop, header_timeout, connections)  # noqa: E731
+    server = await loop.create_server(factory, host, port, reuse_address=True)
+    return Server(server, app, connections)

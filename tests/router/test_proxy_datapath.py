@@ -1,0 +1,148 @@
+"""The router's own HTTP/1.1 data path: kept-alive replica connections, back-pressure, Expect and pipelining.
+
+Real sockets against an in-process router. Replicas are small aiohttp apps or raw asyncio
+servers (to close a kept-alive connection at a chosen moment); clients are raw sockets where
+the test needs control over what is sent and read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+
+from proxyharness import RouterFactory, SimFactory
+from warmstart.api.routers import RouterConfig
+from warmstart.router import admin
+
+MIB = 1024 * 1024
+
+
+async def test_a_kept_alive_connection_the_replica_closed_is_not_an_error(
+    routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    """A replica closes an idle connection just as the router reuses it: the request goes out again, once."""
+    answered: list[int] = []
+
+    async def one_reply_per_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # answers the first request on each connection and keeps it open; closes on the next one unanswered,
+        # as a server does whose idle keep-alive timer fires while the router's request is on its way
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[1]
+        )
+        await reader.readexactly(length)
+        body = json.dumps({"n": len(answered)}).encode()
+        answered.append(1)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(one_reply_per_connection, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        router = await routers(RouterConfig(), [f"http://127.0.0.1:{port}"])
+        for n in range(3):
+            async with client.post(router.url + "/v1/completions", json={"prompt": "x"}) as response:
+                assert response.status == 200
+                assert (await response.json()) == {"n": n}
+        assert len(answered) == 3
+        assert router.router.status()["inflight"] == 0
+    finally:
+        server.close()
+
+
+async def test_a_client_that_stops_reading_holds_back_the_replica(routers: RouterFactory) -> None:
+    """The router does not buffer a large reply for a client that reads slowly: the replica's writes block."""
+    total, chunk = 96 * MIB, b"x" * (64 * 1024)
+    written = [0]
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await response.prepare(request)
+        while written[0] < total:
+            await response.write(chunk)
+            written[0] += len(chunk)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", huge)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
+    try:
+        router = await routers(RouterConfig(read_timeout_seconds=60), [f"http://127.0.0.1:{port}"])
+        host, router_port = router.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(router_port))
+        body = b'{"prompt": "x"}'
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+        assert head.startswith(b"HTTP/1.1 200")
+        last, stable = -1, 0
+        for _ in range(250):  # the client reads nothing until the replica's writes stop moving
+            await asyncio.sleep(0.02)
+            stable = stable + 1 if written[0] == last else 0
+            last = written[0]
+            if stable >= 15:
+                break
+        held_back_at = written[0]
+        received = 0
+        while chunk_read := await asyncio.wait_for(reader.read(4 * MIB), timeout=30):
+            received += len(chunk_read)
+            if chunk_read[-5:] == b"0\r\n\r\n":
+                break
+        writer.close()
+        assert held_back_at < 48 * MIB  # socket buffers, not the reply: the rest waited for the client
+        assert received > total  # then every byte arrived (plus chunk framing)
+        assert router.router.status()["inflight"] == 0
+    finally:
+        await runner.cleanup()
+
+
+async def test_expect_continue_and_pipelined_requests(sims: SimFactory, routers: RouterFactory) -> None:
+    """curl's ``Expect: 100-continue`` gets its interim reply; pipelined requests are answered in order."""
+    [replica] = await sims(1)
+    router = await routers(RouterConfig(), [replica.url])
+    host, port = router.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = json.dumps({"prompt": "p" * 2000, "max_tokens": 1}).encode()
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(body)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+    assert head.startswith(b"HTTP/1.1 200")
+    length = int(
+        next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[1]
+    )
+    await reader.readexactly(length)
+
+    writer.write(b"GET /health HTTP/1.1\r\nHost: r\r\n\r\nGET /ready HTTP/1.1\r\nHost: r\r\nConnection: close\r\n\r\n")
+    rest = await asyncio.wait_for(reader.read(), timeout=30)  # the router closes after the second
+    first, second = rest.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200") and b'"status": "ok"' in first
+    assert second.startswith(b"200") and b'"replicas": 1' in second
+    writer.close()
+
+
+async def test_a_large_body_over_the_limit_gets_its_413_not_a_reset(
+    sims: SimFactory, routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    [replica] = await sims(1)
+    router = await routers(RouterConfig(max_body_bytes=64 * 1024), [replica.url])
+    big = b'{"prompt": "' + b"x" * (8 * MIB) + b'"}'
+    for _ in range(3):
+        async with client.post(
+            router.url + "/v1/completions", data=big, headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 413
+    assert replica.replica.engine.counters.requests == 0
