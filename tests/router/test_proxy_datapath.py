@@ -146,3 +146,20 @@ async def test_a_large_body_over_the_limit_gets_its_413_not_a_reset(
         ) as response:
             assert response.status == 413
     assert replica.replica.engine.counters.requests == 0
+
+
+async def test_a_head_request_gets_a_head_only_and_the_connection_stays_usable(
+    sims: SimFactory, routers: RouterFactory
+) -> None:
+    """HEAD /health answers with the GET's headers and no body, so the next response on the connection is intact."""
+    [replica] = await sims(1)
+    router = await routers(RouterConfig(), [replica.url])
+    host, port = router.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"HEAD /health HTTP/1.1\r\nHost: r\r\n\r\nGET /health HTTP/1.1\r\nHost: r\r\n\r\n")
+    first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+    assert first.startswith(b"HTTP/1.1 200") and b"Content-Length: 16" in first
+    second = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+    assert second.startswith(b"HTTP/1.1 200"), "the HEAD's body was sent and read as the next response"
+    assert await asyncio.wait_for(reader.readexactly(16), timeout=30) == b'{"status": "ok"}'
+    writer.close()

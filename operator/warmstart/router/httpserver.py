@@ -122,6 +122,8 @@ class Connection(asyncio.Protocol):
         self._headers: Headers = []
         self._head_bytes = 0
         self._request: Request | None = None
+        #: the request being answered is a HEAD: its response has a head only
+        self.answering_head = False
         """The request whose head or body is being received."""
         self._limit = 0
         self._ready: deque[Request] = deque()
@@ -256,6 +258,7 @@ class Connection(asyncio.Protocol):
         while self._ready and not self.closed:
             request = self._ready.popleft()
             self.keep_alive = request.keep_alive
+            self.answering_head = request.method == b"HEAD"
             try:
                 await self.app.handle(request, self)
             except Exception:
@@ -264,6 +267,7 @@ class Connection(asyncio.Protocol):
                 self.respond(500, json_body(500, "internal router error", "internal_error"))
             finally:
                 request.body.release()
+                self.answering_head = False
             if not self.keep_alive:
                 self.close()
                 break
@@ -302,9 +306,10 @@ class Connection(asyncio.Protocol):
         headers: Iterable[tuple[bytes, bytes]] = (),
         content_type: bytes = b"application/json; charset=utf-8",
     ) -> None:
-        """A whole response in one write."""
+        """A whole response in one write (without its body when answering a HEAD request)."""
         pairs = [(b"Content-Type", content_type), *headers]
-        self.write(self.head(status, pairs, b"Content-Length: %d\r\n" % len(body)) + body)
+        head = self.head(status, pairs, b"Content-Length: %d\r\n" % len(body))
+        self.write(head if self.answering_head else head + body)
 
     def close(self) -> None:
         if not self.closed and self.transport is not None:
