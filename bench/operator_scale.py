@@ -11,10 +11,14 @@ Two sizes show how requests grow: with nodes + caches, not with their product.
 With --warmup N it also fills one cache on N nodes twice on the same nodes, throttled (the operator's default:
 max(16, 25% of the targets) preloads at once) and unthrottled (every node at once), and prints side by side the
 create -> all Ready time, the peak number of nodes preloading at once (sampled from the cache's status), and ratios.
+Each half has its own deadline (--half-deadline): a half that has not finished by then is reported as a figure ("did
+not finish in N s, X of 500 Ready"), not as a failure. Before each half every node is Ready again and the previous
+half's namespace (Jobs, pods) is gone, so the second half does not pay for the first one's clean-up; the load average
+is printed next to the figures.
 
     .venv/bin/python bench/operator_scale.py               # 100/10 then 500/50; own cluster unless WARMSTART_KUBECONFIG
     .venv/bin/python bench/operator_scale.py --sizes 500x50
-    .venv/bin/python bench/operator_scale.py --sizes '' --warmup 500
+    .venv/bin/python bench/operator_scale.py --sizes '' --warmup 500 --half-deadline 480
 
 Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes.
 """
@@ -259,18 +263,56 @@ class Warmup:
     peak_unavailable: int
     #: Ready nodes at the end: all of them, or as many as were Ready when the deadline passed
     ready_nodes: int
+    #: the half's deadline (seconds); a warm-up not finished by then is reported with the nodes Ready so far
+    deadline_s: float
+    #: seconds until the cache was Ready on every node it still targeted (None: never within the deadline)
+    ready_on_targets_s: float | None
+    #: nodes Ready (kwok) when the half started
+    nodes_ready_at_start: int
+    #: 1-minute load average when the half started and when it ended
+    load_start: float
+    load_end: float
+
+    @property
+    def finished(self) -> bool:
+        return self.ready_nodes >= self.nodes
 
 
-#: a warm-up that has not finished by then is reported with the nodes Ready so far
-DEADLINE_SECONDS = 1500
+#: default per-half deadline of the warm-up comparison
+DEADLINE_SECONDS = 480.0
+#: how long a half may wait for the previous half's namespace to go and for every node to be Ready again
+SETTLE_SECONDS = 240.0
 
 #: the unthrottled run: every target node may preload at once
 UNTHROTTLED = {"WARMSTART_PRELOAD_CONCURRENCY_NODES": "1", "WARMSTART_PRELOAD_CONCURRENCY_PERCENT": "100"}
 
 
-def warm_once(api: client.ApiClient, kubeconfig: str, itype: str, nodes: int, mode: str, out: Path, run: str) -> Warmup:
+def settle(api: client.ApiClient, created: list[str]) -> int:
+    """Wait (at most SETTLE_SECONDS) until every node is Ready and no bench namespace is left; the nodes Ready."""
+    core = client.CoreV1Api(api)
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        ready = len(kwok_nodes.ready_nodes(api, created))
+        leftovers = [n.metadata.name for n in core.list_namespace().items if n.metadata.name.startswith("bench-")]
+        if (ready == len(created) and not leftovers) or time.monotonic() > deadline:
+            return ready
+        time.sleep(2)
+
+
+def warm_once(
+    api: client.ApiClient,
+    kubeconfig: str,
+    itype: str,
+    created: list[str],
+    mode: str,
+    out: Path,
+    run: str,
+    half_deadline: float,
+) -> Warmup:
     """Fill one cache on every node of `itype`; sample how many nodes preload at once from the cache's status."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    nodes = len(created)
+    ready_at_start = settle(api, created)
     namespace = f"bench-{run}-{mode}"
     core.create_namespace({"metadata": {"name": namespace}})
     try:
@@ -278,10 +320,11 @@ def warm_once(api: client.ApiClient, kubeconfig: str, itype: str, nodes: int, mo
         port = free_port()
         with operator_process(kubeconfig, namespace, port, out / f"operator-warmup-{mode}.log", settings):
             body = mdcc(namespace, 0, itype)
+            load_start = os.getloadavg()[0]
             started = time.time()
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL, body)
-            peak, queued, limit, gone = 0, 0, None, 0
-            deadline = time.monotonic() + DEADLINE_SECONDS
+            peak, queued, limit, gone, on_targets = 0, 0, None, 0, None
+            deadline = time.monotonic() + half_deadline
             while True:
                 status = (
                     custom.get_namespaced_custom_object(
@@ -297,17 +340,33 @@ def warm_once(api: client.ApiClient, kubeconfig: str, itype: str, nodes: int, mo
                 peak, queued = max(peak, len(busy)), max(queued, status.get("queuedNodes") or 0)
                 gone = max(gone, len(status.get("unavailableNodes") or []))
                 limit = status.get("preloadConcurrency", limit)
+                if on_targets is None and status.get("state") == "Ready":
+                    on_targets = time.time() - started
                 complete = status.get("state") == "Ready" and status.get("readyNodes") == nodes
                 if complete or time.monotonic() > deadline:  # a timeout is reported as such, not raised
                     done = time.time()
                     break
                 time.sleep(1.0)
-        return Warmup(mode, nodes, done - started, peak, queued, limit, gone, status.get("readyNodes") or 0)
+        return Warmup(
+            mode=mode,
+            nodes=nodes,
+            create_to_ready_s=done - started,
+            peak_preloading=peak,
+            peak_queued=queued,
+            limit=limit,
+            peak_unavailable=gone,
+            ready_nodes=status.get("readyNodes") or 0,
+            deadline_s=half_deadline,
+            ready_on_targets_s=on_targets,
+            nodes_ready_at_start=ready_at_start,
+            load_start=load_start,
+            load_end=os.getloadavg()[0],
+        )
     finally:
         cleanup(api, namespace, [])
 
 
-def warmup(api: client.ApiClient, kubeconfig: str, node_count: int, out: Path) -> list[Warmup]:
+def warmup(api: client.ApiClient, kubeconfig: str, node_count: int, out: Path, half_deadline: float) -> list[Warmup]:
     """The same nodes filled throttled, then unthrottled (a fresh namespace and key each time)."""
     run = uuid.uuid4().hex[:6]
     itype = f"ml.w{run}.24xlarge"
@@ -318,32 +377,80 @@ def warmup(api: client.ApiClient, kubeconfig: str, node_count: int, out: Path) -
             if time.monotonic() > deadline:
                 raise RuntimeError("kwok nodes did not become Ready")
             time.sleep(1)
-        return [warm_once(api, kubeconfig, itype, node_count, mode, out, run) for mode in ("throttled", "unthrottled")]
+        return [
+            warm_once(api, kubeconfig, itype, created, mode, out, run, half_deadline)
+            for mode in ("throttled", "unthrottled")
+        ]
     finally:
         kwok_nodes.delete_nodes(api, created, parallelism=32)
 
 
+def _seconds(figure: Warmup) -> str:
+    return f"{figure.create_to_ready_s:.1f}" if figure.finished else f"> {figure.deadline_s:.0f} (DNF)"
+
+
+def unfinished(figure: Warmup) -> str:
+    return f"{figure.mode}: did not finish in {figure.deadline_s:.0f} s, {figure.ready_nodes} of {figure.nodes} Ready"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a is not None and b else "-"
+
+
 def print_warmup(figures: list[Warmup]) -> None:
     throttled, unthrottled = figures
-    rows = [
+    both = throttled.finished and unthrottled.finished
+    on_targets = (throttled.ready_on_targets_s, unthrottled.ready_on_targets_s)
+    rows: list[tuple[str, str, str, str]] = [
+        (
+            "create -> all Ready (s)",
+            _seconds(throttled),
+            _seconds(unthrottled),
+            _ratio(throttled.create_to_ready_s, unthrottled.create_to_ready_s) if both else "-",
+        ),
+        (
+            "create -> Ready on its targets (s)",
+            f"{on_targets[0]:.1f}" if on_targets[0] is not None else "never",
+            f"{on_targets[1]:.1f}" if on_targets[1] is not None else "never",
+            _ratio(*on_targets),
+        ),
+        (
+            "nodes Ready at the end",
+            str(throttled.ready_nodes),
+            str(unthrottled.ready_nodes),
+            _ratio(throttled.ready_nodes, unthrottled.ready_nodes),
+        ),
+    ]
+    for label, x, y in (
         ("nodes preloading at once (peak)", throttled.peak_preloading, unthrottled.peak_preloading),
         ("nodes queued (peak)", throttled.peak_queued, unthrottled.peak_queued),
         ("preload limit (status)", throttled.limit or 0, unthrottled.limit or 0),
         ("nodes unavailable (peak, not counted)", throttled.peak_unavailable, unthrottled.peak_unavailable),
-    ]
-    print(f"warm-up of one cache on {throttled.nodes} nodes (2 s simulated preload per node):")
-    print(f"  {'':38} {'throttled':>10} {'unthrottled':>12} {'ratio':>7}")
-    ready = (throttled.create_to_ready_s, unthrottled.create_to_ready_s)
-    print(f"  {'create -> all Ready (s)':38} {ready[0]:>10.1f} {ready[1]:>12.1f} {ready[0] / ready[1]:>6.2f}x")
-    for each in figures:
-        if each.ready_nodes < each.nodes:
-            print(f"  ({each.mode}: NOT finished, {each.ready_nodes}/{each.nodes} Ready after {DEADLINE_SECONDS} s)")
-    for label, a, b in rows:
-        ratio = f"{a / b:>6.2f}x" if b else "     -"
-        print(f"  {label:38} {a:>10} {b:>12} {ratio}")
+        ("nodes Ready (kwok) at the start", throttled.nodes_ready_at_start, unthrottled.nodes_ready_at_start),
+    ):
+        rows.append((label, str(x), str(y), _ratio(x, y)))
+    rows.append(
+        (
+            "load average (1 min) start -> end",
+            f"{throttled.load_start:.2f} -> {throttled.load_end:.2f}",
+            f"{unthrottled.load_start:.2f} -> {unthrottled.load_end:.2f}",
+            "",
+        )
+    )
+    width = max(12, *(len(r[1]) for r in rows), *(len(r[2]) for r in rows))
     print(
-        "  (the machine is shared with other work; times are indicative. The source sees at most the limit of"
-        " concurrent downloads when throttled.)",
+        f"warm-up of one cache on {throttled.nodes} nodes (2 s simulated preload per node; "
+        f"deadline {throttled.deadline_s:.0f} s per half):"
+    )
+    print(f"  {'':38} {'throttled':>{width}} {'unthrottled':>{width}} {'ratio':>7}")
+    for label, a, b, ratio in rows:
+        print(f"  {label:38} {a:>{width}} {b:>{width}} {ratio:>7}")
+    for figure in figures:
+        if not figure.finished:
+            print(f"  {unfinished(figure)}")
+    print(
+        f"  (host: {os.cpu_count()} cores shared with other work; times are indicative, ratios from one run. The"
+        " source sees at most the limit of concurrent downloads when throttled.)",
         flush=True,
     )
 
@@ -370,6 +477,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=int, default=0, metavar="NODES", help="also compare throttled and unthrottled warm-up"
     )
+    parser.add_argument(
+        "--half-deadline",
+        type=float,
+        default=DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help=f"deadline of each warm-up half; an unfinished one is reported (default {DEADLINE_SECONDS:.0f})",
+    )
     args = parser.parse_args(argv)
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",") if size]
     out = Path(args.out)
@@ -391,9 +505,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         if args.warmup:
-            warmed = warmup(api, kubeconfig, args.warmup, out)
+            warmed = warmup(api, kubeconfig, args.warmup, out, args.half_deadline)
             print_warmup(warmed)
-            (out / "operator_warmup.json").write_text(json.dumps([vars(w) for w in warmed], indent=2))
+            (out / "operator_warmup.json").write_text(
+                json.dumps([{**vars(w), "finished": w.finished} for w in warmed], indent=2)
+            )
     if results:
         (out / "operator_scale.json").write_text(
             json.dumps([{**vars(f), "total_requests": f.total_requests} for f in results], indent=2)

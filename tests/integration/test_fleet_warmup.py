@@ -4,16 +4,19 @@
   Ready on every node (the gate's rule is unchanged).
 - The capacity check counts the caches already on a node; under EvictUnreferencedLRU an unreferenced cache is evicted
   (label removed, node marked, cleanup Job run) to make room, and a cache in use never is. NVMe use is in status and
-  in the operator's gauges.
+  in the operator's gauges; a node's gauges leave /metrics when the node is deleted or no cache targets it.
 """
 
 from __future__ import annotations
 
+import socket
+import urllib.request
 from typing import Any
 
 import pytest
 from kubernetes import client
 from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
 import fleet
 import kube
@@ -34,6 +37,25 @@ def parent(api: client.ApiClient, namespace: str, name: str) -> dict[str, str]:
     """A stand-in endpoint: a ConfigMap the cache lists as its parent."""
     made = client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": name}})
     return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": made.metadata.uid}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def nvme_series(port: int) -> dict[str, set[str]]:
+    """Nodes that have a series in the operator's /metrics, per NVMe gauge."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    wanted = {"warmstart_node_nvme_used_bytes", "warmstart_node_nvme_free_bytes"}
+    found: dict[str, set[str]] = {name: set() for name in wanted}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                found[sample.name].add(sample.labels["node"])
+    return found
 
 
 def running_jobs(api: client.ApiClient, namespace: str) -> int:
@@ -118,3 +140,30 @@ def test_lru_eviction_makes_room_from_unreferenced_caches_and_never_from_one_in_
         assert status["nodes"][0]["reason"] == "InsufficientCapacity"
         assert fleet.labeled(api_client, used) == set(targets), "a cache in use is never evicted"
         fleet.delete_all(api_client, namespace)
+
+
+def test_nvme_gauges_of_a_deleted_node_leave_metrics_and_so_do_those_of_nodes_no_cache_targets(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
+    instance_type, targets = own_nodes.add(2, nvme=100 * GB)
+    gone, kept = targets
+    port = free_port()
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=fleet.render(), metrics_port=port):
+        name = kube.create_custom(
+            api_client, fleet.mdcc(namespace, [instance_type], "models/a", modelSizeBytes=30 * GB)
+        )
+        fleet.wait_status(api_client, namespace, name, "ready", state="Ready", readyNodes=2)
+
+        def series_of(node: str, present: bool) -> dict[str, set[str]] | None:
+            found = nvme_series(port)
+            return found if all((node in nodes) == present for nodes in found.values()) else None
+
+        kube.wait_for(lambda: series_of(gone, True), fleet.TIMEOUT, what=f"NVMe gauges of {gone}")
+        client.CoreV1Api(api_client).delete_node(gone)
+        found = kube.wait_for(lambda: series_of(gone, False), fleet.TIMEOUT, what=f"NVMe gauges of {gone} gone")
+        assert all(kept in nodes for nodes in found.values()), "a node still targeted keeps its gauges"
+        status = fleet.status_of(api_client, namespace, name)
+        assert [n["node"] for n in status["nodes"]] == [kept] and status["state"] == "Ready"
+
+        fleet.delete_all(api_client, namespace)
+        kube.wait_for(lambda: series_of(kept, False), fleet.TIMEOUT, what=f"NVMe gauges of {kept} gone")

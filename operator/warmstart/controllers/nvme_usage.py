@@ -2,12 +2,15 @@
 
 The rules are pure (render/nvme_budget.py); this module feeds them from kopf's indexes and carries out an eviction:
 mark the node (annotation naming the evicted cache, so that cache does not preload it again while unreferenced),
-remove the cache's ready label, and run its cleanup Job on the node.
+remove the cache's ready label, and run its cleanup Job on the node. The gauges of a node are removed once no live cache
+reports it (the node was deleted, or left every cache's targets), so /metrics keeps no stale series.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -109,10 +112,36 @@ def unmark(store: Store, node: NodeFacts, key: str) -> None:
             pass
 
 
-def export(status: ModelDataCacheConfigStatus) -> None:
-    """Per-node NVMe used and free bytes, as this cache's reconcile computed them."""
+_exported_lock = threading.Lock()
+_exported: dict[str, frozenset[str]] = {}  # cache uid -> nodes whose gauges that cache set in its last reconcile
+
+
+def export(uid: str, status: ModelDataCacheConfigStatus) -> None:
+    """Per-node NVMe used and free bytes, as this cache's reconcile computed them; drop the series of nodes that no
+    cache reports any more."""
+    reported: set[str] = set()
     for entry in status.nodes or []:
         if entry.nvme_used_bytes is not None:
             metrics.NODE_NVME_USED_BYTES.labels(node=entry.node).set(entry.nvme_used_bytes)
+            reported.add(entry.node)
         if entry.nvme_free_bytes is not None:
             metrics.NODE_NVME_FREE_BYTES.labels(node=entry.node).set(entry.nvme_free_bytes)
+            reported.add(entry.node)
+    _settle(uid, frozenset(reported))
+
+
+def forget(uid: str) -> None:
+    """A deleted cache: drop the series of the nodes only it reported."""
+    _settle(uid, frozenset())
+
+
+def _settle(uid: str, reported: frozenset[str]) -> None:
+    with _exported_lock:
+        before = _exported.pop(uid, frozenset())
+        if reported:
+            _exported[uid] = reported
+        still = frozenset().union(*_exported.values())
+        for node in before - still:
+            for gauge in (metrics.NODE_NVME_USED_BYTES, metrics.NODE_NVME_FREE_BYTES):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(node)

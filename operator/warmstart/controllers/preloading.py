@@ -258,7 +258,7 @@ def _reconcile(
         remembered.written = (str(meta.get("resourceVersion")), plan.status)
     weights_reporting.report(body, spec, plan, str(old.state) if old.state else None)
     weights_reporting.observe(body, plan.status)
-    nvme_usage.export(plan.status)
+    nvme_usage.export(meta["uid"], plan.status)
     remembered.last_run = clock
     remembered.fingerprint = tuple(preloads)
     remembered.due = clock + plan.requeue_after if plan.requeue_after else None

@@ -114,6 +114,7 @@ def delete_weights_cache(
         )
         fsx.release(memo.store, body["metadata"]["namespace"], body["metadata"]["uid"])
     weights_reporting.forget(body)
+    nvme_usage.forget(body["metadata"]["uid"])
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:

@@ -255,14 +255,30 @@ class S3Source:
         on_done: Callable[[RemoteFile], None],
         scratch: str,
     ) -> None:
+        def on_file(file: RemoteFile, plan: s3plans.Plan, digests: list[dict[str, str]]) -> None:
+            if plan.finish != s3plans.Finish.REREAD:
+                self._proofs[file.ref] = (plan, plan.check(digests, file.size))
+            on_done(file)
+
         if self.options.processes > 1 and len(files) > 1:
             factory = functools.partial(
                 S3Source, self.bucket, self.location, self.region, self.endpoint, role_arn=self.role_arn
             )
             s3processes.fetch(
-                factory, self.options, files, part_path, on_bytes, on_done, self.options.processes, scratch
+                factory, self.options, files, part_path, on_bytes, on_file, self.options.processes, scratch
             )
             return
+        self.fetch_parts(files, part_path, on_bytes, on_file, scratch)
+
+    def fetch_parts(
+        self,
+        files: list[RemoteFile],
+        part_path: Callable[[RemoteFile], str],
+        on_bytes: OnBytes,
+        on_file: s3processes.OnLanded,
+        scratch: str,
+    ) -> None:
+        """Fetch in this process's threads; hand each landed file to `on_file` with its plan and part digests."""
         journals = os.path.join(scratch, "parts")
         nofollow.makedirs_inside(scratch, journals)
         ordered = sorted(files, key=lambda f: -f.size)  # large files first: the tail is small files in parallel
@@ -275,15 +291,13 @@ class S3Source:
             jobs.append(
                 s3ranges.Job(file, part_path(file), partjournal.PartJournal(journal_path(journals, file), header))
             )
-
-        def on_file(file: RemoteFile, digests: list[dict[str, str]]) -> None:
-            plan = self._plans[file.ref]
-            if plan.finish != s3plans.Finish.REREAD:
-                self._proofs[file.ref] = (plan, plan.check(digests, file.size))
-            on_done(file)
-
         s3ranges.fetch(
-            jobs, self.get_range, self.options.concurrency, on_bytes, on_file, lambda e, f: error(e, self.uri(f.ref))
+            jobs,
+            self.get_range,
+            self.options.concurrency,
+            on_bytes,
+            lambda file, digests: on_file(file, self._plans[file.ref], digests),
+            lambda e, f: error(e, self.uri(f.ref)),
         )
 
     def _journaled_proof(self, file: RemoteFile, path: str) -> bool:

@@ -2,8 +2,9 @@
 
 One Python process moving bytes through botocore is CPU-bound at a few hundred MB/s (about 1 CPU-second per
 GiB measured, under one GIL). With `--processes N` the files are dealt to N spawned workers, largest first, to even
-out bytes; each reports bytes, finished files and failures over a queue, and the parent verifies and journals as
-usual. A worker dies with its parent (PR_SET_PDEATHSIG), so a kill -9 of the preload leaves no writer behind.
+out bytes; each reports bytes, failures and finished files over a queue, a finished file with its check plan and its
+parts' digests, so the parent checks it as the threaded path does, without reading it again. A worker dies with its
+parent (PR_SET_PDEATHSIG), so a kill -9 of the preload leaves no writer behind.
 """
 
 from __future__ import annotations
@@ -14,14 +15,31 @@ import queue as queues
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from warmstart.api.preloading import Reason
 from warmstart.preload.results import PreloadError
-from warmstart.preload.sources import OnBytes, Options, RemoteFile, Source
+from warmstart.preload.sources import OnBytes, Options, RemoteFile, s3plans
+
+#: Called with a file whose parts all landed, its check plan and its parts' digests in order (picklable).
+OnLanded = Callable[[RemoteFile, s3plans.Plan, list[dict[str, str]]], None]
+
+
+class PartSource(Protocol):
+    """What a worker runs: a fetch that reports each landed file with its plan and part digests."""
+
+    def fetch_parts(
+        self,
+        files: list[RemoteFile],
+        part_path: Callable[[RemoteFile], str],
+        on_bytes: OnBytes,
+        on_file: OnLanded,
+        scratch: str,
+    ) -> None: ...
+
 
 #: Builds, in a worker process, the source that fetches that worker's files (picklable: it crosses the spawn).
-SourceFactory = Callable[[Options], Source]
+SourceFactory = Callable[[Options], PartSource]
 
 BYTES_BATCH = 4 << 20  # a worker reports progress every 4 MiB, not every chunk
 
@@ -62,9 +80,11 @@ def _worker(
 
     try:
         source = factory(options)
-        source.fetch(
-            [f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, lambda f: out.put(("done", worker, f.ref)), scratch
-        )
+
+        def on_file(file: RemoteFile, plan: s3plans.Plan, digests: list[dict[str, str]]) -> None:
+            out.put(("done", worker, file.ref, plan, digests))
+
+        source.fetch_parts([f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, on_file, scratch)
     except PreloadError as exc:
         out.put(("error", worker, exc.reason.value, exc.message))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which owns the result
@@ -80,7 +100,7 @@ def fetch(
     files: list[RemoteFile],
     part_path: Callable[[RemoteFile], str],
     on_bytes: OnBytes,
-    on_done: Callable[[RemoteFile], None],
+    on_file: OnLanded,
     processes: int,
     scratch: str,
 ) -> None:
@@ -129,7 +149,7 @@ def fetch(
             if kind == "bytes":
                 on_bytes(message[2])
             elif kind == "done":
-                on_done(by_ref[message[2]])
+                on_file(by_ref[message[2]], message[3], message[4])
             elif kind == "error":
                 failures.append(PreloadError(Reason(message[2]), message[3]))
                 for i in running - {worker} - killed:
