@@ -224,14 +224,14 @@ class PrefixAwarePolicy:
         if not key.blocks:  # shorter than one block: nothing to reuse, balance load instead
             return self._short.choose(snapshot, key)
         by_name = {replica.name: replica for replica in snapshot.replicas}
+        if key.anchor is not None:
+            return self._choose_conversation(snapshot, key, by_name)
         home = key.blocks[min(len(key.blocks), self.home_blocks) - 1]
         order = _rendezvous(home, tuple(by_name))
         rank = {name: position for position, name in enumerate(order)}
         matched = self.index.match(key.blocks, by_name)
         ranked = sorted(order, key=lambda name: -matched.get(name, 0)) if matched else list(order)  # stable
-        ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
-        if self.cap is not None:
-            ceiling = min(ceiling, self.cap)
+        ceiling = self._ceiling(snapshot)
         shares = self.shares
         total = shares.total()
         # a replica that holds part of the prompt may run ``slack`` requests ahead of the share
@@ -275,11 +275,49 @@ class PrefixAwarePolicy:
             return Decision(())
         return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
 
+    def _choose_conversation(self, snapshot: Snapshot, key: PromptKey, by_name: dict[str, ReplicaLoad]) -> Decision:
+        """A chat request: placed by its conversation's anchor, not by where this router saw the
+        shared leading messages (see the module doc, "Conversations")."""
+        assert key.anchor is not None
+        order = _rendezvous(key.anchor, tuple(by_name))
+        matched = self.index.match(key.blocks, by_name)
+        holders = self.index.holders(key.anchor) & by_name.keys()
+        # where this router sent the conversation (deepest history first), then the anchor's order
+        ranked = sorted(order, key=lambda n: (0, -matched.get(n, 0)) if n in holders else (1, 0))
+        ceiling = self._ceiling(snapshot)
+        shares = self.shares
+        total = shares.total()
+        keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
+        placing = share_bound(total, len(by_name), self.balance_epsilon, 0.0)
+        first: list[str] = []
+        rest: list[str] = []
+        for position, name in enumerate(ranked):
+            if not key.fresh and (name in holders or (position == 0 and not holders)):
+                bound = math.inf  # a conversation stays where it is; only the burst ceiling and the cap move it
+            elif name in holders:
+                bound = keeping  # a repeated first turn is a hot prefix: keep it within the slack
+            else:
+                bound = placing  # a new conversation: the share bound without slack
+            if by_name[name].inflight < ceiling and shares.recent(name) < bound:
+                first.append(name)
+            else:
+                rest.append(name)
+        spilled = bool(ranked) and (not first or first[0] != ranked[0])
+        rest.sort(key=lambda n: by_name[n].inflight)
+        candidates = tuple(first + rest)
+        if not candidates:
+            return Decision(())
+        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
+
+    def _ceiling(self, snapshot: Snapshot) -> int:
+        ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
+        return ceiling if self.cap is None else min(ceiling, self.cap)
+
     def _backlog(self, replica: ReplicaLoad) -> int:
         return replica.prefill_chars if self.prefill_aware else 0
 
     def placed(self, replica: str, key: PromptKey) -> None:
-        self.index.record(replica, key.blocks)
+        self.index.record(replica, key.blocks if key.anchor is None else (*key.blocks, key.anchor))
         self.shares.add(replica)
 
     def forget(self, replica: str) -> None:
