@@ -115,15 +115,15 @@ def test_a_holder_keeps_its_prefix_within_the_slack_but_a_new_prefix_goes_elsewh
     assert placed.candidates[0] != target and placed.spilled
 
 
-def test_inflight_burst_ceiling_spills_without_the_old_floor_of_eight() -> None:
+def test_inflight_burst_ceiling_spills_a_burst_on_the_home() -> None:
     router = policy()
     home = router.choose(IDLE, key(8)).candidates[0]
-    busy = Snapshot(tuple(ReplicaLoad(name, 4 if name == home else 0) for name in NAMES))
-    # ceiling = max(4, ceil(1.5 x 5 / 8)) = 4: the home with 4 in flight is passed over
+    busy = Snapshot(tuple(ReplicaLoad(name, 8 if name == home else 0) for name in NAMES))
+    # ceiling = max(8, ceil(1.5 x 9 / 8)) = 8: the home with 8 in flight is passed over
     decision = router.choose(busy, key(8))
     assert decision.spilled and decision.candidates[0] != home
-    three = Snapshot(tuple(ReplicaLoad(name, 3 if name == home else 0) for name in NAMES))
-    assert router.choose(three, key(8)).candidates[0] == home
+    seven = Snapshot(tuple(ReplicaLoad(name, 7 if name == home else 0) for name in NAMES))
+    assert router.choose(seven, key(8)).candidates[0] == home
 
 
 def test_two_router_instances_fed_random_halves_agree_on_homes() -> None:

@@ -61,7 +61,7 @@ def test_routers_with_different_local_loads_agree_on_new_prefix_homes() -> None:
     one, two = prefixaware(), prefixaware()
     disagreements = 0
     for group in range(200):
-        # uneven and different per router, all under the in-flight floor (loadMinCeiling 4) so no spill applies
+        # uneven and different per router, all under the in-flight floor (loadMinCeiling) so no spill applies
         load_one = snapshot({name: rng.randrange(0, 4) for name in NAMES})
         load_two = snapshot({name: rng.randrange(0, 4) for name in NAMES})
         home_one = one.choose(load_one, key(group + 1000)).candidates[0]
