@@ -27,6 +27,23 @@ the first is the choice, the next ones are used only when a replica refuses the 
    The first eligible replica in the ranking wins; passing over the best one is a *spill*,
    and spills follow the prefix's rendezvous order, so a hot prefix spreads over as few
    replicas as its load needs (controlled replication) instead of swamping one.
+
+Conversations (chat requests with a first user message, ``PromptKey.anchor``): a conversation is
+identified by its anchor, the leading messages through the first user message, which every later
+turn repeats. Ranking by the longest known prefix would not keep a conversation together across
+router replicas: a router that did not route the previous turns knows only the shared system
+prompt, cached on several replicas, and would pick one by its own shares. So a chat request is
+placed by the anchor instead:
+
+5. Replicas this router already sent the conversation to come first (deepest history first);
+   the others follow in the rendezvous order of the anchor's hash. A router that has not seen
+   the conversation sends it to the anchor's first candidate, which is where every router
+   placed its first turn unless that replica was over the share bound then.
+6. A continuing conversation stays where it is: only the burst ceiling and the cap move it
+   (moving a conversation costs a prefill of its whole history). A new conversation (first turn)
+   is placed under the share bound without slack, so balance comes from where conversations
+   start, not from moving them. A repeated first turn (the same anchor again, nothing after it)
+   is a hot prefix: its holders are held to the usual bound with slack.
 """
 
 from __future__ import annotations
@@ -221,11 +238,11 @@ class PrefixAwarePolicy:
         self._short = LeastOutstandingPolicy(self.cap, rng)
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
-        if not key.blocks:  # shorter than one block: nothing to reuse, balance load instead
-            return self._short.choose(snapshot, key)
         by_name = {replica.name: replica for replica in snapshot.replicas}
         if key.anchor is not None:
             return self._choose_conversation(snapshot, key, by_name)
+        if not key.blocks:  # shorter than one block: nothing to reuse, balance load instead
+            return self._short.choose(snapshot, key)
         home = key.blocks[min(len(key.blocks), self.home_blocks) - 1]
         order = _rendezvous(home, tuple(by_name))
         rank = {name: position for position, name in enumerate(order)}
