@@ -225,3 +225,23 @@ def test_a_repeated_first_turn_is_spread_like_a_hot_prefix() -> None:
     for request in range(800):
         served[route(router, chat_key(0, 1) if request % 2 else key(1 + background.randrange(200), request))] += 1
     assert max(served.values()) / (800 / len(NAMES)) <= 1.3
+
+
+def test_conversations_that_open_the_same_way_are_spread_like_a_hot_prefix() -> None:
+    """Many conversations start with the same first question (one anchor), then diverge. Their later
+    turns must not all stick to the opening's first replica: with the opening on several replicas
+    and no history of their own yet, they are held to the share bound like a hot prefix."""
+    router = policy()
+    served: Counter[str] = Counter()
+    for _ in range(200):  # opening: the same first turn for everyone
+        served[route(router, chat_key(0, 1))] += 1
+    for user in range(200):  # second turns: the same opening, then each user's own answer and question
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "user 0000 asks question 0: " + "why? " * 80},
+            {"role": "assistant", "content": f"answer for conversation {user}: " + "because. " * 60},
+            {"role": "user", "content": f"follow-up {user} " * 30},
+        ]
+        turn = prompt_key("/v1/chat/completions", {"messages": messages}, block_chars=256, max_blocks=128)
+        served[route(router, turn)] += 1
+    assert max(served.values()) / (400 / len(NAMES)) <= 1.3

@@ -42,8 +42,9 @@ placed by the anchor instead:
 6. A continuing conversation stays where it is: only the burst ceiling and the cap move it
    (moving a conversation costs a prefill of its whole history). A new conversation (first turn)
    is placed under the share bound without slack, so balance comes from where conversations
-   start, not from moving them. A repeated first turn (the same anchor again, nothing after it)
-   is a hot prefix: its holders are held to the usual bound with slack.
+   start, not from moving them. A repeated first turn (the same anchor again, nothing after it),
+   or a later turn whose anchor several replicas hold and none holds its history (an opening many
+   conversations share), is a hot prefix: its holders are held to the usual bound with slack.
 """
 
 from __future__ import annotations
@@ -228,6 +229,7 @@ class PrefixAwarePolicy:
         self.cap = config.max_concurrent_requests
         self.epsilon = config.load_epsilon
         self.min_ceiling = config.load_min_ceiling
+        self.block_chars = config.block_chars
         self.home_blocks = config.home_blocks
         self.home_choices = config.home_choices
         self.prefill_aware = config.prefill_aware
@@ -308,11 +310,16 @@ class PrefixAwarePolicy:
         placing = share_bound(total, len(by_name), self.balance_epsilon, 0.0)
         first: list[str] = []
         rest: list[str] = []
+        # a holder has this conversation's own history when it matches a whole block past the anchor's
+        # last one, or when it is the anchor's only holder; several holders and no history: an opening
+        # many conversations share (the same first question), spread like a hot prefix
+        past_anchor = -(-key.anchor_chars // self.block_chars)  # blocks that hold some of the anchor
+        own = {n for n in holders if len(holders) == 1 or matched.get(n, 0) > past_anchor}
         for position, name in enumerate(ranked):
-            if not key.fresh and (name in holders or (position == 0 and not holders)):
+            if not key.fresh and (name in own or (position == 0 and not holders)):
                 bound = math.inf  # a conversation stays where it is; only the burst ceiling and the cap move it
             elif name in holders:
-                bound = keeping  # a repeated first turn is a hot prefix: keep it within the slack
+                bound = keeping  # a repeated first turn or opening is a hot prefix: keep it within the slack
             else:
                 bound = placing  # a new conversation: the share bound without slack
             if by_name[name].inflight < ceiling and shares.recent(name) < bound:
