@@ -308,6 +308,10 @@ async def start_sglang(
             policy,
             "--log-level",
             "warn",
+            # its metrics exporter defaults to port 29000: a second SGLang router on the machine
+            # (another benchmark) would make this one fail to start
+            "--prometheus-port",
+            str(free_port()),
             *(extra or []),
             "--worker-urls",
             *urls,

@@ -319,7 +319,7 @@ REPLICA_CAP = 64
 def _issue14(row: Any, add: Any) -> None:
     """Issue 14's goals: router replicas agree, balance at low and high load, hit ratio, p99 TTFT."""
     for base in BALANCE_WORKLOADS:
-        for workload in (base, f"{base}@low"):
+        for workload in (base, f"{base}@low", f"{base}@low16"):  # low16: the former chat setting, for comparison
             one = row(workload, "warmstart prefixaware")
             if one is None:
                 continue

@@ -57,7 +57,12 @@ def plan(quick: bool, scale: float) -> dict[str, object]:
         # low load: mean in-flight about 1 per replica (short replies, ~1 s each, 8 requests/s)
         "low_rate": 8.0,
         "low_output_tokens": 32,
-        "chat_users": {"low": 16, "high": 96},
+        # chat at low load: 64 users with 21 s think time (mean in-flight about 1 per replica), and
+        # "low16", the former setting (16 users, 2 s), kept for comparison: with 16 sticky users on 8
+        # replicas one replica with 3 users is already 1.5x the mean share, whatever the policy
+        "chat_users": {"low": 64, "low16": 16, "high": 96},
+        "chat_think_s": {"low": 21.0, "low16": 2.0, "high": 2.0},
+        "chat_spread_s": {"low": 20.0, "low16": 5.0, "high": 5.0},
     }
 
 
@@ -65,13 +70,15 @@ def plan(quick: bool, scale: float) -> dict[str, object]:
 #: run from its own source in the same run, as "warmstart prefixaware before".
 BASELINE_REF = "9738fd3"
 
-#: Workloads; "@low" = mean in-flight about 1 per replica, otherwise the high-load (70%) setting.
+#: Workloads; "@low" = mean in-flight about 1 per replica, otherwise the high-load (70%) setting;
+#: "multi_turn@low16" is the former low-load chat setting (16 users), kept for comparison.
 WORKLOADS = [
     "shared_prefix",
     "multi_turn",
     "hot_prefix",
     "shared_prefix@low",
     "multi_turn@low",
+    "multi_turn@low16",
     "hot_prefix@low",
     "scale_event",
 ]
@@ -136,7 +143,7 @@ async def run_workload(
 ) -> reporting.Row:
     scale = float(cfg["time_scale"])  # type: ignore[arg-type]
     base, _, load = workload.partition("@")
-    low = load == "low"
+    low = load.startswith("low")
     rate = float(cfg["low_rate" if low else "rate"])  # type: ignore[arg-type]
     await loading.reset_replicas(session, measure_urls)
     before = await loading.replica_counters(session, measure_urls)
@@ -145,9 +152,12 @@ async def run_workload(
     stop = asyncio.Event()
     peaks = asyncio.create_task(loading.peak_replica_load(session, measure_urls, stop))
     if base == "multi_turn":
+        setting = load or "high"
         users = workloads.multi_turn(
-            users=int(cfg["chat_users"]["low" if low else "high"]),  # type: ignore[index]
+            users=int(cfg["chat_users"][setting]),  # type: ignore[index]
             rounds=int(cfg["rounds"]),  # type: ignore[call-overload]
+            think_s=float(cfg["chat_think_s"][setting]),  # type: ignore[index]
+            spread_s=float(cfg["chat_spread_s"][setting]),  # type: ignore[index]
         )
         results = await loading.conversations(session, target.urls, users, scale)
     else:

@@ -160,7 +160,8 @@ SCENARIOS: dict[tuple[str, str], dict[str, float]] = {
     ("shared_prefix", "high"): {"rate": 38.0, "output": 256},
     ("hot_prefix", "low"): {"rate": 9.0, "output": 32},
     ("hot_prefix", "high"): {"rate": 38.0, "output": 256},
-    ("multi_turn", "low"): {"users": 16},
+    ("multi_turn", "low"): {"users": 64, "think_s": 21.0, "spread_s": 20.0},
+    ("multi_turn", "low16"): {"users": 16},  # the former low-load chat setting (bench/routing.py)
     ("multi_turn", "high"): {"users": 96},
 }
 
@@ -170,7 +171,12 @@ def run(config: RouterConfig, workload: str, load: str, routers: int, groups: in
     fleet = Fleet(config, routers, cache_tokens)
     scenario = SCENARIOS[(workload, load)]
     if workload == "multi_turn":
-        users = workloads.multi_turn(users=int(scenario["users"]), rounds=5)
+        users = workloads.multi_turn(
+            users=int(scenario["users"]),
+            rounds=5,
+            think_s=scenario.get("think_s", 2.0),
+            spread_s=scenario.get("spread_s", 5.0),
+        )
         return chat(fleet, users)
     requests = workloads.shared_prefix(
         groups=groups,

@@ -11,7 +11,7 @@ from collections import Counter
 
 from warmstart.api.routers import RouterConfig
 from warmstart.router import strategies
-from warmstart.router.prefixes import PromptKey, block_hashes
+from warmstart.router.prefixes import PromptKey, block_hashes, prompt_key
 from warmstart.router.shares import ShareMeter
 from warmstart.router.strategies import ReplicaLoad, Snapshot
 
@@ -115,15 +115,15 @@ def test_a_holder_keeps_its_prefix_within_the_slack_but_a_new_prefix_goes_elsewh
     assert placed.candidates[0] != target and placed.spilled
 
 
-def test_inflight_burst_ceiling_spills_without_the_old_floor_of_eight() -> None:
+def test_inflight_burst_ceiling_spills_a_burst_on_the_home() -> None:
     router = policy()
     home = router.choose(IDLE, key(8)).candidates[0]
-    busy = Snapshot(tuple(ReplicaLoad(name, 4 if name == home else 0) for name in NAMES))
-    # ceiling = max(4, ceil(1.5 x 5 / 8)) = 4: the home with 4 in flight is passed over
+    busy = Snapshot(tuple(ReplicaLoad(name, 8 if name == home else 0) for name in NAMES))
+    # ceiling = max(8, ceil(1.5 x 9 / 8)) = 8: the home with 8 in flight is passed over
     decision = router.choose(busy, key(8))
     assert decision.spilled and decision.candidates[0] != home
-    three = Snapshot(tuple(ReplicaLoad(name, 3 if name == home else 0) for name in NAMES))
-    assert router.choose(three, key(8)).candidates[0] == home
+    seven = Snapshot(tuple(ReplicaLoad(name, 7 if name == home else 0) for name in NAMES))
+    assert router.choose(seven, key(8)).candidates[0] == home
 
 
 def test_two_router_instances_fed_random_halves_agree_on_homes() -> None:
@@ -146,3 +146,102 @@ def test_two_router_instances_fed_random_halves_agree_on_homes() -> None:
     copies = sum(len(set(by_router[0]) | set(by_router[1])) for by_router in homes.values())
     assert agreed >= 0.6 * len(homes)
     assert copies <= 1.6 * len(homes)
+
+
+SYSTEM = "You are a careful assistant for the warmstart project. " * 150  # ~8,000 characters, shared by all
+
+
+def chat_key(user: int, turns: int) -> PromptKey:
+    """Turn ``turns`` (1-based) of ``user``'s conversation: the shared system prompt, the history, the question."""
+    messages = [{"role": "system", "content": SYSTEM}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"user {user:04d} asks question {turn}: " + "why? " * 80})
+        if turn + 1 < turns:
+            messages.append({"role": "assistant", "content": f"answer {turn} to user {user}: " + "because. " * 60})
+    return prompt_key("/v1/chat/completions", {"messages": messages}, block_chars=256, max_blocks=128)
+
+
+def test_two_routers_given_disjoint_halves_of_a_chat_trace_keep_conversations_together() -> None:
+    """Each turn of 48 conversations goes to one of two independent routers at random (as a Service
+    spreads connections). A router that did not route a conversation's earlier turns knows only the
+    shared system prompt; the conversation's anchor still sends the turn where the others went,
+    unless the first turn was placed past the anchor's first candidate (over the share bound):
+    then the conversation ends up on two replicas, never more. (Before: that router chose among the
+    system prompt's copies by its own shares, and 43-46 of 48 conversations were split, most
+    over three or four replicas.)"""
+    routers = (policy(), policy())
+    spread = random.Random(3)
+    placed: dict[int, set[str]] = {}
+    for turn in range(1, 6):
+        users = list(range(48))
+        spread.shuffle(users)
+        for user in users:
+            replica = route(routers[spread.randrange(2)], chat_key(user, turn))
+            placed.setdefault(user, set()).add(replica)
+    whole = sum(1 for replicas in placed.values() if len(replicas) == 1)
+    assert whole >= 0.7 * len(placed)  # 36 of 48 here (all 48 start at once, on an idle fleet)
+    assert max(len(replicas) for replicas in placed.values()) <= 2
+    homes = Counter(replica for replicas in placed.values() for replica in replicas)
+    assert len(homes) == len(NAMES)  # and the conversations use the whole fleet
+
+
+def test_a_router_that_did_not_see_a_conversation_sends_it_to_the_first_turns_replica() -> None:
+    """On an idle fleet a first turn goes to its anchor's first candidate; another router, which
+    never saw the conversation but has its own history with the shared system prompt, sends every
+    later turn there too."""
+    first, second = policy(), policy()
+    for user in range(100, 140):  # the second router has placed other conversations (system prompt everywhere)
+        route(second, chat_key(user, 1))
+    for user in range(40):
+        fresh = policy()  # an idle router: nothing over any bound
+        home = route(fresh, chat_key(user, 1))
+        assert route(first, chat_key(user, 2)) == home
+        assert route(second, chat_key(user, 3)) == home
+
+
+def test_a_conversation_stays_on_its_replica_over_the_share_bound_but_not_at_the_burst_ceiling() -> None:
+    router = policy()
+    home = route(router, chat_key(1, 1))
+    for other in range(40):  # the home has served far more than its share since
+        router.placed(home, key(500 + other))
+    decision = router.choose(IDLE, chat_key(1, 2))
+    assert decision.candidates[0] == home and not decision.spilled
+    burst = Snapshot(tuple(ReplicaLoad(name, 8 if name == home else 0) for name in NAMES))
+    moved = router.choose(burst, chat_key(1, 2))
+    assert moved.candidates[0] != home and moved.spilled
+
+
+def test_new_conversations_are_placed_evenly() -> None:
+    router = policy()
+    starts = Counter(route(router, chat_key(user, 1)) for user in range(64))
+    assert max(starts.values()) <= 1.25 * 64 / len(NAMES)
+
+
+def test_a_repeated_first_turn_is_spread_like_a_hot_prefix() -> None:
+    """The same first turn again and again (one anchor, nothing after it) must not stick to one replica."""
+    router = policy()
+    served: Counter[str] = Counter()
+    background = random.Random(6)
+    for request in range(800):
+        served[route(router, chat_key(0, 1) if request % 2 else key(1 + background.randrange(200), request))] += 1
+    assert max(served.values()) / (800 / len(NAMES)) <= 1.3
+
+
+def test_conversations_that_open_the_same_way_are_spread_like_a_hot_prefix() -> None:
+    """Many conversations start with the same first question (one anchor), then diverge. Their later
+    turns must not all stick to the opening's first replica: with the opening on several replicas
+    and no history of their own yet, they are held to the share bound like a hot prefix."""
+    router = policy()
+    served: Counter[str] = Counter()
+    for _ in range(200):  # opening: the same first turn for everyone
+        served[route(router, chat_key(0, 1))] += 1
+    for user in range(200):  # second turns: the same opening, then each user's own answer and question
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "user 0000 asks question 0: " + "why? " * 80},
+            {"role": "assistant", "content": f"answer for conversation {user}: " + "because. " * 60},
+            {"role": "user", "content": f"follow-up {user} " * 30},
+        ]
+        turn = prompt_key("/v1/chat/completions", {"messages": messages}, block_chars=256, max_blocks=128)
+        served[route(router, turn)] += 1
+    assert max(served.values()) / (400 / len(NAMES)) <= 1.3

@@ -72,17 +72,21 @@ class RouterConfig(BaseModel):
     bound (``balanceEpsilon``) keeps the balance, and a tight in-flight bound computed from one
     router replica's small counts spilled prefixes at random."""
 
-    load_min_ceiling: int = Field(default=4, ge=1)
+    load_min_ceiling: int = Field(default=8, ge=1)
     """The in-flight ceiling is never below this many requests, so a few requests of one prefix
-    may overlap on its replica at low load (where ceil((1+eps) x mean) would be 1 or 2). Formerly
-    8: that floor let one replica take most requests at modest load."""
+    may overlap on its replica at low load (where ceil((1+eps) x mean) would be 1 or 2). With the
+    request-share bound keeping the balance, 8 is a burst guard only (before that bound, this floor
+    let one replica take most requests at modest load). At 4 (the previous default) Poisson bursts
+    spilled prefixes off their homes at low load, and each router of several, counting only its
+    own in-flight requests, spilled more: copies of prefixes without better balance."""
 
-    balance_epsilon: float = Field(default=0.2, ge=0.0, le=10.0)
+    balance_epsilon: float = Field(default=0.15, ge=0.0, le=10.0)
     """Request-share bound of ``prefixaware``: a replica is eligible while its share of this router's
     recent requests is below (1 + balanceEpsilon) x the mean share plus ``balanceSlack`` requests
-    (one fewer for a replica that lacks the prompt's prefix). It bounds max/mean request share at
-    every load level, where an in-flight ceiling cannot (at low load every replica has 0-2
-    requests in flight)."""
+    (one fewer for a replica that lacks the prompt's prefix; none at all to place a new chat
+    conversation on it). It bounds max/mean request share at every load level, where an in-flight
+    ceiling cannot (at low load every replica has 0-2 requests in flight). Formerly 0.2: with the
+    slack the bound itself sat at 1.31 x the mean in a 256-request run."""
 
     balance_window: int = Field(default=512, ge=2)
     """Requests over which the shares are counted (exponentially decayed per request, not per second)."""

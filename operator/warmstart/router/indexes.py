@@ -55,6 +55,10 @@ class PrefixIndex:
             evicted, _ = lru.popitem(last=False)
             self._drop_holder(evicted, replica)
 
+    def holders(self, block: int) -> set[str]:
+        """The replicas that hold ``block`` (a copy)."""
+        return set(self._holders.get(block, ()))
+
     def since(self, replica: str, block: int) -> int:
         """When ``replica`` first got ``block`` (a sequence number; smaller = earlier; 0 = never)."""
         lru = self._lru.get(replica)

@@ -31,6 +31,20 @@ class PromptKey:
     session: str | None = None
     """Session key for the ``session`` strategy, if the request carries one."""
 
+    anchor: int | None = None
+    """A chat conversation's identity: the hash of its rendering through the first user message
+    (the leading messages every later turn repeats); None for completions, or when the first user
+    message ends beyond the hashed head."""
+
+    anchor_chars: int = 0
+    """Where the anchor ends in the rendering (characters); the prompt continues the conversation
+    past its first user message when ``chars`` is larger."""
+
+    @property
+    def fresh(self) -> bool:
+        """The first turn of a conversation: nothing follows the anchor."""
+        return self.anchor is not None and self.chars <= self.anchor_chars
+
 
 class _Head:
     """The first ``limit`` characters of a rendering, and the length of all of it (bounded memory)."""
@@ -141,6 +155,35 @@ def block_hashes(text: str, block_chars: int, max_blocks: int) -> tuple[int, ...
     return tuple(hashes)
 
 
+def anchor_end(head: str) -> int | None:
+    """Where the first user message of a chat rendering ends (after its separator), or None.
+
+    None for a text that is not a chat rendering (a completion prompt) and for a first user
+    message that does not end within ``head``.
+    """
+    marker = "user" + _ROLE_SEP
+    start = 0 if head.startswith(marker) else head.find(_MSG_SEP + marker)
+    if start < 0:
+        return None
+    end = head.find(_MSG_SEP, start + len(marker) + (1 if start else 0))
+    return None if end < 0 else end + 1
+
+
+def key_of(head: str, chars: int, *, block_chars: int, max_blocks: int, session: str | None = None) -> PromptKey:
+    """The :class:`PromptKey` of a rendered prompt's head (its first ``block_chars x max_blocks``
+    characters) and its full length: chained block hashes, and for chat the conversation anchor."""
+    blocks = block_hashes(head, block_chars, max_blocks)
+    end = anchor_end(head)
+    if end is None or end > block_chars * max_blocks:
+        return PromptKey(blocks=blocks, chars=chars, session=session)
+    # the anchor's hash chains the last full block before its end with the rest of it: no
+    # second pass over the prompt
+    whole = end // block_chars
+    previous = blocks[whole - 1] if whole else 0
+    anchor = stable_hash("anchor", previous, head[whole * block_chars : end])
+    return PromptKey(blocks=blocks, chars=chars, session=session, anchor=anchor, anchor_chars=end)
+
+
 def prompt_key(
     path: str,
     body: dict[str, Any],
@@ -151,7 +194,7 @@ def prompt_key(
 ) -> PromptKey:
     """Render the request's prompt and reduce it to a :class:`PromptKey`."""
     text, chars = rendered_head(body, block_chars * max_blocks)
-    return PromptKey(blocks=block_hashes(text, block_chars, max_blocks), chars=chars, session=session)
+    return key_of(text, chars, block_chars=block_chars, max_blocks=max_blocks, session=session)
 
 
 def stable_hash(*parts: str | int) -> int:

@@ -19,7 +19,7 @@ from warmstart.router import strategies
 from warmstart.router.admission import Admission
 from warmstart.router.bodies import ParsedBody
 from warmstart.router.metrics import CHARS_PER_TOKEN, RouterMetrics
-from warmstart.router.prefixes import PromptKey, block_hashes
+from warmstart.router.prefixes import PromptKey, key_of
 from warmstart.router.replicas import Fleet, Replica
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,9 @@ class Router:
         """Hash the prompt's head and ask the policy for ordered candidates (records metrics)."""
         started = time.perf_counter()
         config = self.config
-        key = PromptKey(block_hashes(parsed.head, config.block_chars, config.max_blocks), parsed.chars, session)
+        key = key_of(
+            parsed.head, parsed.chars, block_chars=config.block_chars, max_blocks=config.max_blocks, session=session
+        )
         decision = self.policy.choose(self.fleet.snapshot(), key)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.candidates:

@@ -27,6 +27,24 @@ the first is the choice, the next ones are used only when a replica refuses the 
    The first eligible replica in the ranking wins; passing over the best one is a *spill*,
    and spills follow the prefix's rendezvous order, so a hot prefix spreads over as few
    replicas as its load needs (controlled replication) instead of swamping one.
+
+Conversations (chat requests with a first user message, ``PromptKey.anchor``): a conversation is
+identified by its anchor, the leading messages through the first user message, which every later
+turn repeats. Ranking by the longest known prefix would not keep a conversation together across
+router replicas: a router that did not route the previous turns knows only the shared system
+prompt, cached on several replicas, and would pick one by its own shares. So a chat request is
+placed by the anchor instead:
+
+5. Replicas this router already sent the conversation to come first (deepest history first);
+   the others follow in the rendezvous order of the anchor's hash. A router that has not seen
+   the conversation sends it to the anchor's first candidate, which is where every router
+   placed its first turn unless that replica was over the share bound then.
+6. A continuing conversation stays where it is: only the burst ceiling and the cap move it
+   (moving a conversation costs a prefill of its whole history). A new conversation (first turn)
+   is placed under the share bound without slack, so balance comes from where conversations
+   start, not from moving them. A repeated first turn (the same anchor again, nothing after it),
+   or a later turn whose anchor several replicas hold and none holds its history (an opening many
+   conversations share), is a hot prefix: its holders are held to the usual bound with slack.
 """
 
 from __future__ import annotations
@@ -211,6 +229,7 @@ class PrefixAwarePolicy:
         self.cap = config.max_concurrent_requests
         self.epsilon = config.load_epsilon
         self.min_ceiling = config.load_min_ceiling
+        self.block_chars = config.block_chars
         self.home_blocks = config.home_blocks
         self.home_choices = config.home_choices
         self.prefill_aware = config.prefill_aware
@@ -221,17 +240,17 @@ class PrefixAwarePolicy:
         self._short = LeastOutstandingPolicy(self.cap, rng)
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
+        by_name = {replica.name: replica for replica in snapshot.replicas}
+        if key.anchor is not None:
+            return self._choose_conversation(snapshot, key, by_name)
         if not key.blocks:  # shorter than one block: nothing to reuse, balance load instead
             return self._short.choose(snapshot, key)
-        by_name = {replica.name: replica for replica in snapshot.replicas}
         home = key.blocks[min(len(key.blocks), self.home_blocks) - 1]
         order = _rendezvous(home, tuple(by_name))
         rank = {name: position for position, name in enumerate(order)}
         matched = self.index.match(key.blocks, by_name)
         ranked = sorted(order, key=lambda name: -matched.get(name, 0)) if matched else list(order)  # stable
-        ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
-        if self.cap is not None:
-            ceiling = min(ceiling, self.cap)
+        ceiling = self._ceiling(snapshot)
         shares = self.shares
         total = shares.total()
         # a replica that holds part of the prompt may run ``slack`` requests ahead of the share
@@ -275,11 +294,54 @@ class PrefixAwarePolicy:
             return Decision(())
         return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
 
+    def _choose_conversation(self, snapshot: Snapshot, key: PromptKey, by_name: dict[str, ReplicaLoad]) -> Decision:
+        """A chat request: placed by its conversation's anchor, not by where this router saw the
+        shared leading messages (see the module doc, "Conversations")."""
+        assert key.anchor is not None
+        order = _rendezvous(key.anchor, tuple(by_name))
+        matched = self.index.match(key.blocks, by_name)
+        holders = self.index.holders(key.anchor) & by_name.keys()
+        # where this router sent the conversation (deepest history first), then the anchor's order
+        ranked = sorted(order, key=lambda n: (0, -matched.get(n, 0)) if n in holders else (1, 0))
+        ceiling = self._ceiling(snapshot)
+        shares = self.shares
+        total = shares.total()
+        keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
+        placing = share_bound(total, len(by_name), self.balance_epsilon, 0.0)
+        first: list[str] = []
+        rest: list[str] = []
+        # a holder has this conversation's own history when it matches a whole block past the anchor's
+        # last one, or when it is the anchor's only holder; several holders and no history: an opening
+        # many conversations share (the same first question), spread like a hot prefix
+        past_anchor = -(-key.anchor_chars // self.block_chars)  # blocks that hold some of the anchor
+        own = {n for n in holders if len(holders) == 1 or matched.get(n, 0) > past_anchor}
+        for position, name in enumerate(ranked):
+            if not key.fresh and (name in own or (position == 0 and not holders)):
+                bound = math.inf  # a conversation stays where it is; only the burst ceiling and the cap move it
+            elif name in holders:
+                bound = keeping  # a repeated first turn or opening is a hot prefix: keep it within the slack
+            else:
+                bound = placing  # a new conversation: the share bound without slack
+            if by_name[name].inflight < ceiling and shares.recent(name) < bound:
+                first.append(name)
+            else:
+                rest.append(name)
+        spilled = bool(ranked) and (not first or first[0] != ranked[0])
+        rest.sort(key=lambda n: by_name[n].inflight)
+        candidates = tuple(first + rest)
+        if not candidates:
+            return Decision(())
+        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
+
+    def _ceiling(self, snapshot: Snapshot) -> int:
+        ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
+        return ceiling if self.cap is None else min(ceiling, self.cap)
+
     def _backlog(self, replica: ReplicaLoad) -> int:
         return replica.prefill_chars if self.prefill_aware else 0
 
     def placed(self, replica: str, key: PromptKey) -> None:
-        self.index.record(replica, key.blocks)
+        self.index.record(replica, key.blocks if key.anchor is None else (*key.blocks, key.anchor))
         self.shares.add(replica)
 
     def forget(self, replica: str) -> None:

@@ -79,3 +79,37 @@ def test_millions_of_empty_messages_render_a_bounded_head() -> None:
     head, chars = rendered_head({"messages": [{}] * 1_000_000}, 1024)
     assert len(head) == 1024
     assert chars == 2 * 1_000_000  # role separator + message separator per message
+
+
+def _chat(*contents: str) -> list[dict[str, str]]:
+    roles = ["system", "user", "assistant", "user", "assistant", "user"]
+    return [{"role": role, "content": text} for role, text in zip(roles, contents, strict=False)]
+
+
+def test_every_turn_of_a_conversation_carries_its_first_turns_anchor() -> None:
+    system = "rules " * 400
+    turns = [_chat(system, "question one"), _chat(system, "question one", "answer " * 90, "question two")]
+    keys = [prompt_key("/v1/chat/completions", {"messages": m}, block_chars=256, max_blocks=64) for m in turns]
+    assert keys[0].anchor is not None and keys[0].anchor == keys[1].anchor
+    assert keys[0].fresh and not keys[1].fresh
+    other = prompt_key(
+        "/v1/chat/completions", {"messages": _chat(system, "question ONE")}, block_chars=256, max_blocks=64
+    )
+    assert other.anchor != keys[0].anchor  # same system prompt, another first question: another conversation
+    assert other.blocks[:5] == keys[0].blocks[:5]  # ... though they share the system prompt's blocks
+
+
+def test_completions_and_a_first_user_message_beyond_the_head_have_no_anchor() -> None:
+    assert prompt_key("/v1/completions", {"prompt": "x " * 600}, block_chars=256, max_blocks=8).anchor is None
+    long_first = {"messages": _chat("s" * 5000, "late question")}
+    assert prompt_key("/v1/chat/completions", long_first, block_chars=256, max_blocks=8).anchor is None
+    assert prompt_key("/v1/chat/completions", long_first, block_chars=256, max_blocks=64).anchor is not None
+
+
+def test_a_conversation_without_a_system_prompt_is_anchored_on_its_first_message() -> None:
+    hello = [{"role": "user", "content": "hi"}]
+    later = [*hello, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}]
+    first, second = (
+        prompt_key("/v1/chat/completions", {"messages": m}, block_chars=256, max_blocks=8) for m in (hello, later)
+    )
+    assert first.anchor is not None and first.anchor == second.anchor and first.blocks == ()

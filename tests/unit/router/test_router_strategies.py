@@ -61,7 +61,7 @@ def test_routers_with_different_local_loads_agree_on_new_prefix_homes() -> None:
     one, two = prefixaware(), prefixaware()
     disagreements = 0
     for group in range(200):
-        # uneven and different per router, all under the in-flight floor (loadMinCeiling 4) so no spill applies
+        # uneven and different per router, all under the in-flight floor (loadMinCeiling) so no spill applies
         load_one = snapshot({name: rng.randrange(0, 4) for name in NAMES})
         load_two = snapshot({name: rng.randrange(0, 4) for name in NAMES})
         home_one = one.choose(load_one, key(group + 1000)).candidates[0]
@@ -239,3 +239,39 @@ def test_an_existing_prefix_stays_with_its_first_holder_when_a_replica_joins() -
     policy.placed(old_home, key(group))
     policy.placed(grown[-1], key(group))  # one request spilled onto the new replica
     assert policy.choose(snapshot(names=grown), key(group)).candidates[0] == old_home
+
+
+def test_routers_decide_a_conversations_later_turn_by_its_anchor_from_the_request_body() -> None:
+    """Through the real body parser and ``Router.decide``: a router that routed other users of the
+    same system prompt, and never this conversation, sends its third turn where another (idle)
+    router sent its first."""
+    import json
+
+    from warmstart.router.bodies import parse_body
+    from warmstart.router.routing import Router
+
+    system = {"role": "system", "content": "Answer briefly and cite the docs. " * 250}
+
+    def body(user: int, turns: int) -> bytes:
+        messages = [system]
+        for turn in range(turns):
+            messages.append({"role": "user", "content": f"user {user} question {turn} " * 20})
+            if turn + 1 < turns:
+                messages.append({"role": "assistant", "content": f"answer {turn} " * 40})
+        return json.dumps({"model": "m", "messages": messages, "user": f"u{user}"}).encode()
+
+    config = RouterConfig(strategy="prefixaware")
+    limit = config.block_chars * config.max_blocks
+
+    def decide(router: Router, raw: bytes) -> str:
+        routed = router.decide(parse_body(raw, limit, "user"), None)
+        choice = routed.decision.candidates[0]
+        router.policy.placed(choice, routed.key)
+        return choice
+
+    second = Router(config, NAMES)
+    for other in range(100, 130):
+        decide(second, body(other, 1))
+    for user in range(20):
+        home = decide(Router(config, NAMES), body(user, 1))  # an idle router: no bound in the way
+        assert decide(second, body(user, 3)) == home
