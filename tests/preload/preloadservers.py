@@ -74,7 +74,8 @@ class CorruptingProxy:
     back): how an object looks when S3 encrypted it with SSE-KMS or SSE-C, whose ETag is not the content's MD5.
 
     `served` counts the body bytes of object GETs per path. With `hold_after` N, object GETs after the first N
-    wait (unanswered) until `stop`: the client is frozen at a known point, e.g. to be killed there."""
+    wait (unanswered) until `stop`: the client is frozen at a known point, e.g. to be killed there. With
+    `partial_bytes` P as well, GET N+1 gets its head and the first P bytes of its body before it waits."""
 
     def __init__(
         self,
@@ -82,6 +83,7 @@ class CorruptingProxy:
         corrupt_paths: set[str],
         etags: dict[str, str] | None = None,
         hold_after: int | None = None,
+        partial_bytes: int = 0,
     ) -> None:
         self.upstream = urlparse(upstream)
         self.corrupt_paths = corrupt_paths
@@ -89,6 +91,7 @@ class CorruptingProxy:
         self.served: dict[str, int] = {}
         self.object_gets = 0
         self.hold_after = hold_after
+        self.partial_bytes = partial_bytes
         self.released = threading.Event()
         self.lock = threading.Lock()
         proxy = self
@@ -104,11 +107,13 @@ class CorruptingProxy:
                 body = self.rfile.read(length) if length else None
                 path = urlparse(self.path).path
                 is_object_get = self.command == "GET" and "/" in path.strip("/")
+                partial = False
                 if is_object_get:
                     with proxy.lock:
                         proxy.object_gets += 1
                         held = proxy.hold_after is not None and proxy.object_gets > proxy.hold_after
-                    if held:
+                        partial = held and proxy.partial_bytes > 0 and proxy.object_gets == proxy.hold_after + 1
+                    if held and not partial:
                         proxy.released.wait()
                         return
                 headers = dict(self.headers)
@@ -135,6 +140,12 @@ class CorruptingProxy:
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                if partial:  # the first bytes only, then nothing until stop
+                    self.wfile.write(data[: proxy.partial_bytes])
+                    self.wfile.flush()
+                    proxy.released.wait()
+                    conn.close()
+                    return
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 conn.close()

@@ -152,3 +152,62 @@ def test_a_torn_last_line_and_a_journal_of_another_version_are_ignored() -> None
     assert partjournal.parse(lines, other) == {}
     out_of_range = [*lines[:1], '{"i": 3, "d": {"CRC64NVME": "ab"}}', '{"i": 0, "d": {"MD5": "ab"}}']
     assert partjournal.parse(out_of_range, header) == {}
+
+
+def test_a_part_killed_mid_way_resumes_from_its_durable_prefix(
+    model: dict[str, bytes],
+    bucket: str,
+    root: Path,
+    env: dict[str, str],
+    moto: MotoServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kill mid-part keeps the part's first bytes that were made durable: the resume fetches only the rest."""
+    partial = 3 * MIB  # a multiple of the 1 MiB reads (a read waits for its whole buffer)
+    proxy = CorruptingProxy(moto.url, set(), hold_after=KEEP, partial_bytes=partial)
+    args = ["--source-json", s3_source(bucket, "m"), "--key", "p", "--concurrency", "1", "--part-size-mb", "5"]
+    proc = preload_process(*args, root=root, env={**env, "AWS_ENDPOINT_URL_S3": proxy.url}, tlog=tmp_path / "t1")
+    try:
+        deadline = time.monotonic() + 120
+        while not any(r.get("i") == KEEP and r.get("n") == partial for r in recorded(root, "p")):
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, recorded(root, "p")
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        proxy.stop()
+
+    code, result, served = rerun(args, root, moto, monkeypatch)
+
+    assert (code, result["reason"]) == (0, "Downloaded"), result
+    assert served == (PARTS - KEEP) * PART - partial
+    assert tree_digests(cache_dir(root, "p")) == digests(model)
+
+
+def test_prefix_records_are_parsed_strictly_and_a_damaged_prefix_is_dropped(tmp_path: Path) -> None:
+    header = partjournal.Header({"size": 3 * PART, "etag": "x-3"}, PART, ("CRC64NVME",))
+    lines = [
+        json.dumps(header.to_json()),
+        '{"i": 1, "n": 1000, "p": "aa"}',
+        '{"i": 1, "n": 2000, "p": "bb"}',  # the longest prefix of a part wins
+        f'{{"i": 2, "n": {PART}, "p": "cc"}}',  # a whole part is not a prefix
+        '{"i": 0, "n": 0, "p": "dd"}',
+        '{"i": 0, "n": 10, "p": 7}',
+        '{"i": 0, "n": 1',
+    ]
+    assert partjournal.parse_prefixes(lines, header) == {1: (2000, "bb")}
+    assert partjournal.parse(lines, header) == {}
+
+    path = tmp_path / "part"
+    path.write_bytes(os.urandom(3 * PART))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        good = partdigests.of_range(fd, PART, 4096, "CRC64NVME")
+        recorded = {1: (4096, good), 2: (4096, partdigests.of_range(fd, 2 * PART, 4096, "CRC64NVME"))}
+        os.pwrite(fd, b"\x00" * 8, 2 * PART + 100)  # part 2's prefix is damaged after it was recorded
+        kept = partjournal.recheck_prefixes(fd, recorded, 3 * PART, PART, "CRC64NVME", partdigests.of_range)
+    finally:
+        os.close(fd)
+    assert kept == {1: (4096, good)}

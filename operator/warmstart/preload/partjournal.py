@@ -2,9 +2,11 @@
 
 One JSON-lines file per partial file. Its first line says what the parts are of (the remote version's fingerprint,
 the part size, the digest algorithms); each further line records one part: its index and its digests (hex), written
-only after the part's bytes were fdatasynced. A resume keeps a recorded part only if the header matches this run and
-the part's first digest, recomputed from disk, matches (so a part damaged between runs is fetched again). A line
-torn by a kill is ignored; a header that does not match empties the journal.
+only after the part's bytes were fdatasynced. A part still arriving is recorded as a *prefix*: its index, how many
+of its first bytes are durable, and their first-algorithm digest (a CRC), so a kill mid-part loses only the bytes
+after the last flush. A resume keeps a recorded part or prefix only if the header matches this run and its digest,
+recomputed from disk, matches (so bytes damaged between runs are fetched again). A line torn by a kill is ignored;
+a header that does not match empties the journal.
 """
 
 from __future__ import annotations
@@ -43,26 +45,54 @@ class Header:
         return {"fingerprint": dict(self.fingerprint), "partSize": self.part_size, "algorithms": list(self.algorithms)}
 
 
-def parse(lines: list[str], header: Header) -> dict[int, dict[str, str]]:
-    """The parts recorded under `header` (index -> algorithm -> hex digest); nothing if the header differs."""
-    if not lines:
-        return {}
+#: A part's durable first bytes: how many, and their digest by the header's first algorithm.
+Prefix = tuple[int, str]
+
+
+def _entries(lines: list[str], header: Header) -> list[dict[str, Any]]:
+    """The record lines under `header` (none if the header differs), torn lines left out."""
     try:
-        if json.loads(lines[0]) != header.to_json():
-            return {}
+        if not lines or json.loads(lines[0]) != header.to_json():
+            return []
     except ValueError:
-        return {}
-    count = part_count(int(header.fingerprint.get("size", 0)), header.part_size)
-    parts: dict[int, dict[str, str]] = {}
+        return []
+    entries = []
     for line in lines[1:]:
         try:
             entry = json.loads(line)
-            index, digests = int(entry["i"]), entry["d"]
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             continue  # torn by a kill: that part is fetched again
-        if 0 <= index < count and isinstance(digests, dict) and set(digests) == set(header.algorithms):
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def parse(lines: list[str], header: Header) -> dict[int, dict[str, str]]:
+    """The parts recorded under `header` (index -> algorithm -> hex digest); nothing if the header differs."""
+    count = part_count(int(header.fingerprint.get("size", 0)), header.part_size)
+    parts: dict[int, dict[str, str]] = {}
+    for entry in _entries(lines, header):
+        index, digests = entry.get("i"), entry.get("d")
+        if not (isinstance(index, int) and isinstance(digests, dict)):
+            continue
+        if 0 <= index < count and set(digests) == set(header.algorithms):
             parts[index] = {str(k): str(v) for k, v in digests.items()}
     return parts
+
+
+def parse_prefixes(lines: list[str], header: Header) -> dict[int, Prefix]:
+    """The longest durable prefix recorded per part under `header` (index -> (bytes, digest))."""
+    size = int(header.fingerprint.get("size", 0))
+    prefixes: dict[int, Prefix] = {}
+    for entry in _entries(lines, header):
+        index, length, digest = entry.get("i"), entry.get("n"), entry.get("p")
+        if not (isinstance(index, int) and isinstance(length, int) and isinstance(digest, str)):
+            continue
+        inside = 0 <= index < part_count(size, header.part_size)
+        longer = length > prefixes.get(index, (0, ""))[0]
+        if inside and longer and 0 < length < part_range(index, size, header.part_size)[1]:
+            prefixes[index] = (length, digest)
+    return prefixes
 
 
 class PartJournal:
@@ -72,28 +102,39 @@ class PartJournal:
         self.path, self.header = path, header
         self._lock = threading.Lock()
 
-    def load(self) -> dict[int, dict[str, str]]:
-        """The parts an earlier run recorded for this same header (not yet re-checked against the disk)."""
+    def _lines(self) -> list[str]:
         try:
             with os.fdopen(nofollow.open_fd(self.path, os.O_RDONLY), encoding="utf-8") as f:
-                return parse(f.read().splitlines(), self.header)
+                return f.read().splitlines()
         except (OSError, ValueError, PreloadError):
-            return {}  # none yet, unreadable, or a symlink in its place: every part is fetched
+            return []  # none yet, unreadable, or a symlink in its place: every part is fetched
 
-    def start(self, kept: Mapping[int, Mapping[str, str]]) -> None:
-        """Rewrite the journal with this header and the parts kept (atomically: a new file renamed into place)."""
+    def load(self) -> dict[int, dict[str, str]]:
+        """The parts an earlier run recorded for this same header (not yet re-checked against the disk)."""
+        return parse(self._lines(), self.header)
+
+    def load_prefixes(self) -> dict[int, Prefix]:
+        """The durable prefixes of parts an earlier run was still receiving (not yet re-checked)."""
+        return parse_prefixes(self._lines(), self.header)
+
+    def start(self, kept: Mapping[int, Mapping[str, str]], prefixes: Mapping[int, Prefix] | None = None) -> None:
+        """Rewrite the journal with this header and the parts and prefixes kept (atomically: renamed into place)."""
         tmp = self.path + ".tmp"
         lines = [json.dumps(self.header.to_json())]
         lines += [json.dumps({"i": i, "d": dict(d)}) for i, d in sorted(kept.items())]
+        lines += [json.dumps({"i": i, "n": n, "p": p}) for i, (n, p) in sorted((prefixes or {}).items())]
         with os.fdopen(nofollow.open_write(tmp), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    def record(self, parts: Mapping[int, Mapping[str, str]]) -> None:
-        """Append parts (their bytes must already be durable on disk), fsynced before returning."""
+    def record(self, parts: Mapping[int, Mapping[str, str]], prefixes: Mapping[int, Prefix] | None = None) -> None:
+        """Append parts and prefixes (their bytes must already be durable on disk), fsynced before returning."""
         line = "".join(json.dumps({"i": i, "d": dict(d)}) + "\n" for i, d in sorted(parts.items()))
+        line += "".join(json.dumps({"i": i, "n": n, "p": p}) + "\n" for i, (n, p) in sorted((prefixes or {}).items()))
+        if not line:
+            return
         with self._lock:
             fd = nofollow.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
             try:
@@ -117,4 +158,21 @@ def recheck(
         offset, length = part_range(index, size, part_size)
         if digest_of(fd, offset, length, algorithm) == digests.get(algorithm):
             kept[index] = dict(digests)
+    return kept
+
+
+def recheck_prefixes(
+    fd: int,
+    recorded: Mapping[int, Prefix],
+    size: int,
+    part_size: int,
+    algorithm: str,
+    digest_of: Callable[[int, int, int, str], str],
+) -> dict[int, Prefix]:
+    """The recorded prefixes whose `algorithm` digest, recomputed from the file `fd`, still matches."""
+    kept: dict[int, Prefix] = {}
+    for index, (length, digest) in recorded.items():
+        offset, _ = part_range(index, size, part_size)
+        if digest_of(fd, offset, length, algorithm) == digest:
+            kept[index] = (length, digest)
     return kept

@@ -4,8 +4,10 @@ Parts of every file go through one pool of `concurrency` threads, file by file (
 early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body into a
 reused buffer (`s3bodies`), digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset.
 Once the part is whole it is queued; every half second each file with new parts is fdatasynced once, then those
-parts are recorded in its `partjournal` (see `Durable`). A file whose parts are all there is handed to `on_done`
-with its parts' digests. On start, the parts an earlier run recorded are re-checked from disk and kept.
+parts are recorded in its `partjournal` (see `Durable`), and so are the written prefixes of the parts still
+arriving, with their CRC: a kill mid-part loses only what came after the last flush. A file whose parts are all
+there is handed to `on_done` with its parts' digests. On start, the parts and prefixes an earlier run recorded are
+re-checked from disk and kept; a kept prefix is read back into the part's digests and only the rest is fetched.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Job:
     fd: int = -1
     digests: dict[int, dict[str, str]] = dataclasses.field(default_factory=dict)
     todo: list[int] = dataclasses.field(default_factory=list)
+    #: part -> its first bytes kept from an earlier run (durable and re-checked): only the rest is fetched
+    prefixes: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
     def part_size(self) -> int:
@@ -56,50 +60,61 @@ OnFile = Callable[[RemoteFile, list[dict[str, str]]], None]
 
 
 def prepare(job: Job) -> int:
-    """Open the part file, keep the parts an earlier run recorded that still check out; the bytes kept."""
+    """Open the part file, keep the parts and part prefixes an earlier run recorded that still check out; the bytes
+    kept."""
     nofollow.drop_link(job.path)
     try:
         job.fd = nofollow.open_fd(job.path, os.O_RDWR)
-        recorded = job.journal.load()
+        recorded, recorded_prefixes = job.journal.load(), job.journal.load_prefixes()
     except FileNotFoundError:  # no part file (never started, or removed after a failed check): nothing to keep
         job.fd = nofollow.open_fd(job.path, os.O_RDWR | os.O_CREAT)
-        recorded = {}
-    size, part_size = job.file.size, job.part_size
-    kept = (
-        partjournal.recheck(job.fd, recorded, size, part_size, job.algorithms[0], partdigests.of_range)
-        if recorded
+        recorded, recorded_prefixes = {}, {}
+    size, part_size, algorithm = job.file.size, job.part_size, job.algorithms[0]
+    kept = partjournal.recheck(job.fd, recorded, size, part_size, algorithm, partdigests.of_range) if recorded else {}
+    recorded_prefixes = {i: p for i, p in recorded_prefixes.items() if i not in kept}
+    kept_prefixes = (
+        partjournal.recheck_prefixes(job.fd, recorded_prefixes, size, part_size, algorithm, partdigests.of_range)
+        if recorded_prefixes
         else {}
     )
-    if len(kept) < len(recorded):
-        log.warning(
-            "%s: %d recorded parts failed their re-check; fetching them again", job.file.path, len(recorded) - len(kept)
-        )
-    if not kept:
+    lost = len(recorded) - len(kept) + len(recorded_prefixes) - len(kept_prefixes)
+    if lost:
+        log.warning("%s: %d recorded parts failed their re-check; fetching them again", job.file.path, lost)
+    if not kept and not kept_prefixes:
         os.ftruncate(job.fd, 0)
     os.ftruncate(job.fd, size)
-    job.journal.start(kept)
+    job.journal.start(kept, kept_prefixes)
     job.digests = kept
+    job.prefixes = {i: length for i, (length, _) in kept_prefixes.items()}
     job.todo = [i for i in range(partjournal.part_count(size, part_size)) if i not in kept]
-    return sum(partjournal.part_range(i, size, part_size)[1] for i in kept)
+    return sum(partjournal.part_range(i, size, part_size)[1] for i in kept) + sum(job.prefixes.values())
 
 
 class Transient(Exception):
     """A body cut short or a connection lost mid-read: the part is fetched again."""
 
 
-def _read_part(get: Callable[[int, int], Any], job: Job, index: int) -> dict[str, str]:
+#: Told, as a part arrives, how many of its first bytes are written and their first-algorithm digest.
+OnProgress = Callable[[int, str], None]
+
+
+def _read_part(get: Callable[[int, int], Any], job: Job, index: int, progress: OnProgress) -> dict[str, str]:
     offset, length = partjournal.part_range(index, job.file.size, job.part_size)
     hashers = {a: partdigests.hasher(a) for a in job.algorithms}
     running = {a: new() for a, new in hashers.items() if new is not None}
-    if length:
-        body = get(offset, length)
-        read_into, buffer = s3bodies.reader(body), s3bodies.buffer()
-        done = 0
+    first = running.get(job.algorithms[0])
+    buffer = s3bodies.buffer()
+    start = job.prefixes.get(index, 0)
+    _digest_from_disk(job.fd, offset, start, list(running.values()), buffer)
+    if length > start:
+        body = get(offset + start, length - start)
+        read_into = s3bodies.reader(body)
+        done = start
         try:
             while done < length:
                 n = read_into(buffer[: min(len(buffer), length - done)])
                 if not n:
-                    raise Transient(f"body ended after {done} of {length} bytes")
+                    raise Transient(f"body ended after {done - start} of {length - start} bytes")
                 chunk = buffer[:n]
                 for h in running.values():
                     h.update(chunk)
@@ -107,9 +122,23 @@ def _read_part(get: Callable[[int, int], Any], job: Job, index: int) -> dict[str
                 while written < n:
                     written += os.pwrite(job.fd, chunk[written:], offset + done + written)
                 done += n
+                if first is not None and done < length:
+                    progress(done, first.digest().hex())
         finally:
             body.close()
     return {a: h.digest().hex() for a, h in running.items()}
+
+
+def _digest_from_disk(fd: int, offset: int, length: int, hashers: list[Any], buffer: memoryview) -> None:
+    """Feed `length` bytes at `offset` of `fd` (a prefix kept from an earlier run) to `hashers`."""
+    done = 0
+    while done < length:
+        n = os.preadv(fd, [buffer[: min(len(buffer), length - done)]], offset + done)
+        if n <= 0:
+            raise Transient(f"the kept prefix ended after {done} of {length} bytes")
+        for h in hashers:
+            h.update(buffer[:n])
+        done += n
 
 
 def _transient(exc: BaseException) -> bool:
@@ -194,6 +223,7 @@ class Durable:
         self.interval = interval
         self.lock = threading.Lock()
         self.pending: dict[int, tuple[Job, dict[int, dict[str, str]]]] = {}
+        self.progress: dict[tuple[int, int], tuple[Job, partjournal.Prefix]] = {}
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="s3-journal", daemon=True)
         self.error: BaseException | None = None
@@ -210,14 +240,26 @@ class Durable:
     def add(self, job: Job, index: int, digests: dict[str, str]) -> None:
         with self.lock:
             self.pending.setdefault(id(job), (job, {}))[1][index] = digests
+            self.progress.pop((id(job), index), None)
+
+    def arriving(self, job: Job, index: int, length: int, digest: str) -> None:
+        """The first `length` bytes of part `index` are written (not yet durable); `digest` is theirs."""
+        with self.lock:
+            self.progress[(id(job), index)] = (job, (length, digest))
 
     def flush(self) -> None:
         with self.lock:
             batch, self.pending = self.pending, {}
-        for job, parts in batch.values():
+            arriving, self.progress = self.progress, {}
+        files: dict[int, tuple[Job, dict[int, dict[str, str]], dict[int, partjournal.Prefix]]] = {
+            key: (job, parts, {}) for key, (job, parts) in batch.items()
+        }
+        for (key, index), (job, prefix) in arriving.items():
+            files.setdefault(key, (job, {}, {}))[2][index] = prefix
+        for job, parts, prefixes in files.values():
             if job.fd >= 0:
                 os.fdatasync(job.fd)
-                job.journal.record(parts)
+                job.journal.record(parts, {i: p for i, p in prefixes.items() if i not in parts})
 
     def _run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -231,16 +273,19 @@ class Durable:
 def _part(
     job: Job, index: int, get: Callable[[RemoteFile, int, int], Any], on_bytes: OnBytes, durable: Durable
 ) -> dict[str, str]:
+    def progress(length: int, digest: str) -> None:
+        durable.arriving(job, index, length, digest)
+
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            digests = _read_part(lambda o, n: get(job.file, o, n), job, index)
+            digests = _read_part(lambda o, n: get(job.file, o, n), job, index, progress)
             break
         except BaseException as exc:
             if attempt == ATTEMPTS or not _transient(exc):
                 raise
             log.info("%s: part %d: %s; fetching it again (attempt %d)", job.file.path, index, exc, attempt + 1)
     durable.add(job, index, digests)
-    on_bytes(partjournal.part_range(index, job.file.size, job.part_size)[1])
+    on_bytes(partjournal.part_range(index, job.file.size, job.part_size)[1] - job.prefixes.get(index, 0))
     return digests
 
 
