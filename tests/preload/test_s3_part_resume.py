@@ -144,6 +144,30 @@ def test_a_journal_claiming_parts_never_fetched_does_not_publish_a_wrong_file(
     assert tree_digests(cache_dir(root, "p")) == digests(model)
 
 
+def test_a_journal_claiming_a_prefix_never_fetched_does_not_publish_a_wrong_file(
+    killed: list[str], model: dict[str, bytes], root: Path, moto: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = journal_path(root, "p")
+    header = json.loads(path.read_text().splitlines()[0])
+    claimed = 3 * MIB
+    fd = os.open(staging(root, "p") / "weights.bin.warmstart-part", os.O_RDONLY)
+    try:  # a prefix of a part never written, with the digest of the zeros on disk: it passes the re-check
+        lie = {"i": KEEP, "n": claimed, "p": partdigests.of_range(fd, KEEP * PART, claimed, header["algorithms"][0])}
+    finally:
+        os.close(fd)
+    with open(path, "a") as f:
+        f.write(json.dumps(lie) + "\n")
+
+    code, result, served = rerun(killed, root, moto, monkeypatch)
+
+    assert (code, result["reason"]) == (65, "ChecksumMismatch"), result
+    assert served == (PARTS - KEEP) * PART - claimed
+    assert not cache_dir(root, "p").exists()
+    code, result, served = rerun(killed, root, moto, monkeypatch)  # the bad file was dropped: fetched whole
+    assert (code, result["reason"]) == (0, "Downloaded"), result
+    assert tree_digests(cache_dir(root, "p")) == digests(model)
+
+
 def test_a_torn_last_line_and_a_journal_of_another_version_are_ignored() -> None:
     header = partjournal.Header({"size": 3 * PART, "etag": "x-3"}, PART, ("CRC64NVME",))
     lines = [json.dumps(header.to_json()), '{"i": 0, "d": {"CRC64NVME": "ab"}}', '{"i": 1, "d": {"CRC6']
