@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -258,16 +259,9 @@ class PrefixAwarePolicy:
         # a little more imbalance than placing it
         placing = share_bound(total, len(by_name), self.balance_epsilon, max(0.0, self.balance_slack - 1))
         keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
-        first: list[str] = []
-        rest: list[str] = []
-        for name in ranked:
-            bound = keeping if name in matched else placing
-            if by_name[name].inflight < ceiling and shares.recent(name) < bound:
-                first.append(name)
-            else:
-                rest.append(name)
-        spilled = bool(ranked) and (not first or first[0] != ranked[0])
-        rest.sort(key=lambda n: by_name[n].inflight)
+        first, rest, spilled = self._split(
+            ranked, lambda _, name: keeping if name in matched else placing, ceiling, by_name
+        )
         if first:
             best_match = matched.get(first[0], 0)
             if best_match == 0:
@@ -308,30 +302,44 @@ class PrefixAwarePolicy:
         total = shares.total()
         keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
         placing = share_bound(total, len(by_name), self.balance_epsilon, 0.0)
-        first: list[str] = []
-        rest: list[str] = []
         # a holder has this conversation's own history when it matches a whole block past the anchor's
         # last one, or when it is the anchor's only holder; several holders and no history: an opening
         # many conversations share (the same first question), spread like a hot prefix
         past_anchor = -(-key.anchor_chars // self.block_chars)  # blocks that hold some of the anchor
         own = {n for n in holders if len(holders) == 1 or matched.get(n, 0) > past_anchor}
-        for position, name in enumerate(ranked):
+
+        def bound(position: int, name: str) -> float:
             if not key.fresh and (name in own or (position == 0 and not holders)):
-                bound = math.inf  # a conversation stays where it is; only the burst ceiling and the cap move it
-            elif name in holders:
-                bound = keeping  # a repeated first turn or opening is a hot prefix: keep it within the slack
-            else:
-                bound = placing  # a new conversation: the share bound without slack
-            if by_name[name].inflight < ceiling and shares.recent(name) < bound:
+                return math.inf  # a conversation stays where it is; only the burst ceiling and the cap move it
+            if name in holders:
+                return keeping  # a repeated first turn or opening is a hot prefix: keep it within the slack
+            return placing  # a new conversation: the share bound without slack
+
+        first, rest, spilled = self._split(ranked, bound, ceiling, by_name)
+        candidates = tuple(first + rest)
+        if not candidates:
+            return Decision(())
+        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
+
+    def _split(
+        self,
+        ranked: list[str],
+        bound: Callable[[int, str], float],
+        ceiling: int,
+        by_name: dict[str, ReplicaLoad],
+    ) -> tuple[list[str], list[str], bool]:
+        """The ranked replicas under the burst ceiling and their share `bound(position, name)`, in rank order;
+        the others, least in flight first; and whether the best-ranked one was passed over (a spill)."""
+        first: list[str] = []
+        rest: list[str] = []
+        for position, name in enumerate(ranked):
+            if by_name[name].inflight < ceiling and self.shares.recent(name) < bound(position, name):
                 first.append(name)
             else:
                 rest.append(name)
         spilled = bool(ranked) and (not first or first[0] != ranked[0])
         rest.sort(key=lambda n: by_name[n].inflight)
-        candidates = tuple(first + rest)
-        if not candidates:
-            return Decision(())
-        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
+        return first, rest, spilled
 
     def _ceiling(self, snapshot: Snapshot) -> int:
         ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
