@@ -223,7 +223,11 @@ def test_every_corpus_manifest_applies_and_renders_its_children(
         preload = next(c for c in mig["spec"]["initContainers"] if c["name"] == deployments.INIT_CONTAINER)
         assert ROLE in " ".join(preload["args"])
         assert _worker(_pod_spec(apps, namespace, "llama-alpha"))["resources"]["limits"] == {"nvidia.com/gpu": "4"}
-        status = ep.status(api_client, namespace, "llama-alpha", "jumpstartmodels")
+        # the status is patched after the Deployment is applied: wait for it rather than read it once
+        status = kube.wait_for(
+            lambda: (s := ep.status(api_client, namespace, "llama-alpha", "jumpstartmodels")).get("resolved") and s,
+            what="llama-alpha resolved status",
+        )
         assert status["resolved"]["modelSourceConfig"]["s3Storage"]["roleArn"] == ROLE
 
         # resources.claims: accepted, and the API server's refusal of the Deployment is the endpoint's status
