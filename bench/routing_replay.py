@@ -2,6 +2,10 @@
 
     python bench/routing_replay.py                      # default knobs, every workload, 1/2/4 routers
     python bench/routing_replay.py balanceEpsilon=0.3   # try other RouterConfig knobs
+    python bench/routing_replay.py seeds=5              # mean over 5 seeds of every workload (one by default)
+
+Each workload also runs under a model of SGLang's ``cache_aware`` (default and tight guard,
+``sglang_model.py``) so a policy change can be screened against it, p99 TTFT included.
 
 The model is the simulator's engine reduced to arithmetic: each replica has an LRU prefix cache
 of ``cache_tokens`` (the benchmark's size), a serial prefill at 10,000 tokens/s and decode at 40
@@ -22,6 +26,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import sglang_model
 from warmstart.api.routers import RouterConfig
 from warmstart.router import strategies
 from warmstart.router.prefixes import prompt_key
@@ -55,13 +60,25 @@ class _Replica:
 class Fleet:
     """N replicas, R router instances with their own policy state and their own in-flight view."""
 
-    def __init__(self, config: RouterConfig, routers: int, cache_tokens: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: RouterConfig,
+        routers: int,
+        cache_tokens: int,
+        seed: int = 0,
+        sglang: dict[str, float] | None = None,
+    ) -> None:
         self.config = config
         self.names = [f"r{i}" for i in range(FLEET)]
         blocks = EngineParams(cache_tokens=cache_tokens).cache_blocks
         self.replicas = {name: _Replica(BlockCache(blocks)) for name in self.names}
-        self.policies = [strategies.build(config, random.Random(seed + i)) for i in range(routers)]
+        self.policies: list[strategies.Policy] = [
+            sglang_model.SGLangCacheAware(**sglang) if sglang else strategies.build(config, random.Random(seed + i))  # type: ignore[arg-type]
+            for i in range(routers)
+        ]
         self.local = [dict.fromkeys(self.names, 0) for _ in range(routers)]
+        # per router: (first byte at, replica, uncached characters expected) of requests not yet answered
+        self.prefilling: list[list[tuple[float, str, int]]] = [[] for _ in range(routers)]
         self.rng = random.Random(seed)
         self.queries = self.hits = 0.0
         self.ttfts: list[float] = []
@@ -75,8 +92,15 @@ class Fleet:
         key = prompt_key(
             "", body, block_chars=self.config.block_chars, max_blocks=self.config.max_blocks, session=session
         )
-        view = strategies.Snapshot(tuple(strategies.ReplicaLoad(n, self.local[router][n]) for n in self.names))
-        name = self.policies[router].choose(view, key).candidates[0]
+        pending = self.prefilling[router] = [p for p in self.prefilling[router] if p[0] > now]
+        backlog = dict.fromkeys(self.names, 0)
+        for _, replica_name, chars in pending:
+            backlog[replica_name] += chars
+        view = strategies.Snapshot(
+            tuple(strategies.ReplicaLoad(n, self.local[router][n], backlog[n]) for n in self.names)
+        )
+        decision = self.policies[router].choose(view, key)
+        name = decision.candidates[0]
         self.policies[router].placed(name, key)
         self.local[router][name] += 1
         replica = self.replicas[name]
@@ -89,6 +113,7 @@ class Fleet:
         start = max(now, replica.free_at)
         replica.free_at = start + (tokens - hit) / PREFILL_TPS
         ttft = replica.free_at - now + 0.003
+        pending.append((now + ttft, name, max(0, key.chars - decision.matched_blocks * self.config.block_chars)))
         self.ttfts.append(ttft)
         finish = now + ttft + output_tokens / DECODE_TPS
         self.busy_seconds += finish - now
@@ -166,9 +191,18 @@ SCENARIOS: dict[tuple[str, str], dict[str, float]] = {
 }
 
 
-def run(config: RouterConfig, workload: str, load: str, routers: int, groups: int = 32, per_group: int = 8) -> Outcome:
+def run(
+    config: RouterConfig,
+    workload: str,
+    load: str,
+    routers: int,
+    groups: int = 32,
+    per_group: int = 8,
+    sglang: dict[str, float] | None = None,
+    seed: int = 0,
+) -> Outcome:
     cache_tokens = groups * 2048 // 2
-    fleet = Fleet(config, routers, cache_tokens)
+    fleet = Fleet(config, routers, cache_tokens, seed=seed, sglang=sglang)
     scenario = SCENARIOS[(workload, load)]
     if workload == "multi_turn":
         users = workloads.multi_turn(
@@ -176,6 +210,7 @@ def run(config: RouterConfig, workload: str, load: str, routers: int, groups: in
             rounds=5,
             think_s=scenario.get("think_s", 2.0),
             spread_s=scenario.get("spread_s", 5.0),
+            seed=2 + seed,
         )
         return chat(fleet, users)
     requests = workloads.shared_prefix(
@@ -184,23 +219,45 @@ def run(config: RouterConfig, workload: str, load: str, routers: int, groups: in
         rate=scenario["rate"],
         output_tokens=int(scenario["output"]),
         hot_share=0.5 if workload == "hot_prefix" else 0.0,
+        seed=1 + seed,
     )
     return open_loop(fleet, requests)
 
 
+def mean(outcomes: list[Outcome]) -> Outcome:
+    """The mean of each figure over several seeds (per-replica counts dropped)."""
+    n = len(outcomes)
+    return Outcome(
+        sum(o.hit_ratio for o in outcomes) / n,
+        sum(o.max_mean_share for o in outcomes) / n,
+        sum(o.ttft_p99_ms for o in outcomes) / n,
+        sum(o.mean_inflight for o in outcomes) / n,
+    )
+
+
+SGLANG: dict[str, dict[str, float]] = {"sg-dflt": sglang_model.DEFAULT, "sg-guard": sglang_model.GUARD}
+
+
 def main() -> int:
     knobs = {k: yaml.safe_load(v) for k, v in (a.split("=", 1) for a in sys.argv[1:])}
+    seeds = int(knobs.pop("seeds", 1))
     config = RouterConfig.model_validate(
         {"strategy": "prefixaware", "indexCapacityBlocks": 32 * 2048 // 2 * 4 // 256, **knobs}
     )
     print(f"knobs: {knobs}")
-    print(f"{'workload':14s} {'load':5s} {'R':>2s} {'hit':>6s} {'share':>6s} {'p99 ms':>7s} {'inflight':>8s}")
+    print(f"{'workload':14s} {'load':5s} {'router':>8s} {'hit':>6s} {'share':>6s} {'p99 ms':>7s} {'inflight':>8s}")
     for workload, load in SCENARIOS:
-        for routers in (1, 2, 4):
-            out = run(config, workload, load, routers)
+        rows = [(f"x{r}", mean([run(config, workload, load, r, seed=s) for s in range(seeds)])) for r in (1, 2, 4)]
+        rows += [
+            (label, mean([run(config, workload, load, 1, sglang=sg, seed=s) for s in range(seeds)]))
+            for label, sg in SGLANG.items()
+        ]
+        best = min(out.ttft_p99_ms for label, out in rows if label.startswith("sg"))
+        for label, out in rows:
             print(
-                f"{workload:14s} {load:5s} {routers:2d} {out.hit_ratio:6.3f} {out.max_mean_share:6.2f} "
-                f"{out.ttft_p99_ms:7.0f} {out.mean_inflight:8.2f}",
+                f"{workload:14s} {load:5s} {label:>8s} {out.hit_ratio:6.3f} {out.max_mean_share:6.2f} "
+                f"{out.ttft_p99_ms:7.0f} {out.mean_inflight:8.2f}"
+                + (f"  p99 x{out.ttft_p99_ms / best:.2f} of best SGLang" if label == "x1" else ""),
                 flush=True,
             )
     return 0

@@ -15,7 +15,8 @@ the first is the choice, the next ones are used only when a replica refuses the 
    and adding or removing a replica moves only about 1/N of them.
 3. With ``prefill_aware`` (off by default), among eligible replicas that hold the longest
    match the one with the shortest estimated prefill backlog wins (uncached prompt characters
-   sent to it and not yet answered).
+   sent to it and not yet answered), and a prompt cached nowhere whose home has a backlog goes
+   to its second candidate when that one has none (no cold prefill queued behind another).
 4. A replica is eligible while (a) its in-flight count is below the concurrency cap and the
    burst ceiling ``max(min_ceiling, ceil((1+eps) x (total in-flight + 1) / N))``, and (b) its
    share of this router's recent requests (:class:`ShareMeter`, decayed per request) is below
@@ -265,9 +266,13 @@ class PrefixAwarePolicy:
         if first:
             best_match = matched.get(first[0], 0)
             if best_match == 0:
-                # cached nowhere eligible: the least loaded of the first few homes (power of choices)
-                head = first[: self.home_choices]
-                best = min(head, key=lambda n: (self._backlog(by_name[n]), by_name[n].inflight, rank[n]))
+                # cached nowhere eligible: the least loaded of the first few homes (power of choices); with
+                # prefill_aware a home busy prefilling hands a cold prompt to the next one, when that one is idle
+                head = first[: max(self.home_choices, 2 if self.prefill_aware else 1)]
+                by_load = self.home_choices > 1
+                best = min(
+                    head, key=lambda n: (self._backlog(by_name[n]), by_name[n].inflight if by_load else 0, rank[n])
+                )
             else:
                 # several replicas hold the longest match: the one with the smallest recent request
                 # share (a shared prefix such as a system prompt spreads its users over its copies),

@@ -222,12 +222,22 @@ def test_among_holders_the_shortest_prefill_backlog_wins() -> None:
 
 
 def test_a_new_prefix_avoids_the_home_with_a_prefill_backlog() -> None:
-    policy = prefixaware(prefill_aware=True, home_choices=2)
-    order = policy.choose(snapshot(), key(22)).candidates
-    busy = Snapshot(tuple(ReplicaLoad(n, 0, 9000 if n == order[0] else 0) for n in NAMES))
-    assert policy.choose(busy, key(22)).candidates[0] == order[1]
+    for policy in (prefixaware(prefill_aware=True), prefixaware(prefill_aware=True, home_choices=2)):
+        order = policy.choose(snapshot(), key(22)).candidates
+        busy = Snapshot(tuple(ReplicaLoad(n, 0, 9000 if n == order[0] else 0) for n in NAMES))
+        assert policy.choose(busy, key(22)).candidates[0] == order[1]
     blind = prefixaware(prefill_aware=False)
     assert blind.choose(busy, key(22)).candidates[0] == order[0]
+
+
+def test_with_prefill_aware_alone_an_idle_home_keeps_a_new_prefix_whatever_the_in_flight_counts() -> None:
+    """Only a prefill backlog moves a cold prompt off its home (routers agree on idle homes); the
+    in-flight counts each router sees differ, so they break ties only with ``home_choices`` > 1."""
+    policy = prefixaware(prefill_aware=True)
+    order = policy.choose(snapshot(), key(23)).candidates
+    assert policy.choose(snapshot({order[0]: 3}), key(23)).candidates[0] == order[0]
+    both_busy = Snapshot(tuple(ReplicaLoad(n, 0, {order[0]: 9000, order[1]: 4000}.get(n, 0)) for n in NAMES))
+    assert policy.choose(both_busy, key(23)).candidates[0] == order[1]  # the shorter backlog of the two
 
 
 def test_an_existing_prefix_stays_with_its_first_holder_when_a_replica_joins() -> None:
