@@ -363,3 +363,12 @@ def _issue14(row: Any, add: Any) -> None:
                     f"{ours:.0f} vs {theirs:.0f} ms (x{_div(ours, theirs)})",
                     ours <= theirs,
                 )
+                tuned = row(workload, "warmstart prefixaware prefill")
+                if tuned:  # prefillAware, the single-router setting (docs/router.md)
+                    best = min(peers, key=lambda r: r.ttft_p99_ms)
+                    add(
+                        f"{workload}: TTFT p99 with prefillAware (one router) <= best SGLang ({best.router})",
+                        f"{tuned.ttft_p99_ms:.0f} vs {best.ttft_p99_ms:.0f} ms "
+                        f"(x{_div(tuned.ttft_p99_ms, best.ttft_p99_ms)}), hit ratio {tuned.hit_ratio:.3f}",
+                        tuned.ttft_p99_ms <= best.ttft_p99_ms,
+                    )

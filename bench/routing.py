@@ -91,6 +91,7 @@ def routers_for(quick: bool, with_sglang: bool) -> list[str]:
         "warmstart prefixaware before",
         "warmstart prefixaware x2",
         "warmstart prefixaware x4",
+        "warmstart prefixaware prefill",  # prefillAware: p99 TTFT for a single router (docs/router.md)
     ]
     if not quick:
         names[:0] = ["warmstart random", "warmstart roundrobin", "warmstart leastoutstanding", "warmstart session"]
@@ -213,7 +214,8 @@ async def start_target(
     session: aiohttp.ClientSession, name: str, fleet_urls: list[str], ideal_url: str, cfg: dict[str, object], logs: Path
 ) -> fleets.RouterUnderTest:
     kind, _, rest = name.partition(" ")
-    policy, _, variant = rest.partition(" ")  # "x4": four router processes; "before": BASELINE_REF; "guard"
+    # "x4": four router processes; "before": BASELINE_REF; "guard"; "prefill": prefillAware on
+    policy, _, variant = rest.partition(" ")
     if kind == "ideal":
         return fleets.RouterUnderTest("ideal", ideal_url, "direct")
     if kind == "sglang":
@@ -230,6 +232,8 @@ async def start_target(
         "maxConcurrentRequests": EngineParams().max_running // copies,
     }
     extra.update(cfg.get("router_config") or {})  # type: ignore[call-overload]
+    if variant == "prefill":
+        extra["prefillAware"] = True
     source = fleets.checkout(str(cfg["baseline_ref"]), logs.parent) if variant == "before" else None
     target = await fleets.start_warmstart(session, policy, fleet_urls[:FLEET], logs, extra, source)
     for _ in range(copies - 1):
