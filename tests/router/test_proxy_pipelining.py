@@ -1,12 +1,12 @@
 """Pipelined requests on one connection are answered in request order, refusals included.
 
 A client pipelines a request whose reply the replica streams slowly, then a request the router
-refuses itself (413, 400, 431, 408, 503): the client must read the first response complete,
-byte for byte, then the refusal, then the end of the connection; nothing sent after a refused
-request is answered. Real sockets against an in-process router; the replica is a small aiohttp
-app that holds the rest of its reply until the test has seen the router refuse the second
-request (the refusal is counted as a ``bad_request`` when the router decides it).
-"""
+refuses itself (413, 400 malformed or upgrade, 431, 408, 503): the client must read the first
+response complete, byte for byte, then the refusal, then the end of the connection; nothing sent
+after a refused request is answered, and an interim ``100 Continue`` waits its turn too. Real
+sockets against an in-process router; the replica is a small aiohttp app that holds the rest of
+its reply until the test has seen the router refuse the second request (counted as a
+``bad_request``) or end the connection."""
 
 from __future__ import annotations
 
@@ -150,6 +150,10 @@ def malformed() -> bytes:
     return b"GET /health HTTP/1.1 what\r\nHost: r\r\n\r\n"
 
 
+def upgrade() -> bytes:
+    return b"GET /health HTTP/1.1\r\nHost: r\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+
+
 def head_too_large() -> bytes:
     return b"GET /health HTTP/1.1\r\nHost: r\r\n" + b"X-Pad: " + b"p" * (80 * KIB) + b"\r\n"
 
@@ -169,6 +173,7 @@ CASES: dict[str, tuple[Callable[[], bytes], int, RouterConfig]] = {
     "413 content-length": (oversized_by_length, 413, SMALL_LIMITS),
     "413 chunked body": (oversized_chunked, 413, SMALL_LIMITS),
     "400 malformed request line": (malformed, 400, SMALL_LIMITS),
+    "400 protocol upgrade": (upgrade, 400, SMALL_LIMITS),
     "431 head too large": (head_too_large, 431, SMALL_LIMITS),
     "408 body late": (body_late, 408, SMALL_LIMITS),
     "503 byte budget": (over_the_budget, 503, SMALL_BUDGET),
@@ -243,6 +248,17 @@ async def test_a_refused_first_request_ends_the_connection_before_anything_pipel
     assert await asyncio.wait_for(reader.read(), timeout=30) == b""
     writer.close()
     assert router.router.status()["inflight"] == 0
+
+
+async def test_a_protocol_upgrade_alone_is_a_400(routers: RouterFactory) -> None:
+    router = await routers(SMALL_LIMITS, [])
+    host, port = router.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(upgrade())
+    status, headers, _ = await read_response(reader)
+    assert status == 400 and headers[b"connection"] == b"close"
+    assert await asyncio.wait_for(reader.read(), timeout=30) == b""
+    writer.close()
 
 
 async def test_an_interim_100_continue_waits_for_the_streaming_response_before_it(
