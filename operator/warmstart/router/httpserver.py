@@ -8,7 +8,10 @@ client gets 408, 413 or 503 and the connection is closed. The application's hand
 the whole body is held; a client that hangs up cancels it. Responses are written straight to
 the transport; a relay that must not outrun the client registers as the connection's
 ``follower``, which is paused while the client's socket is full.
-Requests pipelined on one connection are answered in order, one at a time.
+Requests pipelined on one connection are answered in order, one at a time. A request the server
+refuses itself is answered in its place too, after the responses to the requests before it (which
+are completed; what the client sends meanwhile is dropped, nothing after the refused request is
+parsed), and then the connection is closed; an interim ``100 Continue`` waits likewise.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ class Application(Protocol):
         ...
 
     def refused(self, status: int) -> None:
-        """The server answered ``status`` itself (a body too large, too slow or over the budget)."""
+        """The server refuses a request with ``status`` itself (malformed, too large, too slow, over the budget)."""
         ...
 
 
@@ -126,6 +129,10 @@ class Connection(asyncio.Protocol):
         self.answering_head = False
         """The request whose head or body is being received."""
         self._limit = 0
+        self._continue = False
+        """The request being received asked for ``100 Continue`` and has not had it yet."""
+        self._refusal: tuple[int, bytes, tuple[tuple[bytes, bytes], ...]] | None = None
+        """(status, body, headers) of the error that ends the connection, once the responses before it are out."""
         self._ready: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
         self._head_timer: asyncio.TimerHandle | None = None
@@ -162,9 +169,14 @@ class Connection(asyncio.Protocol):
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client went away: stop working for it
 
+    @property
+    def _reading(self) -> bool:
+        """Requests are still parsed: the connection is open and no request was refused."""
+        return not self.closed and self._refusal is None
+
     def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
+        if not self._reading:
+            return  # after a refusal: dropped, so that the client reads its answers rather than a reset
         if self._request is None:
             self._head_bytes += len(data)
         try:
@@ -172,10 +184,9 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             self._refuse(400, "protocol upgrades are not supported", "invalid_request_error")
         except httptools.HttpParserError:
-            if not self.closed:
-                self._refuse(400, "malformed HTTP request", "invalid_request_error")
+            self._refuse(400, "malformed HTTP request", "invalid_request_error")
             return
-        if self.closed:
+        if not self._reading:
             return
         if self._request is None and self._head_bytes > MAX_HEAD_BYTES:
             self._refuse(431, "request head too large", "invalid_request_error")
@@ -206,7 +217,7 @@ class Connection(asyncio.Protocol):
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        if self.closed:
+        if not self._reading:
             return
         self._cancel_head_timer()
         limit, deadline = self.app.body_limits()
@@ -219,12 +230,14 @@ class Connection(asyncio.Protocol):
             return
         self._request, self._limit = request, limit
         self._body_deadline = self.loop.time() + deadline
-        if request.header(b"expect") == b"100-continue" and self.transport is not None:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if request.header(b"expect") == b"100-continue":
+            self._continue = True
+            if self._task is None:  # else once the responses before it are out
+                self._send_continue()
 
     def on_body(self, body: bytes) -> None:
         request = self._request
-        if request is None or self.closed:
+        if request is None or not self._reading:
             return
         if request.body.size + len(body) > self._limit:
             self._refuse(413, f"request body exceeds {self._limit} bytes", "request_too_large")
@@ -238,9 +251,13 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         request = self._request
-        if request is None or self.closed:
+        if request is None or not self._reading:
+            return
+        if self._parser.should_upgrade():  # the parser stops here (HttpParserUpgrade): refuse this request
+            self._refuse(400, "protocol upgrades are not supported", "invalid_request_error")
             return
         self._request = None
+        self._continue = False
         self._head_bytes = 0
         if self._body_timer is not None:
             self._body_timer.cancel()
@@ -275,8 +292,14 @@ class Connection(asyncio.Protocol):
                 self._paused = False
                 self.transport.resume_reading()
         self._task = None
-        if not self.closed and self._request is None:
+        if self.closed:
+            return
+        if self._refusal is not None:
+            self._send_refusal()
+        elif self._request is None:
             self._arm_head_timer()
+        elif self._continue:
+            self._send_continue()
 
     # ---- writing (for handlers)
 
@@ -325,15 +348,33 @@ class Connection(asyncio.Protocol):
     # ---- internals
 
     def _refuse(self, status: int, message: str, kind: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
-        """Answer an error before the handler runs and close: the rest of the request is not read."""
+        """Refuse the request being received before the handler runs, and end the connection.
+
+        Nothing more is parsed; the error goes out once the responses to the requests before it are.
+        """
+        if not self._reading:
+            return
         if self._request is not None:
             self._request.body.release()
             self._request = None
-        if self._task is None:  # no response of an earlier request is still being written
-            self.keep_alive = False
-            self.respond(status, json_body(status, message, kind), headers)
-            self.app.refused(status)
+        self._cancel_timers()
+        self._continue = False
+        self._refusal = (status, json_body(status, message, kind), tuple(headers))
+        self.app.refused(status)
+        if self._task is None:  # no response to an earlier request is still to be written
+            self._send_refusal()
+
+    def _send_refusal(self) -> None:
+        if self._refusal is None or self.closed:
+            return
+        status, body, headers = self._refusal
+        self.keep_alive = False
+        self.respond(status, body, headers)
         self._close_lingering()
+
+    def _send_continue(self) -> None:
+        self._continue = False
+        self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _close_lingering(self) -> None:
         """Send what is written and end our side; drop what still comes in; close after a while."""
