@@ -3,8 +3,8 @@
 Parts of every file go through one pool of `concurrency` threads, file by file (largest first), so files finish
 early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body into a
 reused buffer (`s3bodies`), digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset.
-Once the part is whole it is queued; every half second each file with new parts is fdatasynced once, then those
-parts are recorded in its `partjournal` (see `Durable`), and so are the written prefixes of the parts still
+Once the part is whole it is queued; every half second (or sooner, once 64 MiB arrived) each file with new parts
+is fdatasynced once, then those parts are recorded in its `partjournal` (see `Durable`), and so are the written prefixes of the parts still
 arriving, with their CRC: a kill mid-part loses only what came after the last flush. A file whose parts are all
 there is handed to `on_done` with its parts' digests. On start, the parts and prefixes an earlier run recorded are
 re-checked from disk and kept; a kept prefix is read back into the part's digests and only the rest is fetched.
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 5  # per part, for a body cut short (the request itself is retried by botocore)
 FLUSH_SECONDS = 0.5  # how often received parts are made durable and journaled
+FLUSH_BYTES = 64 << 20  # ... or sooner, once this many bytes arrived since the last flush (a fast link)
 
 
 @dataclasses.dataclass
@@ -216,14 +217,19 @@ class Durable:
     """Journals received parts in batches: every `interval` seconds, one fdatasync per file, then one journal append.
 
     A part is journaled only after its file was fdatasynced, so a recorded part is on disk. Batching keeps the
-    download threads from waiting on the disk (an fdatasync per part serialised them); a kill loses at most the parts
-    of the last interval, which the resume fetches again."""
+    download threads from waiting on the disk (an fdatasync per part serialised them). A flush also starts as soon
+    as `flush_bytes` arrived since the last one: on a fast link half a second is hundreds of MiB, and a flush that
+    syncs them all takes long enough for a kill to land before anything is journaled. A kill loses at most what
+    arrived since the last flush finished, which the resume fetches again."""
 
-    def __init__(self, interval: float = FLUSH_SECONDS) -> None:
-        self.interval = interval
+    def __init__(self, interval: float = FLUSH_SECONDS, flush_bytes: int = FLUSH_BYTES) -> None:
+        self.interval, self.flush_bytes = interval, flush_bytes
         self.lock = threading.Lock()
         self.pending: dict[int, tuple[Job, dict[int, dict[str, str]]]] = {}
         self.progress: dict[tuple[int, int], tuple[Job, partjournal.Prefix]] = {}
+        self.arrived = 0  # bytes reported since the last flush began
+        self.seen: dict[tuple[int, int], int] = {}  # part -> the length it last reported
+        self.due = threading.Event()  # set when `flush_bytes` arrived, or to stop
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="s3-journal", daemon=True)
         self.error: BaseException | None = None
@@ -234,6 +240,7 @@ class Durable:
 
     def __exit__(self, *exc: object) -> None:
         self.stopped.set()
+        self.due.set()
         self.thread.join()
         self.flush()
 
@@ -241,16 +248,24 @@ class Durable:
         with self.lock:
             self.pending.setdefault(id(job), (job, {}))[1][index] = digests
             self.progress.pop((id(job), index), None)
+            self.seen.pop((id(job), index), None)
 
     def arriving(self, job: Job, index: int, length: int, digest: str) -> None:
         """The first `length` bytes of part `index` are written (not yet durable); `digest` is theirs."""
+        key = (id(job), index)
         with self.lock:
-            self.progress[(id(job), index)] = (job, (length, digest))
+            self.progress[key] = (job, (length, digest))
+            self.arrived += length - self.seen.get(key, job.prefixes.get(index, 0))
+            self.seen[key] = length
+            if self.arrived >= self.flush_bytes:
+                self.due.set()
 
     def flush(self) -> None:
         with self.lock:
             batch, self.pending = self.pending, {}
             arriving, self.progress = self.progress, {}
+            self.arrived = 0
+            self.due.clear()
         files: dict[int, tuple[Job, dict[int, dict[str, str]], dict[int, partjournal.Prefix]]] = {
             key: (job, parts, {}) for key, (job, parts) in batch.items()
         }
@@ -262,7 +277,10 @@ class Durable:
                 job.journal.record(parts, {i: p for i, p in prefixes.items() if i not in parts})
 
     def _run(self) -> None:
-        while not self.stopped.wait(self.interval):
+        while True:
+            self.due.wait(self.interval)
+            if self.stopped.is_set():
+                return
             try:
                 self.flush()
             except OSError as exc:  # a disk error: the parts stay unjournaled, the final flush raises it
