@@ -129,6 +129,8 @@ class Connection(asyncio.Protocol):
         self._ready: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_due: float | None = None
+        """When the awaited request head must be complete; None while a request is being served."""
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_deadline = 0.0
         self._linger: asyncio.TimerHandle | None = None
@@ -208,7 +210,7 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if self.closed:
             return
-        self._cancel_head_timer()
+        self._head_due = None  # the timer stays armed: it is pushed back, not re-created, per request
         limit, deadline = self.app.body_limits()
         request = Request(self._parser.get_method(), self._url, self._headers, self.peer, self.app.budget)
         request.keep_alive = self._parser.should_keep_alive()
@@ -348,7 +350,10 @@ class Connection(asyncio.Protocol):
         self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _arm_head_timer(self) -> None:
-        self._head_timer = self.loop.call_later(self.header_timeout, self._head_late)
+        """Expect the next request head within ``header_timeout`` (one timer per connection, re-armed when it fires)."""
+        self._head_due = self.loop.time() + self.header_timeout
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_at(self._head_due, self._head_late)
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -363,6 +368,12 @@ class Connection(asyncio.Protocol):
 
     def _head_late(self) -> None:
         self._head_timer = None
+        due = self._head_due
+        if due is None:
+            return  # a request is being served; the next response arms the timer again
+        if due > self.loop.time():  # pushed back since it was armed
+            self._head_timer = self.loop.call_at(due, self._head_late)
+            return
         if self._task is None and self._request is None:
             self.close()  # an idle keep-alive connection, or a head that never completed
 
