@@ -128,6 +128,11 @@ class Connection(asyncio.Protocol):
         self._limit = 0
         self._ready: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
+        """The connection's serving task: started by its first request, then waiting between requests."""
+        self._next: asyncio.Future[None] | None = None
+        """What the serving task awaits while no request is ready."""
+        self._serving = False
+        """A request is being answered (its response may be partly written)."""
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_due: float | None = None
         """When the awaited request head must be complete; None while a request is being served."""
@@ -248,7 +253,10 @@ class Connection(asyncio.Protocol):
             self._body_timer.cancel()
             self._body_timer = None
         self._ready.append(request)
-        if self._task is None:
+        if self._next is not None:  # the serving task waits: wake it (cheaper than a task per request)
+            waiting, self._next = self._next, None
+            waiting.set_result(None)
+        elif self._task is None:
             self._task = self.loop.create_task(self._serve())
         elif len(self._ready) >= _MAX_PIPELINED and self.transport is not None and not self._paused:
             self._paused = True
@@ -257,7 +265,16 @@ class Connection(asyncio.Protocol):
     # ---- serving
 
     async def _serve(self) -> None:
-        while self._ready and not self.closed:
+        """Answer the ready requests in order; in between, wait for the next (cancelled with the connection)."""
+        while not self.closed:
+            if not self._ready:
+                self._serving = False
+                if self._request is None:
+                    self._arm_head_timer()
+                self._next = self.loop.create_future()
+                await self._next
+                continue
+            self._serving = True
             request = self._ready.popleft()
             self.keep_alive = request.keep_alive
             self.answering_head = request.method == b"HEAD"
@@ -276,9 +293,7 @@ class Connection(asyncio.Protocol):
             if self._paused and self.transport is not None:
                 self._paused = False
                 self.transport.resume_reading()
-        self._task = None
-        if not self.closed and self._request is None:
-            self._arm_head_timer()
+        self._serving = False
 
     # ---- writing (for handlers)
 
@@ -331,7 +346,7 @@ class Connection(asyncio.Protocol):
         if self._request is not None:
             self._request.body.release()
             self._request = None
-        if self._task is None:  # no response of an earlier request is still being written
+        if not self._serving:  # no response of an earlier request is still being written
             self.keep_alive = False
             self.respond(status, json_body(status, message, kind), headers)
             self.app.refused(status)
@@ -374,7 +389,7 @@ class Connection(asyncio.Protocol):
         if due > self.loop.time():  # pushed back since it was armed
             self._head_timer = self.loop.call_at(due, self._head_late)
             return
-        if self._task is None and self._request is None:
+        if not self._serving and self._request is None:
             self.close()  # an idle keep-alive connection, or a head that never completed
 
     def _body_late(self) -> None:
