@@ -54,7 +54,18 @@ def address(base: str) -> tuple[str, int, bytes, bytes]:
 class Exchange:
     """One request's response: status and headers, then body chunks to a sink, then the end."""
 
-    __slots__ = ("chunked", "done", "head", "headers", "length", "pending", "received", "sink", "status")
+    __slots__ = (
+        "chunked",
+        "content_type",
+        "done",
+        "head",
+        "headers",
+        "length",
+        "pending",
+        "received",
+        "sink",
+        "status",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0
@@ -62,6 +73,8 @@ class Exchange:
         self.length: int | None = None
         """Content-Length of the response, when it has one."""
         self.chunked = False
+        self.content_type: bytes | None = None
+        """The response's Content-Type value, when it has one."""
         self.received = 0
         """Bytes of the response received so far (head included)."""
         self.head: asyncio.Future[None] = loop.create_future()
@@ -159,6 +172,8 @@ class ReplicaConnection(asyncio.Protocol):
                 exchange.length = int(value)
             elif lower == b"transfer-encoding" and b"chunked" in value.lower():
                 exchange.chunked = True
+            elif lower == b"content-type" and exchange.content_type is None:
+                exchange.content_type = value
         if not exchange.head.done():
             exchange.head.set_result(None)
 
