@@ -95,11 +95,14 @@ class Application(Protocol):
         ...
 
 
-_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
+_STATUS_LINES = {
+    status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode()) for status in http.HTTPStatus
+}
 
 
 def status_line(status: int) -> bytes:
-    return b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
+    line = _STATUS_LINES.get(status)
+    return b"HTTP/1.1 %d Unknown\r\n" % status if line is None else line
 
 
 def json_body(status: int, message: str, kind: str) -> bytes:
@@ -309,7 +312,8 @@ class Connection(asyncio.Protocol):
     def head(self, status: int, headers: Iterable[tuple[bytes, bytes]], framing: bytes) -> bytes:
         """A response head: status line, ``headers``, then ``framing`` (Content-Length or chunked lines)."""
         lines = [status_line(status)]
-        lines.extend(b"%s: %s\r\n" % pair for pair in headers)
+        for name, value in headers:
+            lines += (name, b": ", value, b"\r\n")
         lines.append(framing)
         if not self.keep_alive:
             lines.append(b"Connection: close\r\n")
