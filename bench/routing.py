@@ -346,11 +346,34 @@ def _cpu_seconds(target: fleets.RouterUnderTest) -> float | None:
     total = 0.0
     for proc in [process, *process.children(recursive=True)]:
         try:
-            times = proc.cpu_times()
-            total += times.user + times.system
+            on_cpu = _scheduled_seconds(proc.pid)
+            if on_cpu is None:
+                times = proc.cpu_times()
+                on_cpu = times.user + times.system
+            total += on_cpu
         except psutil.NoSuchProcess:
             continue
     return total
+
+
+def _scheduled_seconds(pid: int) -> float | None:
+    """Seconds on CPU of all of a process's threads from Linux schedstat (nanoseconds; None elsewhere).
+
+    ``cpu_times`` counts in clock ticks (10 ms): over 400 requests of ~0.35 ms that is a 7% step.
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total, read = 0, False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+            read = True
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return total / 1e9 if read else None
 
 
 async def main_async(args: argparse.Namespace) -> int:

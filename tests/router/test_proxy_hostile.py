@@ -213,3 +213,19 @@ async def test_a_replicas_cookie_reaches_its_client_and_is_never_replayed_to_oth
         assert cookies_seen == [None, None]
     finally:
         await runner.cleanup()
+
+
+async def test_a_kept_alive_connection_stays_open_while_used_and_closes_when_idle(routers: RouterFactory) -> None:
+    router = await routers(RouterConfig(), [], header_timeout=1.5)
+    host, port = router.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    # ten requests a quarter second apart: longer in all than the header timeout, never idle that long
+    for _ in range(10):
+        writer.write(b"GET /health HTTP/1.1\r\nHost: r\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(head.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+        await reader.readexactly(length)
+        await asyncio.sleep(0.25)
+    assert await read_until_closed(reader) == b""  # then idle: closed by the router
+    writer.close()

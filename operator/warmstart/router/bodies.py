@@ -44,7 +44,7 @@ class ParsedBody:
 def parse_body(raw: bytes, limit: int, session_field: str) -> ParsedBody:
     """Parse ``raw`` and reduce it to a :class:`ParsedBody`; :class:`BadBody` if it is not a JSON object."""
     try:
-        body = json.loads(raw)
+        body = json.loads(_text(raw))
     except RecursionError:
         raise BadBody("request body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
@@ -55,6 +55,18 @@ def parse_body(raw: bytes, limit: int, session_field: str) -> ParsedBody:
     value = body.get(session_field)
     session = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else None
     return ParsedBody(head, chars, session)
+
+
+def _text(raw: bytes) -> str | bytes:
+    """``raw`` decoded when it is plainly UTF-8 (it opens an object with a non-NUL byte), else as is.
+
+    ``json.loads`` of bytes first guesses their encoding from the leading bytes (UTF-8/16/32, a
+    BOM); for a body that opens with ``{`` followed by a byte other than NUL that guess is always
+    UTF-8, so decoding here (as it would: ``surrogatepass``) skips it. Anything else is left to it.
+    """
+    if raw[:1] == b"{" and raw[1:2] != b"\x00":
+        return raw.decode("utf-8", "surrogatepass")
+    return raw
 
 
 class BodyParser:

@@ -98,11 +98,14 @@ class Application(Protocol):
         ...
 
 
-_REASONS = {status.value: status.phrase.encode() for status in http.HTTPStatus}
+_STATUS_LINES = {
+    status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode()) for status in http.HTTPStatus
+}
 
 
 def status_line(status: int) -> bytes:
-    return b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown"))
+    line = _STATUS_LINES.get(status)
+    return b"HTTP/1.1 %d Unknown\r\n" % status if line is None else line
 
 
 def json_body(status: int, message: str, kind: str) -> bytes:
@@ -135,7 +138,14 @@ class Connection(asyncio.Protocol):
         """(status, body, headers) of the error that ends the connection, once the responses before it are out."""
         self._ready: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
+        """The connection's serving task: started by its first request, then waiting between requests."""
+        self._next: asyncio.Future[None] | None = None
+        """What the serving task awaits while no request is ready."""
+        self._serving = False
+        """A request is being answered (its response may be partly written)."""
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_due: float | None = None
+        """When the awaited request head must be complete; None while a request is being served."""
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_deadline = 0.0
         self._linger: asyncio.TimerHandle | None = None
@@ -168,6 +178,11 @@ class Connection(asyncio.Protocol):
             self._ready.popleft().body.release()
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client went away: stop working for it
+
+    @property
+    def _answering(self) -> bool:
+        """A request before the one being received is being answered, or waits for the serving task."""
+        return self._serving or bool(self._ready)
 
     @property
     def _reading(self) -> bool:
@@ -219,7 +234,7 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if not self._reading:
             return
-        self._cancel_head_timer()
+        self._head_due = None  # the timer stays armed: it is pushed back, not re-created, per request
         limit, deadline = self.app.body_limits()
         request = Request(self._parser.get_method(), self._url, self._headers, self.peer, self.app.budget)
         request.keep_alive = self._parser.should_keep_alive()
@@ -232,7 +247,7 @@ class Connection(asyncio.Protocol):
         self._body_deadline = self.loop.time() + deadline
         if request.header(b"expect") == b"100-continue":
             self._continue = True
-            if self._task is None:  # else once the responses before it are out
+            if not self._answering:  # else once the responses before it are out
                 self._send_continue()
 
     def on_body(self, body: bytes) -> None:
@@ -263,7 +278,10 @@ class Connection(asyncio.Protocol):
             self._body_timer.cancel()
             self._body_timer = None
         self._ready.append(request)
-        if self._task is None:
+        if self._next is not None:  # the serving task waits: wake it (cheaper than a task per request)
+            waiting, self._next = self._next, None
+            waiting.set_result(None)
+        elif self._task is None:
             self._task = self.loop.create_task(self._serve())
         elif len(self._ready) >= _MAX_PIPELINED and self.transport is not None and not self._paused:
             self._paused = True
@@ -272,7 +290,21 @@ class Connection(asyncio.Protocol):
     # ---- serving
 
     async def _serve(self) -> None:
-        while self._ready and not self.closed:
+        """Answer the ready requests in order; in between, wait for the next (cancelled with the connection)."""
+        while not self.closed:
+            if not self._ready:
+                self._serving = False
+                if self._refusal is not None:  # the responses before a refused request are out: now its error
+                    self._send_refusal()
+                    break
+                if self._request is None:
+                    self._arm_head_timer()
+                elif self._continue:
+                    self._send_continue()
+                self._next = self.loop.create_future()
+                await self._next
+                continue
+            self._serving = True
             request = self._ready.popleft()
             self.keep_alive = request.keep_alive
             self.answering_head = request.method == b"HEAD"
@@ -291,15 +323,7 @@ class Connection(asyncio.Protocol):
             if self._paused and self.transport is not None:
                 self._paused = False
                 self.transport.resume_reading()
-        self._task = None
-        if self.closed:
-            return
-        if self._refusal is not None:
-            self._send_refusal()
-        elif self._request is None:
-            self._arm_head_timer()
-        elif self._continue:
-            self._send_continue()
+        self._serving = False
 
     # ---- writing (for handlers)
 
@@ -315,7 +339,8 @@ class Connection(asyncio.Protocol):
     def head(self, status: int, headers: Iterable[tuple[bytes, bytes]], framing: bytes) -> bytes:
         """A response head: status line, ``headers``, then ``framing`` (Content-Length or chunked lines)."""
         lines = [status_line(status)]
-        lines.extend(b"%s: %s\r\n" % pair for pair in headers)
+        for name, value in headers:
+            lines += (name, b": ", value, b"\r\n")
         lines.append(framing)
         if not self.keep_alive:
             lines.append(b"Connection: close\r\n")
@@ -361,7 +386,7 @@ class Connection(asyncio.Protocol):
         self._continue = False
         self._refusal = (status, json_body(status, message, kind), tuple(headers))
         self.app.refused(status)
-        if self._task is None:  # no response to an earlier request is still to be written
+        if not self._answering:  # no response to an earlier request is still to be written
             self._send_refusal()
 
     def _send_refusal(self) -> None:
@@ -389,7 +414,10 @@ class Connection(asyncio.Protocol):
         self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _arm_head_timer(self) -> None:
-        self._head_timer = self.loop.call_later(self.header_timeout, self._head_late)
+        """Expect the next request head within ``header_timeout`` (one timer per connection, re-armed when it fires)."""
+        self._head_due = self.loop.time() + self.header_timeout
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_at(self._head_due, self._head_late)
 
     def _cancel_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -404,7 +432,13 @@ class Connection(asyncio.Protocol):
 
     def _head_late(self) -> None:
         self._head_timer = None
-        if self._task is None and self._request is None:
+        due = self._head_due
+        if due is None:
+            return  # a request is being served; the next response arms the timer again
+        if due > self.loop.time():  # pushed back since it was armed
+            self._head_timer = self.loop.call_at(due, self._head_late)
+            return
+        if not self._serving and self._request is None:
             self.close()  # an idle keep-alive connection, or a head that never completed
 
     def _body_late(self) -> None:

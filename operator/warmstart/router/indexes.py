@@ -30,6 +30,8 @@ class PrefixIndex:
         alive = set(replicas)
         for depth, block in enumerate(blocks):
             holders = self._holders.get(block)
+            if holders is not None and alive <= holders:
+                continue  # every replica still matching holds this block too (the common case)
             survivors = alive & holders if holders else set()
             if depth:
                 for replica in alive - survivors:

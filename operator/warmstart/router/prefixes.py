@@ -16,6 +16,8 @@ from typing import Any
 #: Separators of the canonical chat rendering; unlikely in user text, stable across versions.
 _ROLE_SEP = "\x1e"
 _MSG_SEP = "\x1f"
+#: An empty BLAKE2b state with 8-byte digests, copied for each block.
+_BLAKE2B_8 = hashlib.blake2b(digest_size=8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,15 +145,28 @@ def _content_text(content: Any, head: _Head) -> None:
 
 
 def block_hashes(text: str, block_chars: int, max_blocks: int) -> tuple[int, ...]:
-    """Chained 64-bit hashes of the leading full ``block_chars``-sized blocks of ``text``."""
+    """Chained 64-bit hashes of the leading full ``block_chars``-sized blocks of ``text``.
+
+    Block i's hash is the 8-byte BLAKE2b digest of (block i-1's digest, or 8 zero bytes) followed
+    by block i's UTF-8 bytes.
+    """
     count = min(len(text) // block_chars, max_blocks)
+    if text.isascii():  # one byte per character: encode once, then slice bytes
+        data = text[: count * block_chars].encode("ascii")
+        chunks = [data[index * block_chars : (index + 1) * block_chars] for index in range(count)]
+    else:
+        chunks = [
+            text[index * block_chars : (index + 1) * block_chars].encode("utf-8", "surrogatepass")
+            for index in range(count)
+        ]
     hashes: list[int] = []
     previous = b"\x00" * 8
-    for index in range(count):
-        chunk = text[index * block_chars : (index + 1) * block_chars].encode("utf-8", "surrogatepass")
-        digest = hashlib.blake2b(previous + chunk, digest_size=8).digest()
-        hashes.append(int.from_bytes(digest, "big"))
-        previous = digest
+    for chunk in chunks:
+        state = _BLAKE2B_8.copy()  # cheaper than building a hasher per block
+        state.update(previous)
+        state.update(chunk)
+        previous = state.digest()
+        hashes.append(int.from_bytes(previous, "big"))
     return tuple(hashes)
 
 
@@ -199,5 +214,6 @@ def prompt_key(
 
 def stable_hash(*parts: str | int) -> int:
     """A 64-bit hash that is the same in every process (unlike ``hash()``), for rendezvous."""
-    data = "\x00".join(str(part) for part in parts).encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+    state = _BLAKE2B_8.copy()
+    state.update("\x00".join(str(part) for part in parts).encode("utf-8", "surrogatepass"))
+    return int.from_bytes(state.digest(), "big")

@@ -194,9 +194,7 @@ class TrafficApp:
                     self.pool.release(replica_connection)
             except (TimeoutError, OSError, upstream.UpstreamFailed):
                 continue
-            content_type = next(
-                (value for name, value in exchange.headers if name.lower() == b"content-type"), b"application/json"
-            )
+            content_type = b"application/json" if exchange.content_type is None else exchange.content_type
             return connection.respond(exchange.status, exchange.body(), content_type=content_type)
         return error(connection, 503, "no ready model replicas behind this router", "service_unavailable")
 

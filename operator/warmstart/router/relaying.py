@@ -69,7 +69,7 @@ class Relay:
         """Relay the reply whose head is in ``exchange`` to ``client``; the outcome label."""
         status = exchange.status
         headers = relayed_response_headers(exchange.headers)
-        sse = _is_sse(exchange.headers)
+        sse = _is_sse(exchange.content_type)
         length = exchange.length
         if not sse and length is not None and length <= WHOLE_REPLY_BYTES:
             try:
@@ -130,8 +130,5 @@ class Relay:
         return outcome
 
 
-def _is_sse(headers: list[tuple[bytes, bytes]]) -> bool:
-    for name, value in headers:
-        if name.lower() == b"content-type":
-            return value.split(b";", 1)[0].strip().lower() == b"text/event-stream"
-    return False
+def _is_sse(content_type: bytes | None) -> bool:
+    return content_type is not None and content_type.split(b";", 1)[0].strip().lower() == b"text/event-stream"

@@ -55,7 +55,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
@@ -64,9 +64,8 @@ from warmstart.router.prefixes import PromptKey, stable_hash
 from warmstart.router.shares import ShareMeter
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaLoad:
-    """One replica as the policy sees it."""
+class ReplicaLoad(NamedTuple):
+    """One replica as the policy sees it (a named tuple: one is built per replica per request)."""
 
     name: str
     inflight: int

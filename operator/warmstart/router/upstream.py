@@ -54,7 +54,18 @@ def address(base: str) -> tuple[str, int, bytes, bytes]:
 class Exchange:
     """One request's response: status and headers, then body chunks to a sink, then the end."""
 
-    __slots__ = ("chunked", "done", "head", "headers", "length", "pending", "received", "sink", "status")
+    __slots__ = (
+        "chunked",
+        "content_type",
+        "done",
+        "head",
+        "headers",
+        "length",
+        "pending",
+        "received",
+        "sink",
+        "status",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.status = 0
@@ -62,6 +73,8 @@ class Exchange:
         self.length: int | None = None
         """Content-Length of the response, when it has one."""
         self.chunked = False
+        self.content_type: bytes | None = None
+        """The response's Content-Type value, when it has one."""
         self.received = 0
         """Bytes of the response received so far (head included)."""
         self.head: asyncio.Future[None] = loop.create_future()
@@ -106,6 +119,7 @@ class ReplicaConnection(asyncio.Protocol):
         self._read_timeout = 0.0
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_due = 0.0
 
     # ---- asyncio.Protocol
 
@@ -158,6 +172,8 @@ class ReplicaConnection(asyncio.Protocol):
                 exchange.length = int(value)
             elif lower == b"transfer-encoding" and b"chunked" in value.lower():
                 exchange.chunked = True
+            elif lower == b"content-type" and exchange.content_type is None:
+                exchange.content_type = value
         if not exchange.head.done():
             exchange.head.set_result(None)
 
@@ -172,7 +188,6 @@ class ReplicaConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         exchange, self._exchange = self._exchange, None
-        self._stop_timer()
         self._keep_alive = self._parser.should_keep_alive()
         if exchange is not None and not exchange.done.done():
             exchange.done.set_result(None)
@@ -185,8 +200,9 @@ class ReplicaConnection(asyncio.Protocol):
         exchange = self._exchange = Exchange(self.loop)
         self._keep_alive = False
         self._read_timeout = read_timeout
-        self._last_read = self.loop.time()
-        self._timer = self.loop.call_at(self._last_read + read_timeout, self._check_read)
+        self._last_read = now = self.loop.time()
+        if self._timer is None or self._timer_due > now + read_timeout:
+            self._arm_timer(now + read_timeout)
         if len(body) <= _JOIN_BYTES:
             self.transport.write(head + body)  # one write, one segment: the common small request
         else:
@@ -214,7 +230,13 @@ class ReplicaConnection(asyncio.Protocol):
             self.closed = True
             self.transport.abort()
 
-    # ---- read timeout: one timer per exchange, pushed back while data keeps coming
+    # ---- read timeout: one timer per connection, pushed back while data keeps coming; it outlives
+    # an exchange (lapsing when it fires with none) so that a kept-alive connection's next
+    # exchange needs no new timer
+
+    def _arm_timer(self, due: float) -> None:
+        self._stop_timer()
+        self._timer, self._timer_due = self.loop.call_at(due, self._check_read), due
 
     def _check_read(self) -> None:
         self._timer = None
@@ -223,7 +245,7 @@ class ReplicaConnection(asyncio.Protocol):
             return
         due = self._last_read + self._read_timeout
         if self._paused or due > self.loop.time():
-            self._timer = self.loop.call_at(max(due, self.loop.time() + 0.05), self._check_read)
+            self._arm_timer(max(due, self.loop.time() + 0.05))
             return
         self._exchange = None
         exchange.fail(TimeoutError("the replica sent nothing within the read timeout"))

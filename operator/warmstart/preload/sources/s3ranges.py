@@ -4,10 +4,11 @@ Parts of every file go through one pool of `concurrency` threads, file by file (
 early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body into a
 reused buffer (`s3bodies`), digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset.
 Once the part is whole it is queued; every half second (or sooner, once 64 MiB arrived) each file with new parts
-is fdatasynced once, then those parts are recorded in its `partjournal` (see `Durable`), and so are the written prefixes of the parts still
-arriving, with their CRC: a kill mid-part loses only what came after the last flush. A file whose parts are all
-there is handed to `on_done` with its parts' digests. On start, the parts and prefixes an earlier run recorded are
-re-checked from disk and kept; a kept prefix is read back into the part's digests and only the rest is fetched.
+is fdatasynced once, then those parts are recorded in its `partjournal` (see `Durable`), and so are the written
+prefixes of the parts still arriving, with their CRC: a kill mid-part loses only what came after the last flush.
+A file whose parts are all there is handed to `on_done` with its parts' digests. On start, the parts and prefixes
+an earlier run recorded are re-checked from disk and kept; a kept prefix is read back into the part's digests and
+only the rest is fetched.
 """
 
 from __future__ import annotations
