@@ -516,8 +516,9 @@ def main() -> int:
             for server in resumes
         }
         env = {**os.environ, **CREDENTIALS, **IDENTITY}
-        last = f"bench-{list(resumes)[-1]}"
-        figures["if_missing_small"] = if_missing(env, root, last, workdir)
+        kept = [f"bench-{s}" for s in resumes if (root / "warmstart" / "weights" / f"bench-{s}").is_dir()]
+        if kept:  # moto's and versitygw's caches are removed with their servers
+            figures["if_missing_small"] = if_missing(env, root, kept[-1], workdir)
         shutil.rmtree(workdir / "s3files")
         shutil.rmtree(workdir / "src")
         sparse_cache(root, "sparse-100gb", 100 * GB, 50)
@@ -558,7 +559,7 @@ def report(figures: dict[str, Any], args: argparse.Namespace) -> None:
             f"= {resume['ratio']:.2f}x the clean run ({resume['clean_seconds']:.2f} s; median of "
             f"{len(resume['ratios'])}: {resume['ratios']})"
         )
-    for name in ("if_missing_small", "if_missing_100gb_sparse"):
+    for name in [n for n in ("if_missing_small", "if_missing_100gb_sparse") if n in figures]:
         f = figures[name]
         print(
             f"--if-missing on the {name[11:]} cache: {f['in_process_ms']:.1f} ms in process, "
