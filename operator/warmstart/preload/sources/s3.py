@@ -2,9 +2,9 @@
 
 Each file first gets its check plan (`s3plans`: one HEAD where the listing does not say enough), which fixes its
 part size and the digests of each part; `s3ranges` then fetches the parts of every file through one pool of
-requests, journaling each durable part. Every GET carries If-Match on the listed ETag, so an object overwritten
-mid-download fails instead of mixing two versions. A file whose parts add up to its S3 checksum or ETag is not
-read again; the others are checked by `s3verify` once they land.
+requests, journaling each part as it is written. Every GET carries If-Match on the listed ETag, so an object
+overwritten mid-download fails instead of mixing two versions. A file whose parts add up to its S3 checksum or
+ETag is not read again; the others are checked by `s3verify` once they land.
 """
 
 from __future__ import annotations
