@@ -84,6 +84,14 @@ def prepare(job: Job) -> int:
     lost = len(recorded) - len(kept) + len(recorded_prefixes) - len(kept_prefixes)
     if lost:
         log.warning("%s: %d recorded parts failed their re-check; fetching them again", job.file.path, lost)
+    if kept or kept_prefixes:
+        log.info(
+            "%s: resuming with %d of %d parts and %d part prefixes kept from an interrupted run",
+            job.file.path,
+            len(kept),
+            partjournal.part_count(size, part_size),
+            len(kept_prefixes),
+        )
     if not kept and not kept_prefixes:
         os.ftruncate(job.fd, 0)
     os.ftruncate(job.fd, size)
@@ -160,18 +168,19 @@ def fetch(
     on_bytes: OnBytes,
     on_file: OnFile,
     classify: Callable[[BaseException, RemoteFile], PreloadError],
+    on_kept: OnBytes,
 ) -> None:
     """Fetch every job's missing parts; raise the first permanent failure (else the first failure).
 
     `get(file, offset, length)` returns a readable body of that range; `classify` maps an exception to a
-    PreloadError. Part files stay open until their file is complete or the fetch ends."""
+    PreloadError; `on_kept` is told the bytes kept from an earlier run. Part files stay open until the fetch ends."""
     lock = threading.Lock()
     failures: list[PreloadError] = []
     stop = threading.Event()
     remaining: dict[int, int] = {}
     try:
         for n, job in enumerate(jobs):
-            on_bytes(prepare(job))
+            on_kept(prepare(job))
             remaining[n] = len(job.todo)
         for n, job in enumerate(jobs):
             if not remaining[n]:
