@@ -44,4 +44,3 @@ def test_a_link_to_a_missing_file_fails_the_build(tmp_path: pathlib.Path) -> Non
     built = _site(tmp_path, "# Guide\n\nFigures: [raw data](../data/missing.json).\n")
     assert built.returncode != 0
     assert "missing.json" in built.stdout + built.stderr
-
