@@ -56,6 +56,13 @@ VERSITYGW = Path.home() / ".cache" / "warmstart" / "bin" / "versitygw-v1.8.0" / 
 CHECKSUMS = ("MD5", "SHA256", "SHA1", "CRC32", "CRC32C", "CRC64NVME")
 
 
+def git_commit() -> str:
+    """The commit the bench runs on, with "+dirty" when the work tree has changes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = lambda *a: subprocess.run(["git", *a], cwd=here, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    return run("rev-parse", "HEAD") + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -378,6 +385,7 @@ def compare(
         key,
         total,
         lambda: run_preload(env, "bench", root, key, flags, workdir),
+        args.settle_after_kill,
     )
     return runs, {"clean_seconds": clean, "clean_runs": runs[0]["all_seconds"], "kill_points": points}
 
@@ -426,6 +434,9 @@ def main() -> int:
     p.add_argument("--kill-points", default="0.1,0.25,0.5,0.75", help="fractions on disk at which a run is killed")
     p.add_argument("--resume-repeats", type=int, default=0, help="trials per kill point (default: --repeats)")
     p.add_argument(
+        "--settle-after-kill", action="store_true", help="write back the killed run's dirty pages before the resume"
+    )
+    p.add_argument(
         "--resume-only", action="store_true", help="only the clean runs and the resumes (no baseline, copies, ...)"
     )
     args = p.parse_args()
@@ -436,6 +447,7 @@ def main() -> int:
     os.environ.update(CREDENTIALS)
     figures: dict[str, Any] = {
         "command": " ".join(["python", *sys.argv]),
+        "commit": git_commit(),
         "niceness": os.nice(0),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cpus": os.cpu_count(),

@@ -58,8 +58,12 @@ def trials(
     key: str,
     total: int,
     resume: Callable[[], dict[str, Any]],
+    settle_after_kill: bool = False,
 ) -> list[dict[str, Any]]:
-    """For each kill point, `repeats` trials (kill, then `resume()`, which runs the preload and returns its result)."""
+    """For each kill point, `repeats` trials (kill, then `resume()`, which runs the preload and returns its result).
+
+    With `settle_after_kill`, the killed run's dirty pages are written back (`sync`) before the resume is timed, as
+    the kernel does during a Job's restart back-off (10 s and more); without it the resume's fsyncs wait on them."""
     points = []
     for fraction in fractions:
         runs = []
@@ -68,6 +72,10 @@ def trials(
             shutil.rmtree(weights / f".staging-{key}", ignore_errors=True)
             load = os.getloadavg()[0]
             arrived = kill_at(kill_argv, env, weights / f".staging-{key}", total, fraction)
+            t0 = time.monotonic()
+            if settle_after_kill:
+                os.sync()
+            settled = time.monotonic() - t0
             result = resume()
             seconds = result["reported_seconds"]
             runs.append(
@@ -78,6 +86,7 @@ def trials(
                     "ideal_ratio": round(1 - arrived, 3),
                     "goal_seconds": round((1 - arrived) * clean_seconds + GOAL_SLACK_SECONDS, 3),
                     "load_avg": round(load, 2),
+                    "settle_after_kill_seconds": round(settled, 3) if settle_after_kill else None,
                     "message": result["message"],
                 }
             )
