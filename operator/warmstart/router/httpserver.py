@@ -4,7 +4,9 @@ Per connection: the request head must arrive within ``header_timeout`` (counted 
 connection's opening or from the previous response; the same timer closes idle keep-alive
 connections) and be at most :data:`MAX_HEAD_BYTES`; the body must arrive within the
 application's body deadline, under its size limit and the router-wide byte budget, or the
-client gets 408, 413 or 503 and the connection is closed. The application's handler runs once
+client gets 408, 413 or 503 and the connection is closed. Trailer fields after a chunked body are
+dropped, never added to the request's headers; they, chunk extensions and oversized chunk framing
+count together against :data:`MAX_TRAILER_BYTES` (431 beyond it). The application's handler runs once
 the whole body is held; a client that hangs up cancels it. Responses are written straight to
 the transport; a relay that must not outrun the client registers as the connection's
 ``follower``, which is paused while the client's socket is full.
@@ -32,6 +34,11 @@ log = logging.getLogger(__name__)
 
 #: Largest request head (request line and headers) accepted.
 MAX_HEAD_BYTES = 64 * 1024
+#: Bytes a request may send besides its head and body bytes: chunk framing beyond
+#: :data:`_CHUNK_FRAMING_BYTES` per chunk, chunk extensions and trailer fields (which are dropped).
+MAX_TRAILER_BYTES = 8 * 1024
+#: Framing allowed per chunk (size line and CRLFs) before it counts against :data:`MAX_TRAILER_BYTES`.
+_CHUNK_FRAMING_BYTES = 32
 #: Pipelined requests held per connection before it stops reading.
 _MAX_PIPELINED = 4
 #: Seconds a refused connection keeps reading (and dropping) what the client still sends, so that
@@ -127,6 +134,10 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers: Headers = []
         self._head_bytes = 0
+        self._extra_bytes = 0
+        """Bytes of the request being received that are neither head nor body (framing, trailers)."""
+        self._chunks = 0
+        self._trailer_bytes = 0
         self._request: Request | None = None
         #: the request being answered is a HEAD: its response has a head only
         self.answering_head = False
@@ -192,8 +203,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._reading:
             return  # after a refusal: dropped, so that the client reads its answers rather than a reset
-        if self._request is None:
+        receiving = self._request
+        if receiving is None:
             self._head_bytes += len(data)
+        body_before = 0 if receiving is None else receiving.body.size
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -205,6 +218,8 @@ class Connection(asyncio.Protocol):
             return
         if self._request is None and self._head_bytes > MAX_HEAD_BYTES:
             self._refuse(431, "request head too large", "invalid_request_error")
+        elif receiving is not None and self._request is receiving and self._over_extra(data, receiving, body_before):
+            self._refuse(431, "request trailers or chunk framing too large", "invalid_request_error")
         elif self._request is not None and self._body_timer is None:
             # the body is still coming: from now on it has a deadline
             self._body_timer = self.loop.call_at(self._body_deadline, self._body_late)
@@ -229,7 +244,16 @@ class Connection(asyncio.Protocol):
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        if self._request is None:
+            self._headers.append((name.lower(), value))
+            return
+        # after the body, fields are trailers: dropped, and counted (also when they came in one read with the head)
+        self._trailer_bytes += len(name) + len(value) + 4
+        if self._trailer_bytes > MAX_TRAILER_BYTES:
+            self._refuse(431, "request trailers too large", "invalid_request_error")
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
 
     def on_headers_complete(self) -> None:
         if not self._reading:
@@ -244,6 +268,7 @@ class Connection(asyncio.Protocol):
             self._refuse(413, f"request body exceeds {limit} bytes", "request_too_large")
             return
         self._request, self._limit = request, limit
+        self._extra_bytes = self._chunks = self._trailer_bytes = 0
         self._body_deadline = self.loop.time() + deadline
         if request.header(b"expect") == b"100-continue":
             self._continue = True
@@ -286,6 +311,11 @@ class Connection(asyncio.Protocol):
         elif len(self._ready) >= _MAX_PIPELINED and self.transport is not None and not self._paused:
             self._paused = True
             self.transport.pause_reading()
+
+    def _over_extra(self, data: bytes, request: Request, body_before: int) -> bool:
+        """Count ``data``'s bytes that were not body; True once they pass the trailer limit."""
+        self._extra_bytes += len(data) - (request.body.size - body_before)
+        return self._extra_bytes > MAX_TRAILER_BYTES + _CHUNK_FRAMING_BYTES * self._chunks
 
     # ---- serving
 
