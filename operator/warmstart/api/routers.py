@@ -133,6 +133,10 @@ class RouterConfig(BaseModel):
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     """Time allowed to receive a whole request body once its headers are in; slower clients get 408."""
 
+    write_timeout_seconds: float = Field(default=60.0, gt=0)
+    """Longest time a client may leave its reply unread while the router has more of it to write
+    (the client's socket full); then the connection is closed and its replica slot released."""
+
     warm_nodes: tuple[str, ...] | None = None
     """Names of the nodes where this endpoint's caches are ready (for the operator to fill). With it,
     requests are counted by the placement of the replica that served them: warm (its pod's node,

@@ -9,7 +9,9 @@ dropped, never added to the request's headers; they, chunk extensions and oversi
 count together against :data:`MAX_TRAILER_BYTES` (431 beyond it). The application's handler runs once
 the whole body is held; a client that hangs up cancels it. Responses are written straight to
 the transport; a relay that must not outrun the client registers as the connection's
-``follower``, which is paused while the client's socket is full.
+``follower``, which is paused while the client's socket is full. A socket that stays full for the
+application's write timeout breaks the connection, which cancels the handler (and so releases
+whatever it holds, a replica slot included).
 Requests pipelined on one connection are answered in order, one at a time. A request the server
 refuses itself is answered in its place too, after the responses to the requests before it (which
 are completed; what the client sends meanwhile is dropped, nothing after the refused request is
@@ -96,6 +98,10 @@ class Application(Protocol):
         """(largest body in bytes, seconds a body may take to arrive) for the next request."""
         ...
 
+    def write_timeout(self) -> float:
+        """Seconds a client may keep its socket full (not reading its reply) before the connection is broken."""
+        ...
+
     def handle(self, request: Request, connection: Connection) -> Awaitable[None]:
         """Answer ``request`` on ``connection`` (exactly one whole response)."""
         ...
@@ -160,6 +166,8 @@ class Connection(asyncio.Protocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_deadline = 0.0
         self._linger: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        """Armed while the client's socket is full: breaks the connection if it stays full too long."""
         self._paused = False
         self._writable = True
         self.keep_alive = True
@@ -180,6 +188,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._open.discard(self)
         self._cancel_timers()
+        self._cancel_write_timer()
         if self._linger is not None:
             self._linger.cancel()
         if self._request is not None:
@@ -228,9 +237,12 @@ class Connection(asyncio.Protocol):
         self._writable = False
         if self.follower is not None:
             self.follower.pause_reading()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.app.write_timeout(), self._write_late)
 
     def resume_writing(self) -> None:
         self._writable = True
+        self._cancel_write_timer()
         if self.follower is not None:
             self.follower.resume_reading()
 
@@ -470,6 +482,18 @@ class Connection(asyncio.Protocol):
             return
         if not self._serving and self._request is None:
             self.close()  # an idle keep-alive connection, or a head that never completed
+
+    def _cancel_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_late(self) -> None:
+        """The client left its socket full for the whole write timeout: break the connection (cancels the handler)."""
+        self._write_timer = None
+        if not self._writable:
+            log.info("closing a connection whose client read nothing for %g s", self.app.write_timeout())
+            self.abort()
 
     def _body_late(self) -> None:
         self._body_timer = None

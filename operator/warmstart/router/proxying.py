@@ -63,6 +63,9 @@ class TrafficApp:
         self.budget.limit = config.max_buffered_bytes
         return config.max_body_bytes, config.body_timeout_seconds
 
+    def write_timeout(self) -> float:
+        return self.router.config.write_timeout_seconds
+
     def refused(self, status: int) -> None:
         self.router.metrics.request(self.router.policy.strategy.value, "", "bad_request").inc()
 
