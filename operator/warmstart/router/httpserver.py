@@ -3,10 +3,11 @@
 Per connection: the request head must arrive within ``header_timeout`` (counted from the
 connection's opening or from the previous response; the same timer closes idle keep-alive
 connections) and be at most :data:`MAX_HEAD_BYTES`; the body must arrive within the
-application's body deadline, under its size limit and the router-wide byte budget, or the
-client gets 408, 413 or 503 and the connection is closed. Trailer fields after a chunked body are
-dropped, never added to the request's headers; they, chunk extensions and oversized chunk framing
-count together against :data:`MAX_TRAILER_BYTES` (431 beyond it). The application's handler runs once
+application's body deadline, under its size limit, the client's share of the byte budget and
+the router-wide budget, or the client gets 408, 413, 429 or 503 and the connection is closed.
+Trailer fields after a chunked body are dropped, never added to the request's headers; they, chunk
+extensions and oversized chunk framing count together against :data:`MAX_TRAILER_BYTES` (431
+beyond it). The application's handler runs once
 the whole body is held; a client that hangs up cancels it. Responses are written straight to
 the transport; a relay that must not outrun the client registers as the connection's
 ``follower``, which is paused while the client's socket is full. A socket that stays full for the
@@ -30,7 +31,7 @@ from typing import Protocol, cast
 
 import httptools
 
-from warmstart.router.reading import ByteBudget, HeldBody
+from warmstart.router.reading import ByteBudget, HeldBody, Refusal
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ _MAX_PIPELINED = 4
 LINGER_SECONDS = 2.0
 #: Seconds a client is asked to wait (``Retry-After``) after the byte budget was full.
 RETRY_AFTER_SECONDS = 1
+_RETRY_AFTER = ((b"Retry-After", str(RETRY_AFTER_SECONDS).encode()),)
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -64,7 +66,7 @@ class Request:
         self.headers = headers
         """(lowercased name, value) pairs in arrival order."""
         self.peer = peer
-        self.body = HeldBody(budget)
+        self.body = HeldBody(budget, peer)
         self.keep_alive = True
         self.version = b"1.1"
 
@@ -279,6 +281,9 @@ class Connection(asyncio.Protocol):
         if length is not None and length.isdigit() and int(length) > limit:
             self._refuse(413, f"request body exceeds {limit} bytes", "request_too_large")
             return
+        if not request.body.open():
+            self._refuse_share("request bodies at once")
+            return
         self._request, self._limit = request, limit
         self._extra_bytes = self._chunks = self._trailer_bytes = 0
         self._body_deadline = self.loop.time() + deadline
@@ -293,13 +298,12 @@ class Connection(asyncio.Protocol):
             return
         if request.body.size + len(body) > self._limit:
             self._refuse(413, f"request body exceeds {self._limit} bytes", "request_too_large")
-        elif not request.body.add(body):
-            self._refuse(
-                503,
-                "the router is holding too many request bytes; retry",
-                "overloaded",
-                [(b"Retry-After", str(RETRY_AFTER_SECONDS).encode())],
-            )
+            return
+        refusal = request.body.add(body)
+        if refusal is Refusal.CLIENT_SHARE:
+            self._refuse_share("request bytes")
+        elif refusal is Refusal.ROUTER_FULL:
+            self._refuse(503, "the router is holding too many request bytes; retry", "overloaded", _RETRY_AFTER)
 
     def on_message_complete(self) -> None:
         request = self._request
@@ -308,6 +312,7 @@ class Connection(asyncio.Protocol):
         if self._parser.should_upgrade():  # the parser stops here (HttpParserUpgrade): refuse this request
             self._refuse(400, "protocol upgrades are not supported", "invalid_request_error")
             return
+        request.body.complete()
         self._request = None
         self._continue = False
         self._head_bytes = 0
@@ -430,6 +435,11 @@ class Connection(asyncio.Protocol):
         self.app.refused(status)
         if not self._answering:  # no response to an earlier request is still to be written
             self._send_refusal()
+
+    def _refuse_share(self, what: str) -> None:
+        """Refuse a request of a client that holds its share of the router's budget already (429)."""
+        message = f"this client holds its share of the router's {what}; retry"
+        self._refuse(429, message, "rate_limit_exceeded", _RETRY_AFTER)
 
     def _send_refusal(self) -> None:
         if self._refusal is None or self.closed:

@@ -50,7 +50,10 @@ class TrafficApp:
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self.budget = ByteBudget(router.config.max_buffered_bytes)
+        config = router.config
+        self.budget = ByteBudget(
+            config.max_buffered_bytes, config.max_buffered_bytes_per_client, config.max_bodies_per_client
+        )
         self.parser = BodyParser()
         self.pool = upstream.Pool()
 
@@ -60,7 +63,10 @@ class TrafficApp:
 
     def body_limits(self) -> tuple[int, float]:
         config = self.router.config
-        self.budget.limit = config.max_buffered_bytes
+        budget = self.budget
+        budget.limit = config.max_buffered_bytes
+        budget.client_limit = config.max_buffered_bytes_per_client
+        budget.client_bodies = config.max_bodies_per_client
         return config.max_body_bytes, config.body_timeout_seconds
 
     def write_timeout(self) -> float:
