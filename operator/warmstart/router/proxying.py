@@ -105,7 +105,9 @@ class TrafficApp:
             return error(connection, 415, "content type must be application/json", "invalid_request_error")
         raw = request.body.data()
         try:
-            parsed = await self.parser.parse(raw, config.block_chars * config.max_blocks, config.session_field)
+            parsed = await self.parser.parse(
+                raw, config.block_chars * config.max_blocks, config.session_field, request.peer
+            )
         except BadBody as bad:
             router.metrics.request(strategy, "", "bad_request").inc()
             return error(connection, 400, str(bad), "invalid_request_error")
