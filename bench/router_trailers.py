@@ -122,10 +122,25 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=12.0)
     p.add_argument("--max-growth-mib", type=int, default=768)
     args = p.parse_args()
+    load_before = os.getloadavg()
     results = asyncio.run(main_async(args))
     out = Path(__file__).resolve().parent / "results" / f"{datetime.date.today()}-router-trailers.json"
     runs = json.loads(out.read_text()) if out.exists() else []
-    runs.append({"label": args.label, "source": args.source, "seconds": args.seconds, "results": results})
+    repo = Path(args.source or Path(__file__).resolve().parents[1])
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    runs.append(
+        {
+            "label": args.label,
+            "command": " ".join(["python", *sys.argv]),
+            "commit": commit.stdout.strip(),
+            "source": args.source,
+            "seconds": args.seconds,
+            "max_growth_mib": args.max_growth_mib,
+            "cpus": os.cpu_count(),
+            "load_average": {"start": load_before, "end": os.getloadavg()},
+            "results": results,
+        }
+    )
     out.write_text(json.dumps(runs, indent=2) + "\n")
     return 0
 
