@@ -7,8 +7,8 @@ application's body deadline, under its size limit, the client's share of the byt
 the router-wide budget, or the client gets 408, 413, 429 or 503 and the connection is closed.
 Trailer fields after a chunked body are dropped, never added to the request's headers; they, chunk
 extensions and oversized chunk framing count together against :data:`MAX_TRAILER_BYTES` (431
-beyond it). The application's handler runs once
-the whole body is held; a client that hangs up cancels it. Responses are written straight to
+beyond it). The application's handler runs once the whole body is held; a client that hangs up
+cancels it. Responses are written straight to
 the transport; a relay that must not outrun the client registers as the connection's
 ``follower``, which is paused while the client's socket is full. A socket that stays full for the
 application's write timeout breaks the connection, which cancels the handler (and so releases
