@@ -50,12 +50,13 @@ cluster-status: $(BIN)/warmstart
 cluster-image: $(BIN)/warmstart
 	$(BIN)/warmstart cluster image build
 
-## lint: import-linter layers, ruff (lint and format), mypy strict
+## lint: import-linter layers, ruff (lint and format), mypy strict, hadolint (the Dockerfile)
 lint: $(BIN)/warmstart
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
 
 ## bench: preload, routing, operator scale, idle traffic; scale-out on a real node (reuses the real-node cluster in
 ## CLUSTER_DIR if one runs there, else starts and stops one: needs root, see docs/localcluster.md)
