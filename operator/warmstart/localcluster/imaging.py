@@ -46,4 +46,3 @@ def build(kinds: Iterable[Kind] = tuple(Kind), source: pathlib.Path | None = Non
     """Each requested image, built where missing."""
     makers = {Kind.PROJECT: lambda: project_image(source), Kind.PAUSE: pause_image, Kind.SHELLLESS: shellless_image}
     return {kind: makers[kind]() for kind in kinds}
-
