@@ -36,6 +36,7 @@ from warmstart.render import (
     monitoring,
     names,
     owners,
+    resource_claims,
     router,
     services,
 )
@@ -76,6 +77,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         if failure.retryable:
             raise kopf.TemporaryError(failure.message, delay=30) from failure
+        return
+
+    if resource_claims.names(endpoint.worker) and not context.resource_claims:
+        message = resource_claims.unavailable_message(endpoint.worker)
+        conds = [*endpoint_status.failed(generation, resource_claims.UNAVAILABLE_REASON, message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         return
 
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()

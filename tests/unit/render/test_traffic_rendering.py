@@ -232,3 +232,19 @@ def test_request_limits_that_no_router_enforces_are_named() -> None:
     assert unsupported_fields(uncapped) == [
         "spec.worker.requestLimits.maxQueueSize (no effect without maxConcurrentRequests)"
     ]
+
+
+def test_each_container_claim_gets_a_pod_claim_from_the_template_of_its_name() -> None:
+    claims = [{"name": "gpu"}, {"name": "nic", "request": "rdma"}, {"name": "gpu", "request": "second"}]
+    worker = {**_seed().worker.to_api(), "resources": {"claims": claims}}
+    endpoint = endpoints.from_iec(REF, _seed(worker=worker))
+    pod = deployments.deployment(endpoint, Generation(endpoint.weights_key({}), endpoint.image_key()), CONTEXT)
+    spec = pod["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == [
+        {"name": "gpu", "resourceClaimTemplateName": "gpu"},
+        {"name": "nic", "resourceClaimTemplateName": "nic"},
+    ]
+    assert spec["containers"][0]["resources"]["claims"] == claims
+    plain = _endpoint()
+    plain_pod = deployments.deployment(plain, Generation(plain.weights_key({}), plain.image_key()), CONTEXT)
+    assert "resourceClaims" not in plain_pod["spec"]["template"]["spec"]  # no claims, no pod claims
