@@ -28,6 +28,9 @@ _IGNORED = (
     "modelVersion",
 )
 DEFAULT_INVOCATION_ENDPOINT = "invocations"
+#: fields no code needs to read, because warmstart only ever does what one value asks for: at that value they are
+#: acted on, at any other they are named below
+ONLY_VALUE = {"spec.model.modelHubName": PUBLIC_HUB}
 
 
 def _set(value: Any) -> bool:
