@@ -196,6 +196,9 @@ def test_every_corpus_manifest_applies_and_renders_its_children(
             {"port": "metrics", "path": "/server/metrics", "interval": "30s"}
         ]
         assert _router_strategy(core, namespace, "llama-3.1-8b-instruct") == "leastoutstanding"
+        # worker.requestLimits: the router enforces them
+        limits = yaml.safe_load(_configmap(core, namespace, router.name("llama-3.1-8b-instruct")).data["router.yaml"])
+        assert (limits["maxConcurrentRequests"], limits["maxQueueSize"], limits["overflowStatusCode"]) == (32, 64, 429)
 
         # FSx with intelligent routing: its strategy wins over loadBalancer's
         _pod_spec(apps, namespace, "deepseek15b-fsx")
