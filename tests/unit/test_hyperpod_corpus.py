@@ -24,7 +24,7 @@ from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.api.states import EndpointState
 from warmstart.controllers import reconciling, resolving
 from warmstart.render import autoscaling as render_autoscaling
-from warmstart.render import unsupported
+from warmstart.render import hyperpod_status, unsupported
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import JumpStartResolution
@@ -171,7 +171,7 @@ def _render_everything(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> 
     if scaling is not None:
         render_autoscaling.scaled_object(endpoint, scaling, "us-west-2")
         render_autoscaling.problems(scaling)
-    reconciling._hyperpod_blocks(endpoint, context, None, EndpointState.DEPLOYMENT_PENDING, [], {}, "now")
+    hyperpod_status.blocks(endpoint, context, None, EndpointState.DEPLOYMENT_PENDING, [], {}, "now")
 
 
 def _value_at(doc: dict[str, Any], path: str) -> Any:

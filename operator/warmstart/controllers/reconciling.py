@@ -193,35 +193,9 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         gate_opened_at=old_status.get("gateOpenedAt") or (handling.timestamp(now) if gate.open else None),
     ).to_api()
     status.pop("conditions", None)
-    blocks = _hyperpod_blocks(endpoint, context, deployment, state, conds, old_status, handling.timestamp(now))
+    blocks = hyperpod_status.blocks(endpoint, context, deployment, state, conds, old_status, handling.timestamp(now))
     _write_status(store, kind, body, old_status, {**status, **blocks}, conds, now)
     _export_metrics(endpoint, state, placement)
-
-
-def _hyperpod_blocks(
-    endpoint: Endpoint,
-    context: RenderContext,
-    deployment: Mapping[str, Any] | None,
-    state: EndpointState,
-    conds: list[Condition],
-    old_status: Mapping[str, Any],
-    now: str,
-) -> dict[str, Any]:
-    """HyperPod's `deploymentStatus` and `metricsStatus`, where they apply (a block left out is removed)."""
-    _, port, path = deployments.metrics_port(endpoint)
-    interval = endpoint.metrics.metrics_scrape_interval_seconds if endpoint.metrics else 0
-    metrics = (
-        hyperpod_status.metrics_status(endpoint.metrics_enabled, context.pod_monitors, interval, port, path)
-        if endpoint.metrics is not None
-        else None
-    )
-    blocks = {
-        "deploymentStatus": hyperpod_status.deployment_status(
-            deployment, state, conds, old_status.get("deploymentStatus"), now
-        ),
-        "metricsStatus": metrics,
-    }
-    return {key: value for key, value in blocks.items() if value is not None}
 
 
 def _spec_model(kind: str, body: Mapping[str, Any]) -> InferenceEndpointConfigSpec | JumpStartModelSpec | None:

@@ -13,6 +13,9 @@ from typing import Any
 from warmstart.api.base import Condition
 from warmstart.api.states import ConditionType, EndpointState
 from warmstart.api.statuses import DeploymentObjectStatus, DeploymentStatus, MetricsStatus, ModelMetricsStatus
+from warmstart.render import deployments
+from warmstart.render.context import RenderContext
+from warmstart.render.endpoints import Endpoint
 
 #: the Deployment status fields HyperPod's deploymentStatus.status carries
 _COUNTS = ("replicas", "readyReplicas", "availableReplicas", "updatedReplicas", "unavailableReplicas")
@@ -59,3 +62,26 @@ def metrics_status(enabled: bool, pod_monitors: bool, interval: int, port: int, 
         metrics_scrape_interval_seconds=interval,
         model_metrics=ModelMetricsStatus(port=port, path=path),
     ).to_api()
+
+
+def blocks(
+    endpoint: Endpoint,
+    context: RenderContext,
+    deployment: Mapping[str, Any] | None,
+    state: EndpointState,
+    conds: list[Condition],
+    old_status: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    """HyperPod's `deploymentStatus` and `metricsStatus`, where they apply (a block left out is removed)."""
+    _, port, path = deployments.metrics_port(endpoint)
+    interval = endpoint.metrics.metrics_scrape_interval_seconds if endpoint.metrics else 0
+    found = {
+        "deploymentStatus": deployment_status(deployment, state, conds, old_status.get("deploymentStatus"), now),
+        "metricsStatus": (
+            metrics_status(endpoint.metrics_enabled, context.pod_monitors, interval, port, path)
+            if endpoint.metrics is not None
+            else None
+        ),
+    }
+    return {key: value for key, value in found.items() if value is not None}
