@@ -9,6 +9,7 @@ the API server, which is what warmstart renders; allocation is the driver's job.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,8 +26,18 @@ DEVICE_CLASS = "warmstart-test-gpu"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def crds(cluster: Any) -> None:
-    kube.install_crds(cluster.kubeconfig)
+def crds(cluster: Any) -> Iterator[None]:
+    """The CRDs, and a DeviceClass for the templates to name (removed at the end: it is cluster-scoped)."""
+    config = str(cluster.kubeconfig)
+    kube.install_crds(config)
+    device_class = {
+        "apiVersion": resource_claims.RESOURCE_API,
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS},
+    }
+    kube.apply(config, device_class)
+    yield
+    kube.kubectl(config, "delete", "deviceclass", DEVICE_CLASS, "--ignore-not-found")
 
 
 def _claims_endpoint(namespace: str, instance_type: str) -> dict[str, Any]:
@@ -48,9 +59,6 @@ def test_claims_reach_each_model_pod_as_its_own_resource_claim(
     cluster: Any, api_client: client.ApiClient, namespace: str
 ) -> None:
     config = str(cluster.kubeconfig)
-    kube.apply(
-        config, {"apiVersion": resource_claims.RESOURCE_API, "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS}}
-    )
     kube.apply(config, _template(namespace))
     core = client.CoreV1Api(api_client)
     with ep.own_nodes(api_client, 1) as (instance_type, _), operating.operator(config, [namespace]):
