@@ -42,6 +42,15 @@ NOT_ACTED_ON: dict[str, str] = {
     "intelligentRoutingSpec.autoScalingSpec": "partly: not when spec.autoScalingSpec is set",
     "intelligentRoutingSpec.routingStrategy": "partly: `kvaware` is served as `prefixaware`",
     "model.modelHubName": f"partly: only `{PUBLIC_HUB}` is read",
+    **{
+        f"{where}.{field}": f"partly: the router enforces it; not under intelligentRoutingSpec.enabled false{extra}"
+        for where in ("worker.requestLimits", "requestLimits")
+        for field, extra in (
+            ("maxConcurrentRequests", ""),
+            ("maxQueueSize", ", nor without maxConcurrentRequests"),
+            ("overflowStatusCode", ", nor without maxConcurrentRequests"),
+        )
+    },
     "model.additionalConfigs": "no",
     "server.executionRole": "no: pods use their service account",
     "server.validations": "no",
