@@ -92,6 +92,11 @@ class RenderContext(BaseModel):
         description="The PodMonitor CRD (monitoring.coreos.com) is installed: endpoint metrics get a PodMonitor "
         "instead of prometheus.io scrape annotations. Detected at operator start-up.",
     )
+    resource_claims: bool = Field(
+        default=False,
+        description="The API server serves resource.k8s.io/v1 (dynamic resource allocation): model pods may use "
+        "worker.resources.claims. Detected at operator start-up.",
+    )
     cache_sharing_groups: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Trust groups: name -> namespaces that may share credentialed weights caches (render/scopes.py).",
