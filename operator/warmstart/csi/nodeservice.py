@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from warmstart.csi import decisions, lookups, mounting
@@ -75,7 +76,9 @@ class Node(csi_pb2_grpc.NodeServicer):
         try:
             decision = self.decide(dict(request.volume_context), request.readonly)
         except ApiException as error:
-            context.abort(grpc.StatusCode.UNAVAILABLE, f"the API server did not answer: {error.status} {error.reason}")
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"the API server refused a read: {error.status} {error.reason}")
+        except urllib3.exceptions.HTTPError as error:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"the API server did not answer: {type(error).__name__}")
         logger.info("publish %s: %s %s", request.volume_id, decision.verdict.value, decision.message)
         if decision.verdict == decisions.Verdict.DENIED:
             context.abort(grpc.StatusCode.PERMISSION_DENIED, decision.message)
