@@ -33,6 +33,11 @@ crds: $(BIN)/warmstart
 	$(BIN)/warmstart crds --out crds
 	$(BIN)/warmstart crds --out charts/warmstart/crds
 
+## csi-protos: regenerate operator/warmstart/csi/protos/ from the CSI spec's csi.proto and the kubelet's plugin
+## registration api.proto (Go modules, pinned in the script) with grpcio-tools
+csi-protos: $(BIN)/warmstart
+	PYTHON=$(BIN)/python bash scripts/gen-csi-protos.sh
+
 cluster-build: $(BIN)/warmstart
 	$(BIN)/warmstart cluster build
 
