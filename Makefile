@@ -6,7 +6,7 @@ CLUSTER_DIR ?= .cluster
 CHAOS_BUDGET ?= 1200
 REAL_NODES ?= 0
 
-.PHONY: demo test test-unit docs crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
+.PHONY: demo test test-unit docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
