@@ -3,8 +3,9 @@
 - A cache reaches a pod as a bind mount of one node directory onto the kubelet's target path, remounted read-only
   (readers) and always `nosuid,nodev`. The target lies under the kubelet's pods directory, which the driver's
   container mounts with Bidirectional propagation, so the mount shows in the pod.
-- Nothing on the way to a cache directory may be a symlink (`lstat` per component below the cache root): a writer
-  could otherwise plant `weights/<key> -> /etc` and have the driver bind the node's /etc into a pod.
+- Nothing on the way to a cache directory may be a symlink: each component below the cache root is opened with
+  O_NOFOLLOW from its parent's descriptor, and the bind's source is the final descriptor (`/proc/self/fd/N`), so a
+  writer that plants `weights/<key> -> /etc`, before or during the check, never gets the node's /etc into a pod.
 - The writable `<root>/warmstart` (and `weights/`) is created here, owned by the cache uid, so no pod needs a root
   step to hand it over. A tree still owned by root (written by an older, root-writing version) is handed over once.
 """
@@ -65,6 +66,34 @@ def plain_directory(root: str, path: str) -> None:
             raise PathError(f"{current} does not exist", missing=True) from None
         if not stat.S_ISDIR(mode):
             raise PathError(f"{current} is not a directory (a symlink or a file)", missing=False)
+
+
+def open_plain(root: str, path: str) -> int:
+    """An O_PATH descriptor of `path`, reached from `root` one component at a time without following any link.
+
+    Binding `/proc/self/fd/<fd>` mounts exactly the directory that was checked: a link swapped in after the check
+    (a race with a writer of the cache) is never followed. The caller closes the descriptor.
+    """
+    relative = posixpath.relpath(path, root)
+    if relative.startswith(".."):
+        raise PathError(f"{path} is not under {root}", missing=False)
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    current = root
+    try:
+        for part in [p for p in relative.split("/") if p not in ("", ".")]:
+            current = posixpath.join(current, part)
+            try:
+                found = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                raise PathError(f"{current} does not exist", missing=True) from None
+            except OSError as error:  # ELOOP / ENOTDIR: a link or a file
+                raise PathError(f"{current} is not a directory ({error.strerror})", missing=False) from None
+            os.close(fd)
+            fd = found
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def bind(source: str, target: str, *, read_only: bool) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -88,7 +89,7 @@ class Node(csi_pb2_grpc.NodeServicer):
         try:
             if not decision.read_only:
                 mounting.own_cache_dir(root, decision.path, security.CACHE_UID)
-            mounting.plain_directory(root, decision.path)
+            checked = mounting.open_plain(root, decision.path)
         except mounting.PathError as error:
             if error.missing:
                 context.abort(
@@ -96,7 +97,10 @@ class Node(csi_pb2_grpc.NodeServicer):
                     f"the cache is not on node {self._settings.node} yet ({error}); its preload fills it",
                 )
             context.abort(grpc.StatusCode.PERMISSION_DENIED, f"refused: {error}")
-        mounting.bind(decision.path, target, read_only=decision.read_only)
+        try:  # the descriptor pins the checked directory: a link swapped in since is not followed
+            mounting.bind(f"/proc/self/fd/{checked}", target, read_only=decision.read_only)
+        finally:
+            os.close(checked)
         return csi_pb2.NodePublishVolumeResponse()
 
     def decide(self, volume_context: dict[str, str], read_only: bool) -> decisions.Decision:

@@ -41,6 +41,27 @@ def test_a_symlink_on_the_way_to_a_cache_is_refused(tmp_path: pathlib.Path) -> N
     assert missing.value.missing
 
 
+def test_a_bind_through_the_checked_descriptor_mounts_the_checked_directory(tmp_path: pathlib.Path) -> None:
+    root, target = tmp_path / "nvme", tmp_path / "pod" / "mount"
+    key_dir = root / "warmstart" / "weights" / "k"
+    key_dir.mkdir(parents=True)
+    (key_dir / "config.json").write_text("{}")
+    checked = mounting.open_plain(str(root), str(key_dir))
+    try:
+        # a writer swaps the directory for a link after the check: the bind still mounts the checked directory
+        key_dir.rename(root / "warmstart" / "weights" / "moved")
+        key_dir.symlink_to("/etc")
+        mounting.bind(f"/proc/self/fd/{checked}", str(target), read_only=True)
+    finally:
+        os.close(checked)
+    try:
+        assert sorted(p.name for p in target.iterdir()) == ["config.json"]
+    finally:
+        mounting.unbind(str(target))
+    with pytest.raises(mounting.PathError, match="not a directory"):
+        mounting.open_plain(str(root), str(key_dir))
+
+
 def test_the_writable_cache_directory_is_created_for_the_cache_uid(tmp_path: pathlib.Path) -> None:
     root = tmp_path / "nvme"
     root.mkdir()
