@@ -11,7 +11,7 @@ the volume's attributes, which the pod's author wrote and so are never trusted a
 - **write** (`access: write`, a preload or cleanup Job's pod): the same cache check, and the pod's controller must be
   a Job of the operator for that key on THIS node: its name is the operator's name for it, its uid is the one the
   operator signed (render/signatures.py), and the pod runs exactly that Job's template (a pod that names the Job as
-  its owner but runs something else gets nothing). The pod gets `<root>/warmstart`, read-write.
+  its owner but runs something else gets nothing; csi/templates.py). The pod gets `<root>/warmstart`, read-write.
 
 Anything else is `DENIED` with a message that says what is missing; the kubelet shows it in a FailedMount Event.
 """
@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from warmstart.api import preloading
 from warmstart.api.caches import ModelDataCacheConfigSpec
+from warmstart.csi import templates
 from warmstart.render import cache_volumes, hostpaths, jobs, keys, labels, signatures
 
 #: volume attributes the pod's author sets (the rest come from the kubelet)
@@ -42,19 +43,6 @@ POD_UID = "csi.storage.k8s.io/pod.uid"
 SERVICE_ACCOUNT = "csi.storage.k8s.io/serviceAccount.name"
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"
 _KEY = re.compile(r"^[0-9a-f]{32}$")
-#: the parts of a pod spec that decide what it runs and with which rights; a writer must match its Job's template
-_TEMPLATE_FIELDS = (
-    "containers",
-    "initContainers",
-    "ephemeralContainers",
-    "volumes",
-    "serviceAccountName",
-    "securityContext",
-    "hostNetwork",
-    "hostPID",
-    "hostIPC",
-    "automountServiceAccountToken",
-)
 
 
 class Verdict(str, enum.Enum):
@@ -193,15 +181,6 @@ def _job_names(key: str, node: str, job_labels: Mapping[str, str]) -> set[str]:
     return names
 
 
-def _template_mismatch(pod_spec: Mapping[str, Any], template_spec: Mapping[str, Any]) -> str | None:
-    # the ServiceAccount admission names `default` in a pod whose template names none
-    defaults = {"serviceAccountName": "default"}
-    for field in _TEMPLATE_FIELDS:
-        if pod_spec.get(field, defaults.get(field)) != template_spec.get(field, defaults.get(field)):
-            return field
-    return None
-
-
 def decide_write(
     volume: Volume,
     caches: Sequence[Cache],
@@ -236,7 +215,7 @@ def decide_write(
     if not signatures.valid(signing_key, signature, volume.namespace, job_name, job_uid, volume.key, node):
         return denied(f"Job {job_name} carries no valid operator signature: it was not created by the operator")
     template = ((writer.job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    mismatch = _template_mismatch(writer.pod.get("spec") or {}, template)
+    mismatch = templates.mismatch(writer.pod.get("spec") or {}, template)
     if mismatch is not None:
         return denied(f"{who} does not run the template of Job {job_name} ({mismatch} differs)")
     return Decision(
