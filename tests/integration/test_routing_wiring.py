@@ -16,6 +16,10 @@ from kubernetes import client
 import endpointing as ep
 import kube
 import operating
+from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.render import endpoints
+from warmstart.render import router as router_render
+from warmstart.render.context import RenderContext
 
 pytestmark = pytest.mark.cluster
 
@@ -38,6 +42,38 @@ def _router_status(port: int) -> dict[str, Any] | None:
             return value
     except OSError:
         return None
+
+
+def check_network_policy(api_client: client.ApiClient, kubeconfig: str, namespace: str, body: dict[str, Any]) -> None:
+    """The operator applied the router's NetworkPolicy: the traffic port open, the admin port to nobody; with admin
+    peers configured (the chart's router.adminFrom) the rendered policy is accepted by the API server too."""
+    policy = kube.wait_for(
+        lambda: kube.get(kubeconfig, "networkpolicy", "routed-router", namespace), what="the router's NetworkPolicy"
+    )
+    assert policy["spec"]["podSelector"]["matchLabels"] == router_render.pod_selector(
+        _endpoint(api_client, namespace, body)
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": router_render.ROUTER_PORT, "protocol": "TCP"}]}]
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    context = RenderContext(router_admin_from=(peer,))
+    rendered = router_render.network_policy(_endpoint(api_client, namespace, body), context)
+    rendered["metadata"]["name"] = "routed-router-admin"
+    created = client.NetworkingV1Api(api_client).create_namespaced_network_policy(namespace, rendered, dry_run="All")
+    [_, admin] = created.spec.ingress
+    assert [p.port for p in admin.ports] == [router_render.ROUTER_ADMIN_PORT]
+    assert admin._from[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": "monitoring"}
+
+
+def _endpoint(api_client: client.ApiClient, namespace: str, body: dict[str, Any]) -> endpoints.Endpoint:
+    live = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", body["metadata"]["name"]
+    )
+    meta = live["metadata"]
+    ref = endpoints.ObjectRef(
+        kind="InferenceEndpointConfig", name=meta["name"], namespace=namespace, uid=meta["uid"], generation=1
+    )
+    return endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(live["spec"]))
 
 
 def test_strategy_change_reaches_the_running_router_without_restart(
@@ -65,6 +101,7 @@ def test_strategy_change_reaches_the_running_router_without_restart(
             assert role is not None
             assert {tuple(r["resources"]) for r in role["rules"]} == {("endpointslices",), ("configmaps",)}
             assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in role["rules"])
+            check_network_policy(api_client, str(cluster.kubeconfig), namespace, body)
             kube.wait_for(
                 lambda: ep.status(api_client, namespace, "routed").get("state") == "DeploymentComplete",
                 timeout=120,

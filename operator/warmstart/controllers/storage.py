@@ -68,6 +68,7 @@ _KINDS: dict[str, tuple[str, bool]] = {
     "CustomResourceDefinition": ("customresourcedefinitions", False),
     "EndpointSlice": ("endpointslices", True),
     "PodDisruptionBudget": ("poddisruptionbudgets", True),
+    "NetworkPolicy": ("networkpolicies", True),
     "PodMonitor": ("podmonitors", True),
     "InferenceEndpointConfig": ("inferenceendpointconfigs", True),
     "JumpStartModel": ("jumpstartmodels", True),
