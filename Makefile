@@ -7,7 +7,7 @@ CHAOS_BUDGET ?= 1200
 CHAOS_GROUPS ?= preload,router,operator,realnode,nodes,controlplane
 REAL_NODES ?= 0
 
-.PHONY: demo test test-unit docs crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
+.PHONY: demo test test-unit docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ crds: $(BIN)/warmstart
 	$(BIN)/warmstart crds --out crds
 	$(BIN)/warmstart crds --out charts/warmstart/crds
 	$(BIN)/python -c 'from warmstart.render import api_reference; print(api_reference.page(), end="")' > docs/api-reference.md
+
+## csi-protos: regenerate operator/warmstart/csi/protos/ from the CSI spec's csi.proto and the kubelet's plugin
+## registration api.proto (Go modules, pinned in the script) with grpcio-tools
+csi-protos: $(BIN)/warmstart
+	PYTHON=$(BIN)/python bash scripts/gen-csi-protos.sh
 
 cluster-build: $(BIN)/warmstart
 	$(BIN)/warmstart cluster build
