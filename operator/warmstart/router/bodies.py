@@ -16,6 +16,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from typing import Any
 
 from warmstart.router.prefixes import rendered_head
 
@@ -40,8 +41,11 @@ class ParsedBody:
     session: str | None
     """The body's session field, when it is a string or an integer."""
 
+    request: dict[str, Any] | None = None
+    """The parsed body, kept for bodies parsed inline (for tokenization); None for large bodies."""
 
-def parse_body(raw: bytes, limit: int, session_field: str) -> ParsedBody:
+
+def parse_body(raw: bytes, limit: int, session_field: str, keep: bool = False) -> ParsedBody:
     """Parse ``raw`` and reduce it to a :class:`ParsedBody`; :class:`BadBody` if it is not a JSON object."""
     try:
         body = json.loads(_text(raw))
@@ -54,7 +58,7 @@ def parse_body(raw: bytes, limit: int, session_field: str) -> ParsedBody:
     head, chars = rendered_head(body, limit)
     value = body.get(session_field)
     session = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else None
-    return ParsedBody(head, chars, session)
+    return ParsedBody(head, chars, session, body if keep else None)
 
 
 def _text(raw: bytes) -> str | bytes:
@@ -77,7 +81,7 @@ class BodyParser:
 
     async def parse(self, raw: bytes, limit: int, session_field: str) -> ParsedBody:
         if len(raw) <= INLINE_BYTES:
-            return parse_body(raw, limit, session_field)
+            return parse_body(raw, limit, session_field, keep=True)
         if self._pool is None:
             # spawn: the router runs watch threads, and a forked child would inherit their locks
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
