@@ -110,7 +110,7 @@ async def test_two_routers_hold_the_engines_caches_and_agree(
         await asyncio.sleep(0.3)  # subscriptions reach the publishers
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
             # router a routes everything; router b routes nothing and must still know where each prefix is
-            for round_ in range(3):
+            for _round in range(3):
                 for system in systems:
                     body = {
                         "messages": [
@@ -131,7 +131,7 @@ async def test_two_routers_hold_the_engines_caches_and_agree(
                 )
 
             await _eventually(converged)
-            for replica, url in publishing:
+            for _, url in publishing:
                 assert a[0].engines.index.keys(url) == b[0].engines.index.keys(url)
             assert sum(len(replica.engine.cache) for replica, _ in publishing) > 0
             # router b sends a known conversation where the engines hold it, although it never routed it
