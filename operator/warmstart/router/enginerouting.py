@@ -12,17 +12,20 @@ facts rather than from what each happened to route. For each request:
 2. **Load.** A replica's load is the engine's running + waiting requests, plus this router's picks
    since that scrape was sent; a replica whose metrics cannot be read counts this router's
    in-flight requests instead.
-3. **Rank** by matched tokens (most first), then load, then this router's in-flight count (a
-   tie-break only), then the rendezvous order of the prompt's first block: a prefix cached nowhere
-   goes to the least loaded replica, and routers that read the same load pick the same one.
-4. **Bound.** A replica is eligible while its load is under ``max(loadMinCeiling, ceil((1 +
-   loadEpsilon) x (total load + 1) / replicas))`` and its in-flight count under the concurrency cap;
-   the first eligible replica in the ranking wins (passing over the best one is a spill).
+3. **Bound.** A replica is eligible while its load is under ``(1 + balanceEpsilon) x (total load + 1) /
+   replicas + balanceSlack`` (one request less to place a prefix it does not hold) and this router's
+   in-flight count is under the concurrency cap. All routers read the same engine load, so they
+   agree on who is eligible.
+4. **Pick.** Among eligible replicas with the longest match, those within one *band* (``max(1,
+   balanceEpsilon x mean load)``) of the least loaded count as equally loaded, and the rendezvous
+   order of the prompt's first block picks among them: a prefix cached nowhere goes to a least loaded
+   replica, and routers whose load views differ by a request or two still pick the same one. The
+   other replicas follow (longest match, load, this router's in-flight count, rendezvous), so a
+   refused connection retries the next best. Passing over the deepest match is a spill.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -174,8 +177,8 @@ class EngineAwarePolicy:
 
     def __init__(self, config: RouterConfig, engines: EngineState, clock: Callable[[], float] = time.monotonic):
         self.cap = config.max_concurrent_requests
-        self.epsilon = config.load_epsilon
-        self.min_ceiling = config.load_min_ceiling
+        self.balance_epsilon = config.balance_epsilon
+        self.balance_slack = config.balance_slack
         self.block_chars = config.block_chars
         self.ttl = config.speculative_ttl_seconds
         self.engines = engines
@@ -209,14 +212,32 @@ class EngineAwarePolicy:
         for name in names:
             reported = engines.loads.load(name, now)
             load[name] = reported if reported is not None else float(by_name[name].inflight)
-        ceiling = max(self.min_ceiling, math.ceil((1.0 + self.epsilon) * (sum(load.values()) + 1) / len(names) - 1e-9))
+        mean = (sum(load.values()) + 1.0) / len(names)
+        keeping = (1.0 + self.balance_epsilon) * mean + self.balance_slack
+        placing = (1.0 + self.balance_epsilon) * mean + max(0.0, self.balance_slack - 1.0)
+        band = max(1.0, self.balance_epsilon * mean)
+
+        def eligible(name: str) -> bool:
+            bound = keeping if matched.get(name) else placing
+            return load[name] < bound and (self.cap is None or by_name[name].inflight < self.cap)
+
         ranked = sorted(names, key=lambda n: (-matched.get(n, 0), load[n], by_name[n].inflight, rank[n]))
-        first = [n for n in ranked if load[n] < ceiling and (self.cap is None or by_name[n].inflight < self.cap)]
-        rest = sorted((n for n in ranked if n not in first), key=lambda n: (by_name[n].inflight, load[n]))
+        first = [n for n in ranked if eligible(n)]
+        rest = sorted((n for n in ranked if n not in first), key=lambda n: (load[n], by_name[n].inflight, rank[n]))
+        if first:
+            # among the eligible replicas with the deepest match, those within one band of the least loaded
+            # are equal: the prefix's rendezvous order picks, so routers whose views differ a little agree
+            deepest = matched.get(first[0], 0)
+            group = [n for n in first if matched.get(n, 0) == deepest]
+            lowest = min(load[n] for n in group)
+            best = min((n for n in group if load[n] < lowest + band), key=lambda n: rank[n])
+            first.remove(best)
+            first.insert(0, best)
         candidates = tuple(first + rest)
         choice = candidates[0]
         self.last = Match(matched.get(choice, 0), choice in live)
-        return Decision(candidates, matched_blocks=0, spilled=(bool(first) and first[0] != ranked[0]) or not first)
+        spilled = matched.get(choice, 0) < matched.get(ranked[0], 0)
+        return Decision(candidates, matched_blocks=0, spilled=spilled)
 
     def placed(self, replica: str, key: PromptKey) -> None:
         now = self.clock()

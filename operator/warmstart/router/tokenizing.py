@@ -19,12 +19,20 @@ routes by the request's text instead, and never fails the request.
 
 Only the head of a prompt matters (``limit`` tokens), so long prompts are encoded by growing
 prefixes: a character cut changes at most the last pre-token, and those last tokens are dropped.
+
+Chat renderings are encoded piece by piece: ``tokenizers`` splits its input on added tokens first and
+encodes the text between them independently, so the ids of a rendering are the ids of its pieces
+in order. Pieces repeat across requests (a system prompt, a conversation's earlier turns), and an
+LRU of their ids makes a repeated piece cost a dictionary lookup. The cache is used only when no
+added token strips or matches whole words (flags that change the neighbouring text).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +47,9 @@ log = logging.getLogger(__name__)
 _CUT_MARGIN = 8
 #: First character prefix tried, per token wanted.
 _CHARS_PER_TOKEN_GUESS = 6
+#: Pieces of chat renderings whose ids are kept, and the shortest piece worth keeping.
+_PIECES = 4096
+_PIECE_MIN_CHARS = 64
 
 
 class TemplateError(ValueError):
@@ -72,6 +83,15 @@ class ModelTokenizer:
     def __init__(self, tokenizer: Tokenizer, chat_template: str | None, special: dict[str, str | None]) -> None:
         self.tokenizer = tokenizer
         self.special = special
+        self._pieces: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        added = tokenizer.get_added_tokens_decoder()
+        plain = all(not (a.lstrip or a.rstrip or a.single_word) for a in added.values())
+        self._added = {a.content: i for i, a in added.items()}
+        self._split = (
+            re.compile("(" + "|".join(re.escape(c) for c in sorted(self._added, key=len, reverse=True)) + ")")
+            if plain and self._added
+            else None
+        )
         self._template: jinja2.Template | None = None
         if chat_template is not None:
             env = ImmutableSandboxedEnvironment(
@@ -144,13 +164,38 @@ class ModelTokenizer:
                 return tuple(ids[:limit])
             chars *= 2
 
+    def encode_pieces(self, text: str, limit: int) -> tuple[int, ...]:
+        """The first ``limit`` ids of ``text`` without added specials, piece by piece (see module doc)."""
+        if self._split is None:
+            return self.encode(text, special_tokens=False, limit=limit)
+        ids: list[int] = []
+        for position, piece in enumerate(self._split.split(text)):
+            if len(ids) >= limit:
+                break
+            if not piece:
+                continue
+            if position % 2:  # an added token
+                ids.append(self._added[piece])
+                continue
+            cached = self._pieces.get(piece) if len(piece) >= _PIECE_MIN_CHARS else None
+            if cached is None:
+                cached = tuple(self.tokenizer.encode(piece, add_special_tokens=False).ids)
+                if len(piece) >= _PIECE_MIN_CHARS:
+                    self._pieces[piece] = cached
+                    if len(self._pieces) > _PIECES:
+                        self._pieces.popitem(last=False)
+            else:
+                self._pieces.move_to_end(piece)
+            ids.extend(cached)
+        return tuple(ids[:limit])
+
     def request_tokens(self, path: str, body: dict[str, Any], limit: int) -> tuple[int, ...] | None:
         """The first ``limit`` token ids the engine computes for this request, or None if unknown."""
         try:
             if isinstance(body.get("messages"), list):
                 if "chat_template" in body:
                     return None  # a template of the request's own: not the model's
-                return self.encode(self.render_chat(body), special_tokens=False, limit=limit)
+                return self.encode_pieces(self.render_chat(body), limit)
             for field in ("prompt", "inputs"):
                 if field in body:
                     return self._prompt_tokens(body[field], limit)

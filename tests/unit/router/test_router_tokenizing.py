@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,23 @@ def test_head_encoding_equals_the_full_encodings_prefix(tmp_path: Path) -> None:
     full = tokenizer.encode(text).ids
     for limit in (1, 7, 64, 500, len(full) + 10):
         assert tok.encode(text, special_tokens=True, limit=limit) == tuple(full[:limit])
+
+
+def test_piecewise_chat_encoding_equals_encoding_the_whole_rendering(tmp_path: Path) -> None:
+    """Pieces between added tokens are encoded alone (and cached): the ids must be the whole text's."""
+    corpus = ["lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor"] * 50
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=60, special_tokens=["[UNK]"]))
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": tinytokenizer.CHAT_TEMPLATE}))
+    tok = ModelTokenizer.from_dir(tmp_path)
+    system = " ".join(corpus[:3])
+    for turn in range(3):  # the second and third requests hit the piece cache
+        body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": f"dolor {turn}"}]}
+        text = tok.render_chat(body)
+        assert tok.request_tokens("/v1/chat/completions", body, 10_000) == tuple(
+            tokenizer.encode(text, add_special_tokens=False).ids
+        )
+        assert tok.encode_pieces(text, 5) == tuple(tokenizer.encode(text, add_special_tokens=False).ids[:5])
