@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 _CUT_MARGIN = 8
 #: First character prefix tried, per token wanted.
 _CHARS_PER_TOKEN_GUESS = 6
-#: Pieces of chat renderings whose ids are kept, and the shortest piece worth keeping.
+#: Pieces of chat renderings whose ids are kept, their characters in all, and the shortest piece worth keeping.
 _PIECES = 4096
+_PIECE_CHARS = 8 << 20
 _PIECE_MIN_CHARS = 64
 
 
@@ -83,7 +84,8 @@ class ModelTokenizer:
     def __init__(self, tokenizer: Tokenizer, chat_template: str | None, special: dict[str, str | None]) -> None:
         self.tokenizer = tokenizer
         self.special = special
-        self._pieces: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._pieces: OrderedDict[str, tuple[tuple[int, ...], bool]] = OrderedDict()  # piece -> (ids, whole)
+        self._piece_chars = 0
         added = tokenizer.get_added_tokens_decoder()
         plain = all(not (a.lstrip or a.rstrip or a.single_word) for a in added.values())
         self._added = {a.content: i for i, a in added.items()}
@@ -177,17 +179,28 @@ class ModelTokenizer:
             if position % 2:  # an added token
                 ids.append(self._added[piece])
                 continue
+            wanted = limit - len(ids)
             cached = self._pieces.get(piece) if len(piece) >= _PIECE_MIN_CHARS else None
-            if cached is None:
-                cached = tuple(self.tokenizer.encode(piece, add_special_tokens=False).ids)
-                if len(piece) >= _PIECE_MIN_CHARS:
-                    self._pieces[piece] = cached
-                    if len(self._pieces) > _PIECES:
-                        self._pieces.popitem(last=False)
+            if cached is None or (not cached[1] and len(cached[0]) < wanted):
+                # only the head is encoded: a long piece costs what the routing key needs, not its length
+                head = self.encode(piece, special_tokens=False, limit=wanted + 1)
+                cached = (head[:wanted], len(head) <= wanted)
+                self._remember(piece, cached)
             else:
                 self._pieces.move_to_end(piece)
-            ids.extend(cached)
+            ids.extend(cached[0])
         return tuple(ids[:limit])
+
+    def _remember(self, piece: str, entry: tuple[tuple[int, ...], bool]) -> None:
+        if len(piece) < _PIECE_MIN_CHARS or len(piece) > _PIECE_CHARS // 4:
+            return
+        if self._pieces.pop(piece, None) is not None:
+            self._piece_chars -= len(piece)
+        self._pieces[piece] = entry
+        self._piece_chars += len(piece)
+        while len(self._pieces) > _PIECES or self._piece_chars > _PIECE_CHARS:
+            evicted, _ = self._pieces.popitem(last=False)
+            self._piece_chars -= len(evicted)
 
     def request_tokens(self, path: str, body: dict[str, Any], limit: int) -> tuple[int, ...] | None:
         """The first ``limit`` token ids the engine computes for this request, or None if unknown."""
