@@ -250,6 +250,7 @@ async def main_async(args: argparse.Namespace) -> int:
                             target.stop()
                         rows.setdefault(workload, {}).setdefault(target.label, []).append(row)
                         result["runs"].append({"run": run, "workload": workload, "router": target.label, **_row(row)})
+                        (out / "routing-engines.partial.json").write_text(json.dumps(result, indent=1))
                         print(
                             f"[{time.monotonic() - started:6.0f}s] run {run} {workload:18s} {target.label:10s} "
                             f"hit={row.hit_ratio:.3f} engine p50={row.engine_ttft_p50_ms:.0f} "

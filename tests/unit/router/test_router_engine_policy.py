@@ -114,3 +114,22 @@ def test_replicas_without_events_use_the_text_index_with_engine_load() -> None:
     policy.placed(NAMES[2], key)
     choice = policy.choose(snapshot(), key)
     assert choice.candidates[0] == NAMES[2] and not policy.last.by_events and policy.last.tokens == 3 * 64
+
+
+async def test_kv_events_switch_live_with_the_configuration() -> None:
+    from warmstart.router import strategies
+    from warmstart.router.routing import Router
+
+    router = Router(RouterConfig(strategy="prefixaware"), list(NAMES))
+    router.start()
+    assert isinstance(router.policy, strategies.PrefixAwarePolicy) and router.status()["engines"] is None
+    router.apply_config(CONFIG)
+    assert isinstance(router.policy, EngineAwarePolicy)
+    status = router.status()["engines"]
+    assert status["enabled"] and set(status["replicas"]) == set(NAMES) and status["tokenizer"] == "none"
+    assert router.engines.follower is not None and set(router.engines.follower.streams) == set(NAMES)
+    router.set_backends(list(NAMES[:2]))  # a replica goes: its subscription closes
+    assert set(router.engines.follower.streams) == set(NAMES[:2])
+    router.apply_config(RouterConfig(strategy="prefixaware"))
+    assert isinstance(router.policy, strategies.PrefixAwarePolicy) and router.engines.follower is None
+    await router.stop()
