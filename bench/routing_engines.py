@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -231,7 +233,14 @@ async def main_async(args: argparse.Namespace) -> int:
     rows: dict[str, dict[str, list[reporting.Row]]] = {}
     started = time.monotonic()
     print(f"plan: {json.dumps(cfg)}; targets {targets}; workloads {args.workloads}; runs {args.runs}", flush=True)
-    result: dict[str, Any] = {"config": cfg, "runs": []}
+    result: dict[str, Any] = {
+        "command": " ".join(["python", *sys.argv]),
+        "commit": _commit(),
+        "cores": os.cpu_count(),
+        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+        "config": cfg,
+        "runs": [],
+    }
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
     ) as session:
@@ -282,6 +291,7 @@ async def main_async(args: argparse.Namespace) -> int:
         disagreement={k: median_range(v) for k, v in disagree.items()},
         cpu_ms_per_request=cpu,
         seconds=round(time.monotonic() - started),
+        load_average_at_end=[round(x, 1) for x in os.getloadavg()],
     )
     table = goals(summary, args.counts, cpu)
     result["goals"] = table
@@ -290,6 +300,12 @@ async def main_async(args: argparse.Namespace) -> int:
     (out / "routing-engines.md").write_text(report)
     print(report)
     return 0
+
+
+def _commit() -> str:
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
 
 
 def _row(row: reporting.Row) -> dict[str, Any]:

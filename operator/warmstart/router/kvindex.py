@@ -35,9 +35,14 @@ def _key(parent: bytes, tokens: Sequence[int]) -> bytes:
 
 def chain_keys(tokens: Sequence[int], block_size: int, parent: bytes = ROOT) -> tuple[int, ...]:
     """The router's keys of the full ``block_size`` blocks of ``tokens``, chained from ``parent``."""
+    data = memoryview(array("q", tokens).tobytes())
+    step = block_size * 8
     keys: list[int] = []
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = _key(parent, tokens[start : start + block_size])
+    for start in range(0, (len(tokens) // block_size) * step, step):
+        state = _BLAKE2B_8.copy()
+        state.update(parent)
+        state.update(data[start : start + step])
+        parent = state.digest()
         keys.append(int.from_bytes(parent, "big"))
     return tuple(keys)
 
