@@ -31,6 +31,7 @@ _STORED_EXTRA = "extra_keys"
 _STORED_EXTRA_POSITION = 7
 _REMOVED_FIELDS = ("block_hashes", "medium")
 _GPU = ("GPU", "gpu", None)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 class DecodeError(ValueError):
@@ -142,6 +143,8 @@ def decode_event(raw: Any) -> Event | None:
             raise DecodeError("BlockStored without token_ids or block_size")
         if len(tokens) != len(hashes) * size:
             raise DecodeError("BlockStored token_ids do not fill its blocks")
+        if not all(type(token) is int and _INT64[0] <= token <= _INT64[1] for token in tokens):
+            raise DecodeError("BlockStored token_ids are not 64-bit integers")
         return BlockStored(hashes, None if parent is None else _hash(parent), tuple(tokens), size)
     if tag == "BlockRemoved":
         _, f = _fields(raw, _REMOVED_FIELDS)

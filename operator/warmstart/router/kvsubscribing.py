@@ -145,9 +145,12 @@ class Follower:
         try:
             while True:
                 frames = await socket.recv_multipart()
-                await self.receive(url, frames)
-        except asyncio.CancelledError:
-            raise
+                try:
+                    await self.receive(url, frames)
+                except Exception as exc:  # noqa: BLE001 - one bad message must not end the subscription
+                    stream.decode_errors += 1
+                    self.observer(url, "decode_error", 1)
+                    log.warning("KV event message from %s not applied: %s", url, type(exc).__name__)
         finally:
             socket.close(linger=0)
 

@@ -71,6 +71,9 @@ def test_bytes_hashes_unknown_events_and_unkeyable_blocks() -> None:
         kvevents.AllBlocksCleared(),
     )
     assert batch.skipped == 2
+    # an engine's garbage is skipped, never applied: token ids that are not 64-bit integers
+    for bad in ([1 << 63] * 16, ["a"] * 16, [1.5] * 16, [True] * 16):
+        assert kvevents.decode_batch(msgpack.packb([1.0, [stored_array([9], None, bad)]])).events == ()
     with pytest.raises(kvevents.DecodeError):
         kvevents.decode_batch(b"\xc1")
     with pytest.raises(kvevents.DecodeError):
