@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -39,6 +40,11 @@ log = logging.getLogger(__name__)
 
 RUNNING = ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs")
 WAITING = ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs")
+#: Requests the engine has served (a counter): its recent rate is each replica's request share, the same for every
+#: router (llama.cpp's server exports no such counter; its replicas have no share signal)
+SERVED = ("vllm:request_success_total", "sglang:num_requests_total")
+#: Seconds over which the served-request rate is averaged (exponentially).
+RATE_SECONDS = 10.0
 KV_USAGE = (
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
@@ -56,6 +62,8 @@ class EngineLoad:
     kv_usage: float | None
     started: float
     """``time.monotonic()`` when the scrape was sent: placements before it are reflected."""
+    served: float | None = None
+    """The engine's served-request counter, when it exports one."""
 
     @property
     def requests(self) -> float:
@@ -67,14 +75,15 @@ def parse(text: str, started: float) -> EngineLoad | None:
     sums: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in RUNNING or sample.name in WAITING or sample.name in KV_USAGE:
+            if sample.name in RUNNING or sample.name in WAITING or sample.name in KV_USAGE or sample.name in SERVED:
                 sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
     running = next((sums[name] for name in RUNNING if name in sums), None)
     waiting = next((sums[name] for name in WAITING if name in sums), None)
     usage = next((sums[name] for name in KV_USAGE if name in sums), None)
+    served = next((sums[name] for name in SERVED if name in sums), None)
     if running is None and waiting is None:
         return None
-    return EngineLoad(running or 0.0, waiting or 0.0, usage, started)
+    return EngineLoad(running or 0.0, waiting or 0.0, usage, started, served)
 
 
 class EngineLoads:
@@ -84,6 +93,7 @@ class EngineLoads:
         self.max_age_seconds = max_age_seconds
         self._loads: dict[str, EngineLoad] = {}
         self._picks: dict[str, deque[float]] = {}
+        self._rates: dict[str, float] = {}
         self.scrapes = 0
         self.failures = 0
 
@@ -91,7 +101,14 @@ class EngineLoads:
         if load is None:
             self._loads.pop(replica, None)
             return
+        previous = self._loads.get(replica)
         self._loads[replica] = load
+        if previous is not None and previous.served is not None and load.served is not None:
+            elapsed = load.started - previous.started
+            if elapsed > 0 and load.served >= previous.served:
+                weight = math.exp(-elapsed / RATE_SECONDS)
+                rate = (load.served - previous.served) / elapsed
+                self._rates[replica] = weight * self._rates.get(replica, rate) + (1 - weight) * rate
         picks = self._picks.get(replica)
         while picks and picks[0] <= load.started:
             picks.popleft()
@@ -107,6 +124,10 @@ class EngineLoads:
             return None
         return reported.requests + len(self._picks.get(replica, ()))
 
+    def rate(self, replica: str) -> float | None:
+        """The engine's recent served requests per second (its request share), when known."""
+        return self._rates.get(replica)
+
     def reported(self, replica: str) -> EngineLoad | None:
         return self._loads.get(replica)
 
@@ -116,6 +137,7 @@ class EngineLoads:
 
     def forget(self, replica: str) -> None:
         self._loads.pop(replica, None)
+        self._rates.pop(replica, None)
         self._picks.pop(replica, None)
 
 

@@ -230,7 +230,17 @@ class EngineAwarePolicy:
             deepest = matched.get(first[0], 0)
             group = [n for n in first if matched.get(n, 0) == deepest]
             lowest = min(load[n] for n in group)
-            best = min((n for n in group if load[n] < lowest + band), key=lambda n: rank[n])
+            tied = [n for n in group if load[n] < lowest + band]
+            # then the engines' recent request rates (their request shares): the least served within one
+            # band of rate, so new prefixes spread evenly at low load, where every replica is nearly idle
+            rates = {n: engines.loads.rate(n) for n in tied}
+            known = [r for r in rates.values() if r is not None]
+            if len(known) == len(tied) and len(tied) > 1:
+                mean_rate = sum(known) / len(known)
+                slowest = min(known)
+                rate_band = max(1e-9, self.balance_epsilon * mean_rate)
+                tied = [n for n in tied if (rates[n] or 0.0) < slowest + rate_band]
+            best = min(tied, key=lambda n: rank[n])
             first.remove(best)
             first.insert(0, best)
         candidates = tuple(first + rest)

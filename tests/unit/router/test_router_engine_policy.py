@@ -133,3 +133,17 @@ async def test_kv_events_switch_live_with_the_configuration() -> None:
     router.apply_config(RouterConfig(strategy="prefixaware"))
     assert isinstance(router.policy, strategies.PrefixAwarePolicy) and router.engines.follower is None
     await router.stop()
+
+
+def test_at_low_load_new_prefixes_go_to_the_least_served_engines() -> None:
+    clock = Clock()
+    engines = engines_with_live(NAMES)
+    served = {NAMES[0]: 40.0, NAMES[1]: 40.0, NAMES[2]: 0.0, NAMES[3]: 0.0}
+    for step in range(2):  # two scrapes give each engine a served-request rate
+        for name in NAMES:
+            engines.loads.update(name, EngineLoad(0.0, 0.0, None, clock.now + step, served[name] * step))
+    routers = [EngineAwarePolicy(CONFIG, engines, clock) for _ in range(2)]
+    for prefix in range(50):
+        key = key_for([prefix * 1000 + i for i in range(64)])
+        picks = {router.choose(snapshot(), key).candidates[0] for router in routers}
+        assert len(picks) == 1 and picks <= {NAMES[2], NAMES[3]}

@@ -43,3 +43,22 @@ def test_own_picks_count_until_a_later_scrape() -> None:
     loads.update("a", parse(LLAMACPP, 11.0))  # started after the first pick only
     assert loads.load("a", 12.0) == 6.0
     assert loads.load("a", 16.5) is None  # stale: the policy falls back to in-flight counts
+
+
+def test_served_counter_gives_a_recent_rate_every_router_reads_alike() -> None:
+    loads = EngineLoads()
+
+    def text(served: int) -> str:
+        return (
+            VLLM
+            + f'# TYPE vllm:request_success counter\nvllm:request_success_total{{finished_reason="stop"}} {served}\n'
+        )
+
+    loads.update("a", parse(text(100), 1.0))
+    assert loads.rate("a") is None
+    loads.update("a", parse(text(110), 2.0))
+    assert loads.rate("a") == 10.0
+    loads.update("a", parse(text(110), 3.0))
+    rate = loads.rate("a")
+    assert rate is not None and 0.0 < rate < 10.0
+    assert parse(LLAMACPP, 1.0) is not None and parse(LLAMACPP, 1.0).served is None  # type: ignore[union-attr]
