@@ -17,9 +17,11 @@ facts rather than from what each happened to route. For each request:
    in-flight count is under the concurrency cap. All routers read the same engine load, so they
    agree on who is eligible.
 4. **Pick.** Among eligible replicas with the longest match, those within one *band* (``max(1,
-   balanceEpsilon x mean load)``) of the least loaded count as equally loaded, and the rendezvous
-   order of the prompt's first block picks among them: a prefix cached nowhere goes to a least loaded
-   replica, and routers whose load views differ by a request or two still pick the same one. The
+   balanceEpsilon x mean load)``) of the least loaded count as equally loaded; of those, the ones
+   within ``balanceEpsilon x mean`` of the lowest served-request rate the engines report remain (new
+   prefixes spread evenly at low load), and the rendezvous order of the prompt's first block picks: a
+   prefix cached nowhere goes to a least loaded replica, and routers whose load views differ by a
+   request or two still pick the same one. The
    other replicas follow (longest match, load, this router's in-flight count, rendezvous), so a
    refused connection retries the next best. Passing over the deepest match is a spill.
 """
