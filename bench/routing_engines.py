@@ -227,6 +227,8 @@ async def main_async(args: argparse.Namespace) -> int:
     sim_args += ["--tokenizer", cfg["tokenizer_dir"], "--kv-events-config", json.dumps(kv)]
     fleet = fleets.spawn("sim-fleet-events", fleets.sim_argv(FLEET, base, sim_args), logs)
     urls = [f"http://{fleets.HOST}:{base + i}" for i in range(FLEET)]
+    if args.no_workloads:
+        args.workloads = []
     targets = [(kind, n) for n in args.counts for kind in args.kinds]
     if any(w.startswith("shared_prefix") for w in args.workloads):
         targets.append(("random", 1))
@@ -350,6 +352,7 @@ def main() -> int:
     p.add_argument("--probes", type=int, default=100, help="new prefixes sent to two routers at once (0: skip)")
     p.add_argument("--time-scale", type=float, default=0.25)
     p.add_argument("--skip-cpu", action="store_true")
+    p.add_argument("--no-workloads", action="store_true", help="only the disagreement and CPU measurements")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     return asyncio.run(main_async(p.parse_args()))
 
