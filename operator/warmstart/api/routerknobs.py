@@ -51,6 +51,15 @@ class RouterKnobs(ApiModel):
         default=None, ge=1024, le=1 << 34, description="Request body bytes held at once over all requests."
     )
     body_timeout_seconds: float | None = Field(default=None, gt=0, le=3600, description="Time to receive a body.")
+    max_buffered_bytes_per_client: int | None = Field(
+        default=None, ge=1024, le=1 << 34, description="Request body bytes one client address holds at once."
+    )
+    max_bodies_per_client: int | None = Field(
+        default=None, ge=1, le=100_000, description="Request bodies one client address sends at once."
+    )
+    write_timeout_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="Longest time a client may leave its reply unread."
+    )
     retries: int | None = Field(default=None, ge=0, le=3, description="Further candidates after a refused connect.")
     kv_events: bool | None = Field(
         default=None,
