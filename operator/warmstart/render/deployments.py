@@ -12,7 +12,7 @@ from typing import Any
 from warmstart.api import nodelabels, preloading
 from warmstart.api.blocks import DEFAULT_HEALTH_CHECK_PATH
 from warmstart.api.workers import Worker
-from warmstart.render import cache_volumes, labels, owners, preload_containers, resource_claims, tolerations
+from warmstart.render import cache_volumes, kvwiring, labels, owners, preload_containers, resource_claims, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -179,6 +179,8 @@ def _worker_container(endpoint: Endpoint, generation: Generation, context: Rende
         name, number, _ = metrics_port(endpoint)
         if number != port.container_port:
             ports.append({"name": name, "containerPort": number, "protocol": "TCP"})
+    events = kvwiring.of(endpoint)
+    ports += [{"name": name, "containerPort": number, "protocol": "TCP"} for name, number in events.ports]
     container: Manifest = {
         "name": "worker",
         "image": worker.image,
@@ -186,7 +188,8 @@ def _worker_container(endpoint: Endpoint, generation: Generation, context: Rende
         "volumeMounts": [_model_mount(endpoint, generation, worker.model_volume_mount.mount_path, context)],
         "resources": worker.resources.to_api(),
     }
-    for key, value in (("args", worker.args), ("command", worker.command), ("workingDir", worker.working_dir)):
+    args = events.args if events.args is not None else worker.args
+    for key, value in (("args", args), ("command", worker.command), ("workingDir", worker.working_dir)):
         if value:
             container[key] = value
     env = _env(worker)
