@@ -38,8 +38,9 @@ def stale_tags(tags: list[tuple[str, int]], current: str, newest: int) -> list[s
     return [name for name, _ in mine if name != current and name not in recent]
 
 
-def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Path) -> int:
-    """Untag stale tags of each current reference's repository, then drop unused dangling images; count them."""
+def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Path, sweep: bool = True) -> int:
+    """Untag stale tags of each current reference's repository, then (``sweep``) drop unused dangling images; count
+    them."""
     buildah = store.buildah()
     tags = _tags(store)
     removed = 0
@@ -48,7 +49,7 @@ def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Pa
             if stepping.succeeds([*buildah, "rmi", name]):
                 removed += 1
     used = used_image_ids(build_log.read_text(errors="replace")) if build_log.is_file() else set()
-    progress = True
+    progress = sweep
     while progress:  # an image a container still uses (an ongoing `image run`) stays; its rmi fails alone
         dangling = stepping.output([*buildah, "images", "--filter", "dangling=true", "--quiet", "--no-trunc"]).split()
         doomed = [image for image in dangling if not any(image.removeprefix("sha256:").startswith(u) for u in used)]
