@@ -31,6 +31,7 @@ from typing import Any
 import aiohttp
 
 import fleets
+import loading
 from warmstart.localcluster import enginemodel, imaging
 
 ROUTERS = ("warmstart prefixaware", "warmstart random", "warmstart roundrobin", "sglang cache_aware")
@@ -53,6 +54,11 @@ class Sample:
     prompt_n: int
     cache_n: int
     error: str = ""
+    prompt_ms: float = 0.0
+    """The engine's own prefill time for this request (``timings.prompt_ms``)."""
+    predicted_per_second: float = 0.0
+    chars: int = 0
+    """Characters of the prompt (the simulator counts 4 per token)."""
 
 
 def document(group: int, words: int) -> str:
@@ -74,7 +80,7 @@ def documents_workload(groups: int, per_group: int, words: int, seed: int) -> li
 
 
 async def ask(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int) -> tuple[Any, ...]:
-    """Stream one completion; (ttft, engine alias, prompt_n, cache_n, reply text)."""
+    """Stream one completion; (ttft, engine alias, timings, reply text)."""
     body = {
         "model": enginemodel.MODEL_NAME,
         "prompt": prompt,
@@ -98,7 +104,23 @@ async def ask(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens:
             timings = event.get("timings") or timings
             for choice in event.get("choices") or []:
                 text.append(choice.get("text") or "")
-    return ttft, engine, int(timings.get("prompt_n", 0)), int(timings.get("cache_n", 0)), "".join(text)
+    return ttft, engine, timings, "".join(text)
+
+
+def sample(workload: str, group: int, sent: float, prompt: str, answer: tuple[Any, ...]) -> Sample:
+    ttft, engine, timings, _ = answer
+    return Sample(
+        workload,
+        group,
+        sent,
+        ttft,
+        engine,
+        int(timings.get("prompt_n", 0)),
+        int(timings.get("cache_n", 0)),
+        prompt_ms=float(timings.get("prompt_ms", 0.0)),
+        predicted_per_second=float(timings.get("predicted_per_second", 0.0)),
+        chars=len(prompt),
+    )
 
 
 async def run_documents(session: aiohttp.ClientSession, url: str, args: argparse.Namespace, seed: int) -> list[Sample]:
@@ -110,8 +132,7 @@ async def run_documents(session: aiohttp.ClientSession, url: str, args: argparse
     async def one(group: int, prompt: str) -> None:
         sent = time.perf_counter() - start
         try:
-            ttft, engine, prompt_n, cache_n, _ = await ask(session, url, prompt, args.max_tokens)
-            samples.append(Sample("documents", group, sent, ttft, engine, prompt_n, cache_n))
+            samples.append(sample("documents", group, sent, prompt, await ask(session, url, prompt, args.max_tokens)))
         except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as error:
             samples.append(Sample("documents", group, sent, None, "", 0, 0, type(error).__name__))
 
@@ -135,9 +156,9 @@ async def run_chat(session: aiohttp.ClientSession, url: str, args: argparse.Name
             history += f"User: question {turn} about item {rng.choice(WORDS)}?\nAssistant:"
             sent = time.perf_counter() - start
             try:
-                ttft, engine, prompt_n, cache_n, reply = await ask(session, url, history, args.max_tokens)
-                samples.append(Sample("chat", index, sent, ttft, engine, prompt_n, cache_n))
-                history += reply + "\n"
+                answer = await ask(session, url, history, args.max_tokens)
+                samples.append(sample("chat", index, sent, history, answer))
+                history += answer[3] + "\n"
             except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as error:
                 samples.append(Sample("chat", index, sent, None, "", 0, 0, type(error).__name__))
             await asyncio.sleep(rng.expovariate(1.0 / args.chat_think))
@@ -170,6 +191,85 @@ def summarize(samples: list[Sample], engines: int) -> dict[str, float]:
         "hit_ratio": sum(s.cache_n for s in ok) / prompt if prompt else 0.0,
         "max_mean_share": max(counts) / (sum(counts) / len(counts)) if counts and sum(counts) else float("nan"),
     }
+
+
+#: KV cache bytes per token of SmolLM2-135M: 30 layers x 3 KV heads x 64 dims x (K, V) x 2 bytes (f16)
+KV_BYTES_PER_TOKEN = 30 * 3 * 64 * 2 * 2
+CALIBRATED_ROUTERS = ("warmstart prefixaware", "warmstart random")
+
+
+def sim_params(samples: list[Sample], args: argparse.Namespace) -> dict[str, float]:
+    """``warmstart sim``'s constants from what the engines measured on the same workload (its model stays vLLM's).
+
+    The simulator counts 4 characters per token; the real tokenizer's count converts the engine's rates and cache
+    capacity into the simulator's tokens. The first token's fixed cost is one decode step.
+    """
+    ok = [s for s in samples if s.ttft is not None and s.workload == "documents"]
+    computed = [s for s in ok if s.prompt_n >= 64 and s.prompt_ms > 0]
+    real_tokens = sum(s.prompt_n + s.cache_n for s in ok)
+    sim_per_real = sum(s.chars for s in ok) / 4 / real_tokens
+    prefill = sum(s.prompt_n for s in computed) / (sum(s.prompt_ms for s in computed) / 1000)
+    decode = statistics.median(s.predicted_per_second for s in ok if s.predicted_per_second > 0)
+    cache_real = args.cache_ram * 2**20 / KV_BYTES_PER_TOKEN + args.ctx_size
+    return {
+        "prefill_tokens_per_s": prefill * sim_per_real,
+        "decode_tokens_per_s": decode * sim_per_real,
+        "ttft_overhead_s": 1.0 / decode,
+        "max_running": 1,
+        "cache_tokens": int(cache_real * sim_per_real),
+        "sim_tokens_per_real_token": sim_per_real,
+    }
+
+
+async def calibrate(
+    session: aiohttp.ClientSession, params: dict[str, float], args: argparse.Namespace, logs: Path
+) -> dict[str, list[dict[str, float]]]:
+    """The documents workload on ``warmstart sim`` replicas with ``params``, behind the same warmstart routers."""
+    base = fleets.free_block(args.engines)
+    flags = [
+        *("--prefill-tokens-per-s", f"{params['prefill_tokens_per_s']:.3f}"),
+        *("--decode-tokens-per-s", f"{params['decode_tokens_per_s']:.3f}"),
+        *("--ttft-overhead-s", f"{params['ttft_overhead_s']:.5f}"),
+        *("--max-running", "1", "--cache-tokens", str(int(params["cache_tokens"]))),
+    ]
+    proc = fleets.spawn("sim-calibrated", fleets.sim_argv(args.engines, base, flags), logs)
+    urls = [f"http://{fleets.HOST}:{base + i}" for i in range(args.engines)]
+    out: dict[str, list[dict[str, float]]] = {}
+    try:
+        for url in urls:
+            await fleets.wait_http(session, url + "/health", proc)
+        for run in range(args.runs):
+            for label in CALIBRATED_ROUTERS:
+                await loading.reset_replicas(session, urls)
+                before = await loading.replica_counters(session, urls)
+                router = await start_router(session, label, urls, logs)
+                try:
+                    samples = await run_documents(session, router.url, args, seed=run)
+                finally:
+                    router.stop()
+                after = await loading.replica_counters(session, urls)
+                queries = sum(after[u][0] - before[u][0] for u in urls)
+                hits = sum(after[u][1] - before[u][1] for u in urls)
+                summary = {**summarize(samples, args.engines), "hit_ratio": hits / queries if queries else 0.0}
+                out.setdefault(label, []).append(summary)
+                print(f"run {run} sim       {label:22} {_line(summary)}", flush=True)
+    finally:
+        proc.stop()
+    return out
+
+
+def calibration_errors(real: dict[str, Any], sim: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """(sim - real) / real of each router's median p50 and p95 TTFT; sim - real of its hit ratio."""
+    errors = {}
+    for label in sim:
+        if label not in real:
+            continue
+        errors[label] = {
+            key: (sim[label][key]["median"] - real[label][key]["median"]) / real[label][key]["median"]
+            for key in ("ttft_p50", "ttft_p95")
+        }
+        errors[label]["hit_ratio_difference"] = sim[label]["hit_ratio"]["median"] - real[label]["hit_ratio"]["median"]
+    return errors
 
 
 class Engines:
@@ -248,8 +348,29 @@ async def main_async(args: argparse.Namespace) -> int:
                         print(f"run {run} {workload:9} {label:22} {_line(summary)}", flush=True)
         finally:
             engines.stop()
-    report = {workload: {label: _median(runs) for label, runs in per.items()} for workload, per in summaries.items()}
+        report = {w: {label: _median(runs) for label, runs in per.items()} for w, per in summaries.items()}
+        calibration: dict[str, Any] = {}
+        if "documents" in report and not args.skip_calibration:
+            params = sim_params(
+                [Sample(**{k: v for k, v in r.items() if k not in ("run", "router")}) for r in raw], args
+            )
+            print(f"\nwarmstart sim, calibrated from the engines' own timings: {params}", flush=True)
+            sim_runs = await calibrate(session, params, args, logs)
+            sim_report = {label: _median(runs) for label, runs in sim_runs.items()}
+            calibration = {
+                "params": params,
+                "runs": sim_runs,
+                "summary": sim_report,
+                "errors": calibration_errors(report["documents"], sim_report),
+            }
     _print(report)
+    if calibration:
+        print("\nwarmstart sim vs the engines on the documents workload ((sim - real) / real; hit ratio: sim - real)")
+        for label, found in calibration["errors"].items():
+            print(
+                f"{label:24} p50 {found['ttft_p50']:+.0%}  p95 {found['ttft_p95']:+.0%}  "
+                f"hit ratio {found['hit_ratio_difference']:+.2f}"
+            )
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(
@@ -260,6 +381,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 "engine": {"binary": binary.name, "model": enginemodel.GGUF},
                 "summary": report,
                 "runs": summaries,
+                "calibration": calibration,
                 "requests": raw,
             },
             indent=1,
@@ -327,6 +449,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--chat-system-words", type=int, default=300)
     group.add_argument("--ctx-size", type=int, default=4096)
     group.add_argument("--cache-ram", type=int, default=64, help="MiB of host-memory prompt cache per engine")
+    group.add_argument("--skip-calibration", action="store_true", help="no warmstart sim run on the same workload")
     group.add_argument("--llamacpp-workloads", dest="workloads", nargs="*", default=["documents", "chat"])
     default = Path(__file__).resolve().parent / "results" / f"{datetime.date.today()}-routing-llamacpp.json"
     group.add_argument("--results", default=str(default), help="where the raw data goes")
