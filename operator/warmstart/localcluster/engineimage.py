@@ -122,7 +122,7 @@ def host_binary(store: imagestore.Store, image: imagestore.LocalImage) -> pathli
     if target.is_file():
         return target
     buildah = store.buildah()
-    container = stepping.output([*buildah, "from", "--pull-never", imagestore.LOCAL_PREFIX + image.name]).strip()
+    container = stepping.output([*buildah, "from", "--pull=never", imagestore.LOCAL_PREFIX + image.name]).strip()
     try:
         root = pathlib.Path(stepping.output([*buildah, "mount", container]).strip())
         target.parent.mkdir(parents=True, exist_ok=True)
