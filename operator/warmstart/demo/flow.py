@@ -10,7 +10,8 @@
    reads them before it reports Ready; the facts printed are read from the cluster;
 5. a real model: llama.cpp's server (images/llamacpp, compiled once) serves SmolLM2-135M from the node cache
    (examples/09-llamacpp): one real completion, the same long prompt cold and warm in the engine's prompt cache, and
-   the replica's creation-to-Ready time on a warm and on a cold node cache;
+   the replica's creation-to-Ready time on a warm and on a cold node cache; then random vs prefixaware in front of
+   two engine processes on the host (the same binary), with the hit ratio the engines report;
 6. scale-out beyond the warm fleet: kwok nodes of the same type join, the endpoint scales 1 -> 3; warm and cold
    pod counts from the endpoint's status;
 7. `random` vs `prefixaware` routing on simulated replicas (bench/routing.py --quick).
@@ -276,6 +277,12 @@ def run_engine(demo: Demo, real: Any, namespace: str, host_path: pathlib.Path) -
         warm = realengine.pod_to_ready(demo.store, namespace, waiter, None)
         cold = realengine.pod_to_ready(demo.store, namespace, waiter, host_path / "warmstart" / "weights" / key)
         print(f"    warm node: {warm:.0f} s; cold node (the pod downloads the model first): {cold:.0f} s")
+    with step("random vs prefixaware on 2 real engines (host processes; bench/routing.py --fleet llamacpp, small)"):
+        bench = [sys.executable, str(ROOT / "bench" / "routing.py"), "--fleet", "llamacpp", "--runs", "1"]
+        bench += ["--groups", "4", "--per-group", "3", "--llamacpp-workloads", "documents", "--skip-calibration"]
+        bench += ["--routers", "warmstart prefixaware", "warmstart random"]
+        bench += ["--results", str(ROOT / "bench" / "out" / "demo" / "routing-llamacpp.json")]
+        subprocess.run(bench, check=True)
 
 
 def _wait_ticking(demo: Demo, probe: Callable[[], Any], timeout: float, what: str) -> Any:
