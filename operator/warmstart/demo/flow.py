@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> None:
 
 def run_engine(demo: Demo, real: Any, namespace: str, host_path: pathlib.Path) -> None:
     """The real engine on the real node (examples/09-llamacpp): see :mod:`warmstart.demo.realengine`."""
-    with step("the llama.cpp engine image (compiled once from pinned source, ~12 min the first time), pushed"):
+    with step("the llama.cpp engine image (compiled once from pinned source, see docs/engine.md), pushed"):
         engine_image = realengine.image(real.registry)
         print(f"    {engine_image}")
     with step(f"a real model on the real node: llama.cpp serves SmolLM2-135M from the node cache ({realengine.NAME})"):
