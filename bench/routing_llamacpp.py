@@ -21,8 +21,11 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -322,6 +325,7 @@ async def start_router(session: aiohttp.ClientSession, label: str, urls: list[st
 
 async def main_async(args: argparse.Namespace) -> int:
     binary = imaging.engine_binary()
+    load_before = os.getloadavg()
     logs = Path(args.out) / "logs" / "llamacpp"
     routers = [r for r in ROUTERS if r in (args.routers or ROUTERS)]
     if fleets.sglang_available() is not None:
@@ -377,6 +381,10 @@ async def main_async(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "command": ["python", "bench/routing.py", *sys.argv[1:]],
+                "commit": _commit(),
+                "cores": os.cpu_count(),
+                "load_average": {"start": load_before, "end": os.getloadavg()},
                 "settings": {k: v for k, v in vars(args).items() if k not in ("results", "out")},
                 "engine": {"binary": binary.name, "model": enginemodel.GGUF},
                 "summary": report,
@@ -389,6 +397,13 @@ async def main_async(args: argparse.Namespace) -> int:
     )
     print(f"raw data: {results}")
     return 0
+
+
+def _commit() -> str:
+    done = subprocess.run(
+        ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip()
 
 
 def _line(summary: dict[str, float]) -> str:
