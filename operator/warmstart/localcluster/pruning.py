@@ -22,6 +22,9 @@ from warmstart.localcluster import imagestore, stepping
 logger = logging.getLogger(__name__)
 
 KEEP = 3
+#: build logs whose layers every sweep keeps: the engine image's compile takes long, and its layers let a build that
+#: stopped halfway resume (an untagged layer would otherwise look like a leftover to a project build's sweep)
+KEPT_LOGS = ("llamacpp-*.log",)
 _STEP_IMAGE = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})\s*$", re.MULTILINE)
 
 
@@ -49,6 +52,9 @@ def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Pa
             if stepping.succeeds([*buildah, "rmi", name]):
                 removed += 1
     used = used_image_ids(build_log.read_text(errors="replace")) if build_log.is_file() else set()
+    for pattern in KEPT_LOGS:
+        for kept in build_log.parent.glob(pattern):
+            used |= used_image_ids(kept.read_text(errors="replace"))
     progress = sweep
     while progress:  # an image a container still uses (an ongoing `image run`) stays; its rmi fails alone
         dangling = stepping.output([*buildah, "images", "--filter", "dangling=true", "--quiet", "--no-trunc"]).split()
