@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from warmstart.demo import engine
-from warmstart.localcluster import engineimage, enginemodel, stepping
+from warmstart.localcluster import engineimage, enginemodel, pruning, stepping
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILE = (ROOT / engineimage.DOCKERFILE).read_text()
@@ -107,3 +107,9 @@ def test_an_engine_without_a_model_flag_is_named() -> None:
 def test_the_long_prompt_is_long_and_the_same_every_time() -> None:
     assert engine.long_prompt(600) == engine.long_prompt(600)
     assert len(engine.long_prompt(600).split()) >= 600
+
+
+def test_the_engines_layers_survive_other_builds_clean_up(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "llamacpp-0.3.36-abc.log").write_text("STEP 11/14: RUN cmake ...\n--> 0123456789ab\n")
+    (tmp_path / "project-0.1.0-def.log").write_text("--> Using cache fedcba987654\n")
+    assert pruning.kept_image_ids(tmp_path) == {"0123456789ab"}

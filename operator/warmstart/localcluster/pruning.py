@@ -33,6 +33,16 @@ def used_image_ids(build_log: str) -> set[str]:
     return set(_STEP_IMAGE.findall(build_log))
 
 
+def kept_image_ids(logs: pathlib.Path) -> set[str]:
+    """ID prefixes of the layers that the builds logged as :data:`KEPT_LOGS` in ``logs`` reused or committed."""
+    return {
+        image
+        for pattern in KEPT_LOGS
+        for log in logs.glob(pattern)
+        for image in used_image_ids(log.read_text(errors="replace"))
+    }
+
+
 def stale_tags(tags: list[tuple[str, int]], current: str, newest: int) -> list[str]:
     """Tags of ``current``'s repository to remove: all but ``current`` and the ``newest`` most recently created."""
     repository = current.rsplit(":", 1)[0]
@@ -52,9 +62,7 @@ def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Pa
             if stepping.succeeds([*buildah, "rmi", name]):
                 removed += 1
     used = used_image_ids(build_log.read_text(errors="replace")) if build_log.is_file() else set()
-    for pattern in KEPT_LOGS:
-        for kept in build_log.parent.glob(pattern):
-            used |= used_image_ids(kept.read_text(errors="replace"))
+    used |= kept_image_ids(build_log.parent)
     progress = sweep
     while progress:  # an image a container still uses (an ongoing `image run`) stays; its rmi fails alone
         dangling = stepping.output([*buildah, "images", "--filter", "dangling=true", "--quiet", "--no-trunc"]).split()
