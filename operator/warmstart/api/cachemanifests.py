@@ -72,7 +72,7 @@ def parse(raw: Any) -> CacheManifest | None:
     """The manifest if `raw` (decoded JSON) has the right shape and version, else None: a corrupt cache."""
     try:
         manifest = CacheManifest.model_validate(raw)
-    except ValidationError:
+    except (ValidationError, RecursionError):
         return None
     if manifest.format_version != FORMAT_VERSION or manifest.total_bytes != sum(f.size for f in manifest.files):
         return None

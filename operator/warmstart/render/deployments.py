@@ -143,7 +143,9 @@ def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str) ->
     return {
         "name": endpoint.worker.model_volume_mount.name,
         "mountPath": mount_path,
-        "subPath": f"weights/{generation.weights_key}",
+        "subPath": f"{preloading.CACHE_DIR_NAME}/weights/{generation.weights_key}"
+        if endpoint.weights_enabled
+        else f"weights/{generation.weights_key}",
         "readOnly": True,
     }
 

@@ -20,7 +20,8 @@ from warmstart.render.weights_plans import JobPhase
 GOLDEN = Path(__file__).parent / "golden" / "jobs"
 CONTEXT = RenderContext(
     operator_image="warmstart:test",
-    preload_env_names=("AWS_ENDPOINT_URL_S3",),
+    preload_env_names=("AWS_ACCESS_KEY_ID",),
+    preload_endpoints={"AWS_ENDPOINT_URL_S3": "https://s3-mirror.internal"},
     preload_pod_annotations={"sim.warmstart.io/duration": "2s", "team": "operator"},
 )
 CODES = sorted(preloading.PERMANENT_EXIT_CODES.values())
@@ -120,7 +121,7 @@ def test_job_is_pinned_tolerant_restricted_and_owned() -> None:
         {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
     ]  # the GPU node-pool taints only, never every taint
     host_paths = [v["hostPath"] for v in pod["volumes"] if "hostPath" in v]
-    assert host_paths == [{"path": "/opt/dlami/nvme/warmstart", "type": "DirectoryOrCreate"}]
+    assert host_paths == [{"path": "/opt/dlami/nvme", "type": "Directory"}]  # only its `warmstart` subPath is mounted
     owner = job["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "ModelDataCacheConfig" and owner["controller"] is True
     assert job["metadata"]["labels"][labels.NODE_LABEL] == NODE
