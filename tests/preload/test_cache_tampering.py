@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,7 @@ import pytest
 from preloadhelpers import cache_dir, preload, put, s3_source
 from warmstart.api import preloading as contract
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload import preloading, store
+from warmstart.preload import cli, preloading, store
 from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, Options, volume
 
@@ -143,12 +141,21 @@ def test_a_root_owned_weights_directory_is_retryable_cache_tampered_for_the_non_
     tlog = tmp_path / "tlog"
     tlog.touch()
     os.chown(tlog, 65532, 65532)
-    done = subprocess.run(
-        [sys.executable, "-m", "warmstart.cli", "preload", "--source-json", s3_source(bucket, "m"), "--key", "k",
-         "--root", str(root), "--termination-log", str(tlog)],
-        env={**os.environ, **env, "HOME": str(tmp_path)}, user=65532, group=65532, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+    args = ["--source-json", s3_source(bucket, "m"), "--key", "k", "--root", str(root), "--termination-log", str(tlog)]
+    pid = os.fork()  # the interpreter's own files are under root's 0700 home: drop to 65532 in a fork, not an exec
+    if pid == 0:
+        code = 70
+        try:
+            os.setgroups([])
+            os.setgid(65532)
+            os.setuid(65532)
+            code = cli.main(args)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
     result = json.loads(tlog.read_text())
-    assert (done.returncode, result["reason"]) == (75, "CacheTampered"), (result, done.stderr[-2000:])
-    assert "weights" in result["message"]
+    assert (os.waitstatus_to_exitcode(status), result["reason"]) == (75, "CacheTampered"), result
+    assert (
+        "weights" in result["message"]
+        and "owned by uid 0 that the preload's uid 65532 cannot write" in result["message"]
+    )

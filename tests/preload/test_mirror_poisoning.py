@@ -122,35 +122,43 @@ def test_trust_group_s3_key_filled_through_a_tenants_endpoint_is_downloaded_agai
 
 
 @pytest.fixture(scope="module")
-def iam_moto() -> Iterator[tuple[MotoServer, dict[str, str]]]:
-    """moto with IAM on: `half` may read m/config.json only (the file sorted first), not the weights."""
+def iam_moto() -> Iterator[tuple[MotoServer, dict[str, dict[str, str]]]]:
+    """moto with IAM on: `reader` may read the model; `half` may read m/config.json only (the file sorted first),
+    not the weights."""
     server = MotoServer(env=CREDENTIALS).start()
     _fill(server.url, REAL)
     iam = boto3.client("iam", endpoint_url=server.url, region_name="us-east-1", **_keys(CREDENTIALS))
-    iam.create_user(UserName="half")
-    policy = {
-        "Version": "2012-10-17",
-        "Statement": [
+    statements = {
+        "reader": [{"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": "*"}],
+        "half": [
             {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": f"arn:aws:s3:::{BUCKET}/m/config.json"},
             {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": f"arn:aws:s3:::{BUCKET}"},
         ],
     }
-    iam.put_user_policy(UserName="half", PolicyName="p", PolicyDocument=json.dumps(policy))
-    key = iam.create_access_key(UserName="half")["AccessKey"]
+    users = {}
+    for user, statement in statements.items():
+        iam.create_user(UserName=user)
+        policy = {"Version": "2012-10-17", "Statement": statement}
+        iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        users[user] = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
     server.set_auth(0)
-    yield server, {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+    yield server, users
     server.stop()
 
 
 def test_access_to_one_cached_file_does_not_hand_out_the_others(
-    iam_moto: tuple[MotoServer, dict[str, str]], env: dict[str, str], monkeypatch: pytest.MonkeyPatch, root: Path
+    iam_moto: tuple[MotoServer, dict[str, dict[str, str]]],
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    root: Path,
 ) -> None:
-    server, half = iam_moto
+    server, users = iam_moto
     source = s3_source(BUCKET, "m")
-    as_pod(monkeypatch, "team-a", "reader", AWS_ENDPOINT_URL_S3=server.url, **CREDENTIALS)
+    as_pod(monkeypatch, "team-a", "reader", AWS_ENDPOINT_URL_S3=server.url, **users["reader"])
     assert preload("--source-json", source, "--key", "shared", root=root)[1]["reason"] == "Downloaded"
 
-    as_pod(monkeypatch, "team-b", "default", AWS_ENDPOINT_URL_S3=server.url, **half)
+    as_pod(monkeypatch, "team-b", "default", AWS_ENDPOINT_URL_S3=server.url, **users["half"])
     code, result = preload("--source-json", source, "--key", "shared", "--if-missing", root=root)
 
     assert (code, result["reason"]) == (77, "AccessDenied"), result

@@ -160,12 +160,18 @@ TAMPER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDI
 
 def cache_tampered(path: str, error: OSError) -> PreloadError:
     """The retryable CacheTampered failure of a step the non-root preload cannot take at one of its own names."""
-    target = error.filename or path
-    try:
-        st = os.lstat(target)
-        found = f" (found a {'directory' if stat.S_ISDIR(st.st_mode) else 'file or link'} owned by uid {st.st_uid})"
-    except OSError:
-        found = ""
+    target = str(error.filename or path)
+    found = ""
+    for candidate, what in ((target, "found {kind} owned by uid {uid}"), (os.path.dirname(target), "in {kind}")):
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            continue
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a file or link"
+        if candidate != target:
+            kind = f"a directory owned by uid {st.st_uid} that the preload's uid {os.geteuid()} cannot write"
+        found = " (" + what.format(kind=kind, uid=st.st_uid) + ")"
+        break
     return PreloadError(
         Reason.CACHE_TAMPERED,
         f"{target}: {error.strerror}{found}: something other than warmstart put it in the cache and the preload "

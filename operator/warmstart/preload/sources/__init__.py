@@ -34,7 +34,9 @@ class RemoteFile:
     git_sha1: str | None = None  # Hub git blob id of a non-LFS file
     mtime_ns: int | None = None  # local sources: to notice a file changing under the copy
     checksum_algorithms: tuple[str, ...] = ()  # S3: the additional checksums the listing names (values need a HEAD)
-    inode: tuple[int, int] | None = None  # local sources: (st_dev, st_ino) listed; the opened file must be this one
+    #: local sources: (st_dev, st_ino, st_ctime_ns) at listing; the opened file must be this very one (a reused inode
+    #: number has a new ctime, which no one can set)
+    inode: tuple[int, int, int] | None = None
 
     def fingerprint(self) -> dict[str, Any]:
         """What identifies this version of the file: recorded in the journal and the manifest."""

@@ -3,7 +3,8 @@
 The Job mounts the volume at `mount_root`; the model is `<mount_root>/<modelLocation>`. Symlinks are
 followed only when they resolve inside the mount (a cycle is walked once); one that points outside is
 refused with PathEscape. Each file is opened with O_NOFOLLOW and the opened file (fstat) must be the one listed
-(device, inode, size, mtime), so a link or another file swapped in after the listing is refused, never copied.
+(device, inode, ctime, size, mtime), so a link or another file swapped in after the listing is refused, never
+copied.
 Large files are copied in `part_size` ranges by several workers with
 copy_file_range(2) (pread/pwrite where the kernel refuses), so one big shard uses every worker.
 """
@@ -163,7 +164,7 @@ class LocalSource:
 
 def _listed(rel: str, real: str) -> RemoteFile:
     st = os.stat(real)
-    return RemoteFile(rel, st.st_size, real, mtime_ns=st.st_mtime_ns, inode=(st.st_dev, st.st_ino))
+    return RemoteFile(rel, st.st_size, real, mtime_ns=st.st_mtime_ns, inode=(st.st_dev, st.st_ino, st.st_ctime_ns))
 
 
 def open_listed(file: RemoteFile, kind: str) -> int:
@@ -177,7 +178,9 @@ def open_listed(file: RemoteFile, kind: str) -> int:
             ) from exc
         raise
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or (file.inode is not None and (st.st_dev, st.st_ino) != file.inode):
+    if not stat.S_ISREG(st.st_mode) or (
+        file.inode is not None and (st.st_dev, st.st_ino, st.st_ctime_ns) != file.inode
+    ):
         os.close(fd)
         raise PreloadError(
             Reason.PATH_ESCAPE, f"{kind}: {file.path} is not the file listed (replaced after the listing); refusing it"
