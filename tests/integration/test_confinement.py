@@ -203,7 +203,7 @@ def test_the_operator_refuses_other_cache_roots_when_admission_did_not(
         endpoint = kube.wait_for(
             lambda: refused("inferenceendpointconfigs", "escape"), TIMEOUT, what="endpoint refused"
         )
-        assert "/etc is not one of the allowed cache roots" in endpoint["message"]
+        assert "/etc is not an allowed cache root" in endpoint["message"]
         inside_cache = kube.wait_for(lambda: refused(MDCC_PLURAL, "weights-inside"), TIMEOUT, what="refused")
         assert "must equal an allowed root" in inside_cache["message"]
         assert not client.BatchV1Api(api_client).list_namespaced_job(namespace).items, "no Job mounts a refused root"

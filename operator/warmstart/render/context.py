@@ -79,8 +79,7 @@ class RenderContext(BaseModel):
     )
     aws_region: str | None = Field(
         default=None,
-        description="The operator's AWS region (FSx DescribeFileSystems, CloudWatch triggers); "
-        "unset: the JumpStart region.",
+        description="The operator's AWS region (CloudWatch triggers); unset: the JumpStart region.",
     )
     extra_tolerations: tuple[dict[str, Any], ...] = Field(
         default=(),

@@ -40,10 +40,10 @@ def refusal(host_path: str, roots: Sequence[str]) -> str | None:
     """Why `host_path` is refused (None when allowed)."""
     if allowed(host_path, roots):
         return None
-    why = "has '.' or '..' segments" if normalized(host_path) is None else "is not one of the allowed cache roots"
+    why = " (it has '.' or '..' segments)" if normalized(host_path) is None else ""
     return (
-        f"hostPath {host_path} {why} (a cache root must equal an allowed root, not lie under it); allowed: "
-        f"{', '.join(roots) or '(none)'} (Helm value cache.allowedHostPaths)"
+        f"hostPath {host_path} is not an allowed cache root{why} (a cache root must equal an allowed root, not lie "
+        f"under it); allowed: {', '.join(roots) or '(none)'} (Helm value cache.allowedHostPaths)"
     )
 
 

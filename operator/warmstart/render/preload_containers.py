@@ -16,7 +16,8 @@ cache volume (its name, and an emptyDir in its place when a model pod does not c
 - Read-only: a mounted source (the FSx claim of render/fsx.py, a kubernetesVolume claim) at /mnt/source, and the Hub
   token Secret.
 - The pod's namespace and service account reach the preload through the downward API: the manifest records who
-  downloaded the files, and a pod of another identity re-checks its access to the source before using them.
+  downloaded the files, and a pod of another identity checks its access to, and the content of, every file before
+  using them.
 - The command is explicit, so a mirrored operator image with another entrypoint still works.
 - Volumes the preload adds are prefixed `warmstart-`, so they cannot clash with the model volume a user names.
 """
