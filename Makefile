@@ -6,7 +6,7 @@ CLUSTER_DIR ?= .cluster
 CHAOS_BUDGET ?= 1200
 REAL_NODES ?= 0
 
-.PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
+.PHONY: demo test test-unit docs crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ cluster-status: $(BIN)/warmstart
 ## cluster-image: build the project image from the Dockerfile (buildah), the pause and the shell-less image (docs/image.md)
 cluster-image: $(BIN)/warmstart
 	$(BIN)/warmstart cluster image build
+
+## docs: the documentation site (mkdocs, strict: every link checked) into build/site
+docs: $(BIN)/warmstart
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## lint: import-linter layers, ruff (lint and format), mypy strict
 lint: $(BIN)/warmstart
