@@ -24,7 +24,7 @@ from warmstart.api.caches import (
 )
 from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, weights_reporting
 from warmstart.controllers.resolving import ResolutionFailed
-from warmstart.controllers.storage import FIELD_MANAGER, NotFound, StorageError, Store
+from warmstart.controllers.storage import FIELD_MANAGER, Invalid, NotFound, StorageError, Store
 from warmstart.render import fsx as render_fsx
 from warmstart.render import hostpaths, keys, names, node_health, nvme_budget, owners, throttling, tolerations
 from warmstart.render import jobs as render_jobs
@@ -106,7 +106,7 @@ def trusted_preloads(
     field manager alone wrote it, it has the operator's name for its key, node and attempt, and its uid is the one
     the API server gave the Job this process applied. A Job of the right name but unknown uid (a restart, or a
     tenant's Job) is applied again: the operator's own Job is then recognised; a tenant's, whose template differs,
-    is refused by the API server and never counts."""
+    is refused by the API server, never counts, and is deleted so that the operator's own Job can take its name."""
     return sorted(
         (
             e.job
@@ -331,8 +331,15 @@ def _act_on_nodes(
         request = render_jobs.PreloadRequest(
             owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
         )
+        manifest = render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes())
         with _OnNode(body, spec, node, "applying the preload Job") as step:
-            applied = store.apply(render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes()))
+            try:
+                applied = store.apply(manifest)
+            except Invalid:
+                # a Job of that name with another template: a tenant's, or one of an older operator. It never
+                # counts; deleting it lets the next reconcile create the operator's own.
+                store.delete("batch/v1", "Job", manifest["metadata"]["name"], cache.namespace)
+                raise
             if render_jobs.made_by(applied, FIELD_MANAGER):
                 remembered.job_uids[applied["metadata"]["name"]] = applied["metadata"]["uid"]
         failed |= step.failed
