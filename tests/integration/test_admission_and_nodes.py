@@ -3,6 +3,8 @@
 - EvictUnreferencedLRU with the node-labels policy installed: an eviction marks the node with the operator's own
   `cache.inference.sagemaker.aws.amazon.com/evicted-weights-<key>` annotation, which the policy admits, so a cache
   that needs one eviction becomes Ready.
+- FSx sources: the chart's `-fsx-sources` policy refuses a file system not listed for the namespace, or a listed id
+  with another DNS or mount name, for endpoints and caches alike.
 - One node's failed step (here a test policy refuses, with 403, every operator write naming one node, its preload
   Job included, as a node-specific admission webhook could) does not stop the others: the other node gets its Job
   and its label, status is written, a Warning Event names the refused node. The refused node is the first the plan
@@ -15,6 +17,7 @@ that ServiceAccount is bound to cluster-admin, so only the policies confine it.
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import uuid
@@ -25,11 +28,12 @@ import pytest
 import yaml
 from kubernetes import client
 
+import endpointing as ep
 import fleet
 import kube
 import operating
 from nodepool import NodePool
-from warmstart.api import nodelabels
+from warmstart.api import GROUP, VERSION, nodelabels
 from warmstart.placement import GB
 from warmstart.render import labels
 
@@ -37,6 +41,7 @@ pytestmark = pytest.mark.cluster
 
 CHART = kube.ROOT / "charts" / "warmstart"
 ACCOUNT = "warmstart-under-policy"
+FSX = {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs-a.fsx.internal", "mountName": "abcd"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,7 +77,15 @@ def under_policies(
     kubeconfig of that ServiceAccount."""
     release = f"pol-{uuid.uuid4().hex[:6]}"
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"watchNamespaces": [namespace], "serviceAccount": {"name": ACCOUNT}}))
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "watchNamespaces": [namespace],
+                "serviceAccount": {"name": ACCOUNT},
+                "fsx": {"allowedFileSystems": {namespace: [FSX]}},
+            }
+        )
+    )
     rendered = subprocess.run(
         [str(helm), "template", release, str(CHART), "-n", namespace, "-f", str(values), "--kube-version", "1.37.0",
          "-s", "templates/admission.yaml"],
@@ -190,3 +203,55 @@ def test_one_nodes_failed_step_does_not_stop_the_others(
         )
         assert events[0].type == "Warning" and "refused for a test" in events[0].message
         fleet.delete_all(api_client, namespace)
+
+
+def _dry_run(api: client.ApiClient, manifest: dict[str, Any]) -> client.ApiException | None:
+    meta = manifest["metadata"]
+    plural = {"InferenceEndpointConfig": "inferenceendpointconfigs", "ModelDataCacheConfig": "modeldatacacheconfigs"}
+    try:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], plural[manifest["kind"]], manifest, dry_run="All"
+        )
+    except client.ApiException as error:
+        return error
+    return None
+
+
+def _fsx_endpoint(namespace: str, name: str, storage: dict[str, str]) -> dict[str, Any]:
+    return ep.endpoint_manifest(
+        name,
+        namespace,
+        "ml.g5.8xlarge",
+        modelSourceConfig={"modelSourceType": "fsx", "fsxStorage": storage, "modelLocation": "models/m"},
+    )
+
+
+def test_admission_refuses_fsx_file_systems_the_admin_did_not_allow_for_the_namespace(
+    api_client: client.ApiClient, namespace: str, under_policies: str
+) -> None:
+    other = {"fileSystemId": "fs-0fedcba9876543210", "dnsName": "other.fsx.internal", "mountName": "zz"}
+    # the policy takes effect once the API server has loaded it: wait for the first refusal
+    refused = kube.wait_for(
+        lambda: _dry_run(api_client, _fsx_endpoint(namespace, "other-team", other)), 60, what="the policy to refuse"
+    )
+    assert "FSx file system fs-0fedcba9876543210" in json.loads(refused.body)["message"]
+    for manifest in (
+        _fsx_endpoint(namespace, "listed-id-other-server", {**FSX, "dnsName": "attacker-lustre.internal"}),
+        _fsx_endpoint(namespace, "listed-id-other-mount", {**FSX, "mountName": "other"}),
+        _fsx_mdcc(namespace, other),
+    ):
+        error = _dry_run(api_client, manifest)
+        assert error is not None and "fsx.allowedFileSystems" in json.loads(error.body)["message"], manifest
+    for manifest in (
+        _fsx_endpoint(namespace, "listed", FSX),
+        _fsx_endpoint(namespace, "listed-id-only", {"fileSystemId": FSX["fileSystemId"]}),
+        _fsx_mdcc(namespace, FSX),
+        ep.endpoint_manifest("s3-is-untouched", namespace, "ml.g5.8xlarge"),
+    ):
+        assert _dry_run(api_client, manifest) is None, manifest
+
+
+def _fsx_mdcc(namespace: str, storage: dict[str, str]) -> dict[str, Any]:
+    body = fleet.mdcc(namespace, ["ml.g5.8xlarge"])
+    body["spec"]["modelSourceConfig"] = {"modelSourceType": "fsx", "fsxStorage": storage, "modelLocation": "m"}
+    return body
