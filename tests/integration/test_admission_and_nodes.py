@@ -191,7 +191,9 @@ def test_one_nodes_failed_step_does_not_stop_the_others(
         status = kube.wait_for(
             lambda: (s := fleet.status_of(api_client, namespace, name)).get("nodes") and s, what="status written"
         )
-        assert {n["node"]: n["state"] for n in status["nodes"]}[fine] == "Ready"
+        by_node = {n["node"]: n for n in status["nodes"]}
+        assert by_node[fine]["state"] == "Ready" and by_node[blocked]["reason"] == "NodeStepFailed"
+        assert (status["readyNodes"], status["targetNodes"]) == (1, 2)
         events = kube.wait_for(
             lambda: [
                 e

@@ -29,6 +29,7 @@ from warmstart.render import fsx as render_fsx
 from warmstart.render import hostpaths, keys, names, node_health, nvme_budget, owners, throttling, tolerations
 from warmstart.render import jobs as render_jobs
 from warmstart.render import weights_plans as planning
+from warmstart.render import weights_summaries as summaries
 from warmstart.render.context import RenderContext
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def _with_fsx_claim(
 #: the field manager of the pods the Job controller creates (kube-controller-manager's)
 JOB_CONTROLLER = "kube-controller-manager"
 #: the Warning Event of one node's failed step (the reconcile of the other nodes goes on)
-NODE_STEP_FAILED = "NodeStepFailed"
+NODE_STEP_FAILED = summaries.NODE_STEP_FAILED
 #: when a node's step failed, the next reconcile comes this soon
 NODE_RETRY_SECONDS = 30.0
 
@@ -254,6 +255,7 @@ def _reconcile(
     now = handling.now()
     plan = planning.plan(observed, now)
     failed = _act_on_nodes(body, spec, store, ctx, remembered, plan, key, live, now)
+    plan.status = summaries.with_failed_steps(observed, plan.status, failed, now)
     if write_status(store, body, old, plan.status):
         remembered.written = (str(meta.get("resourceVersion")), plan.status)
     weights_reporting.report(body, spec, plan, str(old.state) if old.state else None)
@@ -280,7 +282,7 @@ class _OnNode:
 
     def __init__(self, body: Mapping[str, Any], spec: ModelDataCacheConfigSpec, node: str, what: str) -> None:
         self.body, self.spec, self.node, self.what = body, spec, node, what
-        self.failed = False
+        self.failed: str | None = None  # why, when the step failed
 
     def __enter__(self) -> _OnNode:
         return self
@@ -288,9 +290,9 @@ class _OnNode:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
         if error is None or not isinstance(error, StorageError) or isinstance(error, NotFound):
             return False
-        self.failed = True
         meta = self.body["metadata"]
         message = f"{self.what} on node {self.node} failed ({type(error).__name__}: {error}); the other nodes go on"
+        self.failed = message
         log.warning("cache %s/%s: %s", meta["namespace"], meta["name"], message)
         weights_reporting.event(self.body, self.spec, "Warning", NODE_STEP_FAILED, message)
         return True
@@ -306,11 +308,12 @@ def _act_on_nodes(
     key: str,
     live: list[nodes.NodeFacts],
     now: Any,
-) -> bool:
-    """Carry out the plan node by node: evictions, Job deletes and creates, labels. True if a node's step failed."""
+) -> dict[str, str]:
+    """Carry out the plan node by node: evictions, Job deletes and creates, labels. The nodes whose step failed,
+    with why."""
     cache = owner(body)
     generation = int(body["metadata"].get("generation") or 1)
-    failed = False
+    failed: dict[str, str] = {}
     for node, victim in plan.evict:
         with _OnNode(body, spec, node, f"evicting {victim.namespace}/{victim.name}") as step:
             if nvme_usage.evict(store, ctx, node, victim, now):
@@ -322,7 +325,8 @@ def _act_on_nodes(
                     f"evicted {victim.namespace}/{victim.name} (no endpoint references it; least recently used"
                     f" {victim.last_used or 'never'}) from node {node} to make room",
                 )
-        failed |= step.failed
+        if step.failed:
+            failed[node] = step.failed
     for name in plan.delete:
         store.delete("batch/v1", "Job", name, cache.namespace)
     size = planning.model_size(spec, plan.status)
@@ -342,7 +346,8 @@ def _act_on_nodes(
                 raise
             if render_jobs.made_by(applied, FIELD_MANAGER):
                 remembered.job_uids[applied["metadata"]["name"]] = applied["metadata"]["uid"]
-        failed |= step.failed
+        if step.failed:
+            failed[node] = step.failed
     by_name = {n.name: n for n in live}
     label = nodelabels.weights_ready_label(key)
     for node in plan.label:
@@ -351,5 +356,6 @@ def _act_on_nodes(
                 remembered.labelled[node] = time.monotonic()
                 nvme_usage.unmark(store, by_name[node], key)
             # else: the node left; the next reconcile drops it
-        failed |= step.failed
+        if step.failed:
+            failed[node] = step.failed
     return failed
