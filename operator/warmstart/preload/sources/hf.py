@@ -4,7 +4,8 @@ The listing is `HfApi.list_repo_tree` at the commit (the tree API gives sizes, L
 each file is fetched by `hf_hub_download` pinned to that commit, several at a time, into a scratch
 `local_dir` inside the staging directory. huggingface_hub checks only sizes, so sha256 (LFS files) and the
 git blob id (small files) are verified here. Xet is disabled: plain HTTP is what mirrors and tests speak.
-The token is passed to huggingface_hub and never logged.
+The token is passed to huggingface_hub and never logged. A cache another identity made is checked file by file
+(`authorize`: a HEAD of each, whose ETag is the LFS sha256 or the git blob id) before this pod uses it.
 """
 
 from __future__ import annotations
