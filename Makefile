@@ -28,10 +28,11 @@ test: $(BIN)/warmstart
 test-unit: $(BIN)/warmstart
 	$(BIN)/pytest -q tests/unit
 
-## crds: regenerate crds/ (and the chart's copy) from the API model
+## crds: regenerate crds/ (and the chart's copy) and docs/api-reference.md from the API model
 crds: $(BIN)/warmstart
 	$(BIN)/warmstart crds --out crds
 	$(BIN)/warmstart crds --out charts/warmstart/crds
+	$(BIN)/python -c 'from warmstart.render import api_reference; print(api_reference.page(), end="")' > docs/api-reference.md
 
 cluster-build: $(BIN)/warmstart
 	$(BIN)/warmstart cluster build
