@@ -4,9 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER_DIR ?= .cluster
 CHAOS_BUDGET ?= 1200
+CHAOS_GROUPS ?= preload,router,operator,realnode,nodes,controlplane
 REAL_NODES ?= 0
 
-.PHONY: demo test test-unit docs crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
+.PHONY: demo test test-engine test-unit docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,12 +19,17 @@ $(BIN)/warmstart: pyproject.toml
 ## simulator), warm vs cold pods, the real node's warm vs cold start, router comparison (needs root)
 demo: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
-	$(BIN)/warmstart demo --dir $(CLUSTER_DIR)
+	$(BIN)/warmstart demo --dir $(CLUSTER_DIR) $(DEMO_ARGS)
 
 ## test: every test (unit, real-control-plane integration, e2e); reuses a running cluster if WARMSTART_KUBECONFIG is set
 test: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m 'not engine'
+
+## test-engine: the real llama.cpp engine on the real node (compiles the engine image first: long on a cold machine)
+test-engine: $(BIN)/warmstart
+	bash scripts/install-host-packages.sh
+	$(BIN)/pytest -q -m engine
 
 test-unit: $(BIN)/warmstart
 	$(BIN)/pytest -q tests/unit
@@ -33,6 +39,11 @@ crds: $(BIN)/warmstart
 	$(BIN)/warmstart crds --out crds
 	$(BIN)/warmstart crds --out charts/warmstart/crds
 	$(BIN)/python -c 'from warmstart.render import api_reference; print(api_reference.page(), end="")' > docs/api-reference.md
+
+## csi-protos: regenerate operator/warmstart/csi/protos/ from the CSI spec's csi.proto and the kubelet's plugin
+## registration api.proto (Go modules, pinned in the script) with grpcio-tools
+csi-protos: $(BIN)/warmstart
+	PYTHON=$(BIN)/python bash scripts/gen-csi-protos.sh
 
 cluster-build: $(BIN)/warmstart
 	$(BIN)/warmstart cluster build
@@ -55,12 +66,13 @@ cluster-image: $(BIN)/warmstart
 docs: $(BIN)/warmstart
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-## lint: import-linter layers, ruff (lint and format), mypy strict
+## lint: import-linter layers, ruff (lint and format), mypy strict, hadolint (the Dockerfile)
 lint: $(BIN)/warmstart
 	$(BIN)/lint-imports
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
 
 ## bench: preload, routing, operator scale, idle traffic; scale-out on a real node (reuses the real-node cluster in
 ## CLUSTER_DIR if one runs there, else starts and stops one: needs root, see docs/localcluster.md)
@@ -73,9 +85,10 @@ bench: $(BIN)/warmstart
 
 ## chaos: the fault-injection suite (docs/reliability.md), bounded by CHAOS_BUDGET seconds (default 20 min); uses the
 ## cluster in CLUSTER_DIR if one runs there, else starts and stops one; the real-node part reuses the shared real-node
-## cluster under /tmp/realnode-tests.lock if one runs (needs root: tmpfs mounts, kill -9 of node processes)
+## cluster under /tmp/realnode-tests.lock if one runs (needs root: tmpfs mounts, kill -9 of node processes); exits
+## non-zero, naming it, when a group asked for (CHAOS_GROUPS, default all) did not run
 chaos: $(BIN)/warmstart
-	$(BIN)/python chaos/run.py --budget $(CHAOS_BUDGET) --dir $(CLUSTER_DIR)
+	$(BIN)/python chaos/run.py --budget $(CHAOS_BUDGET) --dir $(CLUSTER_DIR) --only $(CHAOS_GROUPS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info bench/out

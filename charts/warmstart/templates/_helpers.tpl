@@ -89,6 +89,10 @@ app.kubernetes.io/component: operator
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
+# the routers' NetworkPolicies (the admin port closed to clients)
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress
 - apiGroups: [""]
   resources: [pods]

@@ -130,8 +130,21 @@ class RouterConfig(BaseModel):
     """Request body bytes the router holds at once, over all requests (read, queued or being sent);
     a request that would exceed it gets 503 with ``Retry-After``."""
 
+    max_buffered_bytes_per_client: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Request body bytes one client address holds at once (its share of ``maxBufferedBytes``);
+    a request that would exceed it gets 429 with ``Retry-After``. Behind a proxy that hides client
+    addresses every client is that proxy's address: raise it (up to ``maxBufferedBytes``) there."""
+
+    max_bodies_per_client: int = Field(default=64, ge=1)
+    """Request bodies one client address sends at once (from a request's headers until its body is
+    complete); one more gets 429 with ``Retry-After``."""
+
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     """Time allowed to receive a whole request body once its headers are in; slower clients get 408."""
+
+    write_timeout_seconds: float = Field(default=60.0, gt=0)
+    """Longest time a client may leave its reply unread while the router has more of it to write
+    (the client's socket full); then the connection is closed and its replica slot released."""
 
     warm_nodes: tuple[str, ...] | None = None
     """Names of the nodes where this endpoint's caches are ready (for the operator to fill). With it,
@@ -140,6 +153,38 @@ class RouterConfig(BaseModel):
 
     retries: int = Field(default=1, ge=0, le=3)
     """How many further candidates are tried when a replica refuses the connection."""
+
+    kv_events: bool = False
+    """Route ``prefixaware`` from the engines' own truth: follow every replica's KV-cache events (vLLM's
+    ZMQ stream) and read every replica's load from its metrics, so all router replicas decide from the
+    same facts. Replicas that publish no events are routed by the text index, still by engine load."""
+
+    kv_events_port: int = Field(default=5557, ge=-65535, le=65535)
+    """Port of each replica's KV-event PUB socket (vLLM's ``--kv-events-config`` ``endpoint``)."""
+
+    kv_events_replay_port: int | None = Field(default=5558, ge=-65535, le=65535)
+    """Port of each replica's replay ROUTER socket (``replay_endpoint``); none = gaps are not replayed."""
+
+    kv_events_ports_relative: bool = False
+    """The two ports are offsets from each replica's HTTP port (many replicas on one address, as a local sim)."""
+
+    kv_block_size: int = Field(default=16, ge=1, le=4096)
+    """The engines' KV block size in tokens (vLLM's ``--block-size``, 16 by default): events of another
+    size are not indexed."""
+
+    tokenizer_dir: str | None = Field(default=None, max_length=4096)
+    """Directory of the model's ``tokenizer.json`` (and ``tokenizer_config.json`` with its chat template):
+    the router keys requests by the same token ids as the engine. Without it, every request is routed
+    by the text index."""
+
+    speculative_ttl_seconds: float = Field(default=2.0, ge=0.0, le=60.0)
+    """How long this router's own picks count as cached on the picked replica before its events confirm them."""
+
+    engine_metrics_path: str = Field(default="/metrics", pattern=r"^/[A-Za-z0-9_\-./]*$", max_length=256)
+    """Path of each replica's Prometheus metrics (engine-reported load), on the replica's port."""
+
+    engine_load_interval_seconds: float = Field(default=0.2, ge=0.02, le=60.0)
+    """How often each replica's metrics are read."""
 
     @property
     def effective_strategy(self) -> RoutingStrategy:

@@ -22,7 +22,7 @@ from warmstart.api.caches import (
     ModelDataCacheConfigSpec,
     ModelDataCacheConfigStatus,
 )
-from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, weights_reporting
+from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, signing, weights_reporting
 from warmstart.controllers.resolving import ResolutionFailed
 from warmstart.controllers.storage import FIELD_MANAGER, Invalid, NotFound, StorageError, Store
 from warmstart.render import fsx as render_fsx
@@ -48,6 +48,10 @@ class Memory:
     written: tuple[str, ModelDataCacheConfigStatus] | None = None
     #: Job name -> the uid the API server gave the Job this process applied (a tenant cannot make a Job of that uid)
     job_uids: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+#: node facts, the Jobs by cache, NVMe usage, and the nodes where model pods wait for a cache (weights.py)
+Indexes = tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any], Mapping[Any, Any]]
 
 
 def memory(memo: kopf.Memo) -> Memory:
@@ -188,9 +192,7 @@ def reconcile(
     body: Mapping[str, Any],
     spec: ModelDataCacheConfigSpec,
     memo: kopf.Memo,
-    node_facts: Mapping[str, Any],
-    jobs_index: Mapping[Any, Any],
-    usage_index: Mapping[str, Any],
+    indexes: Indexes,
     *,
     blocking: bool = True,
 ) -> None:
@@ -205,7 +207,6 @@ def reconcile(
         return
     try:
         with handling.api_errors("reconciling the weights cache"):
-            indexes = (node_facts, jobs_index, usage_index)
             _reconcile(body, spec, memo.store, memo.settings.render, memory(memo), indexes)
     finally:
         lock.release()
@@ -217,9 +218,9 @@ def _reconcile(
     store: Store,
     ctx: RenderContext,
     remembered: Memory,
-    indexes: tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any]],
+    indexes: Indexes,
 ) -> None:
-    node_facts, jobs_index, usage_index = indexes
+    node_facts, jobs_index, usage_index, demand_index = indexes
     meta = body["metadata"]
     old = _previous_status(body, remembered)
     refused = hostpaths.refusal(spec.host_path, ctx.allowed_host_paths)
@@ -251,6 +252,7 @@ def _reconcile(
         residents=nvme_usage.residents(live, usage_index, key),
         eviction_policy=nvme_budget.EvictionPolicy(ctx.cache_eviction_policy),
         evicted=nvme_usage.evicted_nodes(live, key),
+        demanded=frozenset(demand_index.get((cache.namespace, key), ())),
     )
     now = handling.now()
     plan = planning.plan(observed, now)
@@ -338,7 +340,7 @@ def _act_on_nodes(
         manifest = render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes())
         with _OnNode(body, spec, node, "applying the preload Job") as step:
             try:
-                applied = store.apply(manifest)
+                applied = signing.apply_job(store, manifest, key, node, ctx)
             except Invalid:
                 # a Job of that name with another template: a tenant's, or one of an older operator. It never
                 # counts; deleting it lets the next reconcile create the operator's own.

@@ -32,10 +32,13 @@ from warmstart.render import (
     deployments,
     endpoint_status,
     gating,
+    hyperpod_status,
     keys,
+    kvwiring,
     monitoring,
     names,
     owners,
+    resource_claims,
     router,
     services,
 )
@@ -76,6 +79,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         if failure.retryable:
             raise kopf.TemporaryError(failure.message, delay=30) from failure
+        return
+
+    if resource_claims.names(endpoint.worker) and not context.resource_claims:
+        message = resource_claims.unavailable_message(endpoint.worker)
+        conds = [*endpoint_status.failed(generation, resource_claims.UNAVAILABLE_REASON, message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         return
 
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
@@ -150,6 +159,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         ),
         *unsupported,
         *scaling.conditions,
+        *_kv_events_condition(endpoint, generation, old_status),
     ]
     conds.append(
         condition(
@@ -185,7 +195,8 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         gate_opened_at=old_status.get("gateOpenedAt") or (handling.timestamp(now) if gate.open else None),
     ).to_api()
     status.pop("conditions", None)
-    _write_status(store, kind, body, old_status, status, conds, now)
+    blocks = hyperpod_status.blocks(endpoint, context, deployment, state, conds, old_status, handling.timestamp(now))
+    _write_status(store, kind, body, old_status, {**status, **blocks}, conds, now)
     _export_metrics(endpoint, state, placement)
 
 
@@ -207,6 +218,21 @@ def _unsupported_condition(
         return [condition(ConditionType.UNSUPPORTED_FIELDS, False, "AllFieldsSupported", "", generation)]
     message = "accepted but not implemented by warmstart, so they have no effect: " + ", ".join(fields)
     return [condition(ConditionType.UNSUPPORTED_FIELDS, True, "FieldsIgnored", message, generation)]
+
+
+def _kv_events_condition(endpoint: Endpoint, generation: int, old_status: Mapping[str, Any]) -> list[Condition]:
+    """``KVEvents``: whether the model container publishes KV events for the router (only once asked for)."""
+    chosen = kvwiring.knobs(endpoint).kv_events
+    had = any(c.get("type") == ConditionType.KV_EVENTS for c in old_status.get("conditions") or [])
+    if not chosen:
+        message = "the router does not follow KV events (routerConfig.kvEvents is off or routing is off)"
+        return [condition(ConditionType.KV_EVENTS, False, "KVEventsOff", message, generation)] if had else []
+    wired = kvwiring.of(endpoint)
+    if wired.reason is not None:
+        return [condition(ConditionType.KV_EVENTS, False, "CommandNotUnderstood", wired.reason, generation)]
+    ports = ", ".join(f"{name} {number}" for name, number in wired.ports)
+    how = "added --kv-events-config" if wired.args is not None else "the command passes --kv-events-config itself"
+    return [condition(ConditionType.KV_EVENTS, True, "Wired", f"{how}; ports {ports}", generation)]
 
 
 def _jumpstart_cache() -> Any:
@@ -448,6 +474,8 @@ _OWNED = (
     "routerName",
     "waitingSince",
     "gateOpenedAt",
+    "deploymentStatus",
+    "metricsStatus",
 )
 
 

@@ -71,6 +71,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
             render[field] = env[var]
     render["preload_pod_annotations"] = _json_map(env.get("WARMSTART_PRELOAD_POD_ANNOTATIONS"))
     render["router_node_selector"] = _json_map(env.get("WARMSTART_ROUTER_NODE_SELECTOR"))
+    if env.get("WARMSTART_ROUTER_ADMIN_FROM"):
+        render["router_admin_from"] = tuple(_json_list(env["WARMSTART_ROUTER_ADMIN_FROM"]))
     if env.get("WARMSTART_ROUTER_REPLICAS"):
         render["router_replicas"] = int(env["WARMSTART_ROUTER_REPLICAS"])
     if env.get("WARMSTART_PRELOAD_ENV_NAMES"):
@@ -91,6 +93,10 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     }.items():
         if env.get(var):
             render[field] = int(env[var])
+    if env.get("WARMSTART_CACHE_ACCESS"):
+        render["cache_access"] = env["WARMSTART_CACHE_ACCESS"]
+    if env.get("WARMSTART_JOB_SIGNING_KEY"):
+        render["job_signing_key"] = env["WARMSTART_JOB_SIGNING_KEY"]
     if env.get("WARMSTART_CACHE_EVICTION_POLICY"):
         render["cache_eviction_policy"] = env["WARMSTART_CACHE_EVICTION_POLICY"]
     region = env.get("WARMSTART_AWS_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")

@@ -1,4 +1,8 @@
-"""The model Deployment: warm-node preferences, the cache volume, the cold-node fallback, a default readiness probe."""
+"""The model Deployment: warm-node preferences, the cache volume, the cold-node fallback, a default readiness probe.
+
+With `cache.access: csi` a caching model pod has the driver's read-only volume of its key and no warmstart init
+container; with `hostPath` it runs the preload (`--if-missing`) itself, after the root `warmstart-cache-owner` step.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 from warmstart.api import nodelabels, preloading
 from warmstart.api.blocks import DEFAULT_HEALTH_CHECK_PATH
 from warmstart.api.workers import Worker
-from warmstart.render import labels, owners, preload_containers, tolerations
+from warmstart.render import cache_volumes, kvwiring, labels, owners, preload_containers, resource_claims, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -138,33 +142,39 @@ def metrics_port(endpoint: Endpoint) -> tuple[str, int, str]:
     return (invocation.name if number == invocation.container_port else METRICS_PORT_NAME), number, path
 
 
-def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str) -> Manifest:
+def through_csi(endpoint: Endpoint, context: RenderContext) -> bool:
+    """Whether the model pods read the cache through the CSI driver (no preload init container, no hostPath)."""
+    return endpoint.weights_enabled and context.cache_access == cache_volumes.CacheAccess.CSI
+
+
+def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str, context: RenderContext) -> Manifest:
     """The model files (this generation's cache directory), read-only."""
-    return {
-        "name": endpoint.worker.model_volume_mount.name,
-        "mountPath": mount_path,
-        "subPath": f"{preloading.CACHE_DIR_NAME}/weights/{generation.weights_key}"
-        if endpoint.weights_enabled
-        else f"weights/{generation.weights_key}",
-        "readOnly": True,
-    }
+    mount: Manifest = {"name": endpoint.worker.model_volume_mount.name, "mountPath": mount_path, "readOnly": True}
+    if through_csi(endpoint, context):  # the CSI volume is the key's directory itself
+        return mount
+    # the hostPath volume is the admin's root (its `warmstart` holds the weights); the emptyDir holds `weights` itself
+    prefix = f"{preloading.CACHE_DIR_NAME}/" if endpoint.weights_enabled else ""
+    mount["subPath"] = f"{prefix}weights/{generation.weights_key}"
+    return mount
 
 
-def user_init_containers(endpoint: Endpoint, generation: Generation) -> list[Manifest]:
+def user_init_containers(endpoint: Endpoint, generation: Generation, context: RenderContext) -> list[Manifest]:
     """`kubernetes.initContainers`, to run after the preload: a mount of the model volume shows the model files,
     read-only, as the model container sees them (never the node's whole cache directory)."""
     model_volume = endpoint.worker.model_volume_mount.name
     rendered = []
     for container in (endpoint.kubernetes.init_containers or []) if endpoint.kubernetes else []:
         mounts = [
-            _model_mount(endpoint, generation, str(m.get("mountPath", ""))) if m.get("name") == model_volume else m
+            _model_mount(endpoint, generation, str(m.get("mountPath", "")), context)
+            if m.get("name") == model_volume
+            else m
             for m in container.get("volumeMounts") or []
         ]
         rendered.append({**container, "volumeMounts": mounts} if mounts else dict(container))
     return rendered
 
 
-def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
+def _worker_container(endpoint: Endpoint, generation: Generation, context: RenderContext) -> Manifest:
     worker = endpoint.worker
     port = worker.model_invocation_port
     ports = [{"name": port.name, "containerPort": port.container_port, "protocol": "TCP"}]
@@ -172,14 +182,17 @@ def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
         name, number, _ = metrics_port(endpoint)
         if number != port.container_port:
             ports.append({"name": name, "containerPort": number, "protocol": "TCP"})
+    events = kvwiring.of(endpoint)
+    ports += [{"name": name, "containerPort": number, "protocol": "TCP"} for name, number in events.ports]
     container: Manifest = {
         "name": "worker",
         "image": worker.image,
         "ports": ports,
-        "volumeMounts": [_model_mount(endpoint, generation, worker.model_volume_mount.mount_path)],
+        "volumeMounts": [_model_mount(endpoint, generation, worker.model_volume_mount.mount_path, context)],
         "resources": worker.resources.to_api(),
     }
-    for key, value in (("args", worker.args), ("command", worker.command), ("workingDir", worker.working_dir)):
+    args = events.args if events.args is not None else worker.args
+    for key, value in (("args", args), ("command", worker.command), ("workingDir", worker.working_dir)):
         if value:
             container[key] = value
     env = _env(worker)
@@ -214,14 +227,24 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         **scrape_annotations(endpoint, context),
         **((endpoint.kubernetes.annotations or {}) if endpoint.kubernetes else {}),
     }
-    preload = preload_init_container(endpoint, generation, context)
     kube = endpoint.kubernetes
+    user_steps = user_init_containers(endpoint, generation, context)
+    if through_csi(endpoint, context):
+        # the driver mounts the cache read-only once the node's preload Job filled it: nothing to run before
+        model = cache_volumes.csi_volume(endpoint.worker.model_volume_mount.name, generation.weights_key, write=False)
+        init_containers, volumes = user_steps, [model]
+    else:
+        preload = preload_init_container(endpoint, generation, context)
+        init_containers = [*preload.owner_steps, preload.container, *user_steps]
+        volumes = preload.volumes
     pod_spec: Manifest = {
         "affinity": affinity(endpoint, generation),
-        "initContainers": [*preload.owner_steps, preload.container, *user_init_containers(endpoint, generation)],
-        "containers": [_worker_container(endpoint, generation)],
-        "volumes": [*preload.volumes, *((kube.volumes or []) if kube else [])],
+        "initContainers": init_containers,
+        "containers": [_worker_container(endpoint, generation, context)],
+        "volumes": [*volumes, *((kube.volumes or []) if kube else [])],
     }
+    if not init_containers:
+        del pod_spec["initContainers"]
     if kube and kube.service_account_name:
         pod_spec["serviceAccountName"] = kube.service_account_name
     if kube and kube.scheduler_name:
@@ -232,6 +255,9 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         pod_spec["tolerations"] = list(kube.tolerations)
     if kube and kube.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
+    claims = resource_claims.pod_claims(endpoint.worker)
+    if claims:
+        pod_spec["resourceClaims"] = claims
     if not pod_spec["affinity"]:
         del pod_spec["affinity"]
     return {

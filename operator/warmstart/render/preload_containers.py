@@ -31,7 +31,7 @@ from typing import Any
 
 from warmstart.api import cachemanifests, preloading
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
-from warmstart.render import fsx, security
+from warmstart.render import cache_volumes, fsx, security
 from warmstart.render.context import RenderContext
 
 Manifest = dict[str, Any]
@@ -80,13 +80,17 @@ class Rendered:
     owner_steps: list[Manifest]
 
 
-def cache_volume(name: str, host_path: str, *, on_node: bool = True) -> Mounted:
-    """The node's cache root (which must exist: `type: Directory`), of which only `warmstart/` is mounted (subPath),
-    at `<hostPath>/warmstart`; or an emptyDir there.
+def cache_volume(name: str, host_path: str, *, on_node: bool = True, csi_key: str | None = None) -> Mounted:
+    """The node's `<hostPath>/warmstart`, or an emptyDir; mounted at that path.
 
-    The kubelet resolves and creates the subPath without following links (a link planted at `<hostPath>/warmstart`
-    is refused), so the mount is the real directory under the admin's root or nothing."""
+    On the node: through the CSI driver, writable for cache `csi_key` (render/cache_volumes.py), or, without a key, as
+    the admin's root (which must exist: `type: Directory`) of which only the subPath `warmstart` is mounted; the
+    kubelet resolves and creates the subPath without following links (a link planted at `<hostPath>/warmstart` is
+    refused).
+    """
     path = preloading.cache_dir(host_path)
+    if on_node and csi_key is not None:
+        return Mounted(cache_volumes.csi_volume(name, csi_key, write=True), {"name": name, "mountPath": path})
     if not on_node:
         return Mounted({"name": name, "emptyDir": {}}, {"name": name, "mountPath": path})
     volume = {"name": name, "hostPath": {"path": host_path.rstrip("/") or "/", "type": "Directory"}}

@@ -1,5 +1,6 @@
 """The router before an endpoint: its ConfigMap (strategy, knobs, warm nodes), Deployment and its disruption budget,
-the model pods' headless Service it follows, and least-privilege RBAC.
+the model pods' headless Service it follows, least-privilege RBAC, and a NetworkPolicy that opens its traffic port to
+clients and its admin port only to the peers the admin lists.
 
 Clients reach the router through the endpoint's own Service (`render/services.py` points it here once a router pod is
 ready); the router reaches the model pods through the EndpointSlices of `<endpoint>-models`.
@@ -55,6 +56,8 @@ def config(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None) -> Route
     """The router configuration rendered from the endpoint spec and, with a weights cache, its warm nodes."""
     limits = endpoint.worker.request_limits
     knobs: dict[str, Any] = {"strategy": endpoint.routing_strategy.value}
+    if endpoint.routing and endpoint.routing.router_config:
+        knobs.update(endpoint.routing.router_config.chosen())
     if warm_nodes is not None:
         knobs["warmNodes"] = sorted(set(warm_nodes))
     if limits and limits.max_concurrent_requests:
@@ -208,6 +211,30 @@ def disruption_budget(endpoint: Endpoint) -> Manifest:
     }
 
 
+def network_policy(endpoint: Endpoint, context: RenderContext) -> Manifest:
+    """Router pods accept the traffic port from anyone; the admin port (/metrics, /router/status) only from
+    `context.router_admin_from` (the chart's `router.adminFrom`; none by default: `kubectl port-forward` still works,
+    it does not cross the pod network). Egress is left open: the router calls the API server and the model pods."""
+    ingress: list[Manifest] = [{"ports": [{"port": ROUTER_PORT, "protocol": "TCP"}]}]
+    if context.router_admin_from:
+        ingress.append(
+            {
+                "from": [dict(peer) for peer in context.router_admin_from],
+                "ports": [{"port": ROUTER_ADMIN_PORT, "protocol": "TCP"}],
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(endpoint),
+        "spec": {
+            "podSelector": {"matchLabels": pod_selector(endpoint)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
 def models_service(endpoint: Endpoint) -> Manifest:
     """Headless Service of the model pods: no virtual IP, only EndpointSlices (ready pods) for the router to follow."""
     port = endpoint.worker.model_invocation_port
@@ -233,6 +260,7 @@ def manifests(endpoint: Endpoint, context: RenderContext, warm_nodes: Iterable[s
         role(endpoint),
         role_binding(endpoint),
         models_service(endpoint),
+        network_policy(endpoint, context),
         deployment(endpoint, context),
         disruption_budget(endpoint),
     ]
@@ -245,6 +273,7 @@ def objects(endpoint_name: str) -> list[tuple[str, str, str]]:
     return [
         ("apps/v1", "Deployment", router),
         ("policy/v1", "PodDisruptionBudget", router),
+        ("networking.k8s.io/v1", "NetworkPolicy", router),
         ("v1", "Service", router),
         ("v1", "Service", models_service_name(endpoint_name)),
         ("rbac.authorization.k8s.io/v1", "RoleBinding", router),
