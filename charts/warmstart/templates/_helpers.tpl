@@ -129,3 +129,13 @@ app.kubernetes.io/component: operator
   verbs: [get, list, watch, patch]
 {{- end }}
 {{- end }}
+
+{{- /* Connection settings (mirror endpoints, proxies, CA bundles): only preload.endpoints may set them, never
+preload.env, whose values reach pods from a Secret a tenant may be able to edit (api/preloading.py CONNECTION_ENV). */}}
+{{- define "warmstart.checkPreloadEnv" -}}
+{{- range $name, $_ := .Values.preload.env }}
+{{- if has $name (list "ALL_PROXY" "AWS_CA_BUNDLE" "AWS_CONFIG_FILE" "AWS_ENDPOINT_URL" "AWS_ENDPOINT_URL_S3" "AWS_ENDPOINT_URL_STS" "AWS_PROFILE" "AWS_USE_DUALSTACK_ENDPOINT" "AWS_USE_FIPS_ENDPOINT" "CURL_CA_BUNDLE" "HF_ENDPOINT" "HTTPS_PROXY" "HTTP_PROXY" "NO_PROXY" "REQUESTS_CA_BUNDLE" "SSL_CERT_DIR" "SSL_CERT_FILE" "all_proxy" "http_proxy" "https_proxy" "no_proxy") }}
+{{- fail (printf "preload.env.%s is a connection setting: a tenant who can edit the preload Secret of its namespace could point shared caches at its own mirror; set it in preload.endpoints" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}

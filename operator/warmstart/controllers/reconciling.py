@@ -73,7 +73,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     unsupported = _unsupported_condition(spec_model, generation)
     try:
         endpoint = resolve(kind, body, context, memo.setdefault("jumpstart", _jumpstart_cache()))
-        endpoint = _with_complete_fsx(endpoint, context, memo.setdefault("fsx_lookups", fsx.Lookups.empty()))
+        endpoint = _with_complete_fsx(endpoint, context)
     except ResolutionFailed as failure:
         conds = [*endpoint_status.failed(generation, failure.reason, failure.message), *unsupported]
         _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
@@ -355,9 +355,9 @@ def _plain_ref(endpoint: Endpoint) -> Manifest:
     return owners.owner_reference(ref.kind, ref.name, ref.uid, controller=False)
 
 
-def _with_complete_fsx(endpoint: Endpoint, context: RenderContext, lookups: fsx.Lookups) -> Endpoint:
-    """The endpoint with its FSx source's DNS and mount names (DescribeFileSystems when the spec omits them)."""
-    source = fsx.completed_source(endpoint.source, autoscaling.region(context), lookups)
+def _with_complete_fsx(endpoint: Endpoint, context: RenderContext) -> Endpoint:
+    """The endpoint with its FSx source's DNS and mount names from the admin's allowlist for its namespace."""
+    source = fsx.completed_source(endpoint.source, endpoint.ref.namespace, context.fsx_file_systems)
     return endpoint if source is endpoint.source else endpoint.model_copy(update={"source": source})
 
 

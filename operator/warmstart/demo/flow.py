@@ -189,7 +189,8 @@ def run(args: argparse.Namespace) -> None:
                 demo.core.create_namespace({"metadata": {"name": namespace}})
             install_crds(demo.store)
             demo.store.apply(seed.preload_secret(namespace, real.s3.access_key, real.s3.secret_key))
-            env = seed.operator_env(image, namespace, str(real.hostpath_root), PRELOAD_SECONDS)
+            host_path.mkdir(parents=True, exist_ok=True)  # a cache root must exist on the node (hostPath Directory)
+            env = seed.operator_env(image, namespace, str(host_path), PRELOAD_SECONDS)
             demo.operator = start_operator(cluster.kubeconfig, demo.operator_log, env)
             print(f"    log: {demo.operator_log}")
         manifest = seed.real_seed(

@@ -150,8 +150,11 @@ def through_csi(endpoint: Endpoint, context: RenderContext) -> bool:
 def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str, context: RenderContext) -> Manifest:
     """The model files (this generation's cache directory), read-only."""
     mount: Manifest = {"name": endpoint.worker.model_volume_mount.name, "mountPath": mount_path, "readOnly": True}
-    if not through_csi(endpoint, context):  # the CSI volume is the key's directory itself
-        mount["subPath"] = f"weights/{generation.weights_key}"
+    if through_csi(endpoint, context):  # the CSI volume is the key's directory itself
+        return mount
+    # the hostPath volume is the admin's root (its `warmstart` holds the weights); the emptyDir holds `weights` itself
+    prefix = f"{preloading.CACHE_DIR_NAME}/" if endpoint.weights_enabled else ""
+    mount["subPath"] = f"{prefix}weights/{generation.weights_key}"
     return mount
 
 
