@@ -139,7 +139,8 @@ def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(
 ) -> None:
     granted = _rules(documents(template(helm, {}, tmp_path)))
     assert granted[("", "nodes")] == {"get", "list", "watch", "patch"}
-    assert granted[("", "pods")] == {"get", "list", "watch"}
+    # create: only the dry run of a model pod (the dry-run-pods policy refuses any other)
+    assert granted[("", "pods")] == {"get", "list", "watch", "create"}
     full = {"get", "list", "watch", "create", "patch", "update", "delete"}
     for key in [
         ("batch", "jobs"),

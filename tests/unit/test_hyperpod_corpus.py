@@ -153,6 +153,10 @@ UNSUPPORTED = {
         "spec.modelVersion",
         "spec.loadBalancer.healthCheckPath (worker.probes.readinessProbe is used)",
     ],
+    "iec-v1-nvme-volume.yaml#0": [
+        "spec.endpointName",
+        "spec.invocationEndpoint (the router and Service pass every path through)",
+    ],
     "iec-v1alpha1-fsx.yaml#0": [],
     "iec-v1alpha1-s3.yaml#0": [
         "spec.tlsConfig",

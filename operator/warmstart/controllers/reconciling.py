@@ -23,7 +23,7 @@ from warmstart.api.statuses import (
     ResolvedModel,
     WarmPlacement,
 )
-from warmstart.controllers import applying, autoscaling, fsx, handling, metrics, routing, sharing
+from warmstart.controllers import applying, autoscaling, fsx, guarding, handling, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
@@ -50,7 +50,7 @@ from warmstart.render.unsupported import unsupported_fields
 Manifest = dict[str, Any]
 
 #: the reason of an endpoint whose rendered children the API server refused
-RENDER_REJECTED = "RenderRejected"
+RENDER_REJECTED = guarding.RENDER_REJECTED
 
 
 def reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
@@ -79,6 +79,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         return
 
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
+    model_deployment = deployments.deployment(endpoint, Generation(wkey, ikey), context)
+    refused = guarding.refusal(store, memo, body, endpoint, model_deployment, context)
+    if refused is not None:  # before anything is applied: the pod this spec renders is not one the namespace admits
+        conds = [*endpoint_status.failed(generation, refused.reason, refused.message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        return
     weights = (
         _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey))
         if endpoint.weights_enabled
@@ -110,7 +116,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     if scaling.remove:
         autoscaling.remove(store, endpoint)
     children = [
-        *_children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes),
+        *_children(endpoint, model_deployment if gate.open else None, context, traffic.via_router, warm_nodes),
         *scaling.manifests,
     ]
     if applying.needed(memo, endpoint.ref.uid, children, deployment):
@@ -222,13 +228,13 @@ def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: s
 
 def _children(
     endpoint: Endpoint,
-    gate_open: bool,
-    generation: Generation,
+    model_deployment: Manifest | None,
     context: RenderContext,
     via_router: bool,
     warm_nodes: list[str] | None,
 ) -> list[Manifest]:
-    """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
+    """All this endpoint wants to exist, rendered: caches, then (gate open: `model_deployment` given) Deployment and
+    Service, then router."""
     wanted: list[Manifest] = []
     storage = render_fsx.storage_of(endpoint.source)
     if storage is not None:  # the claim (and its static volume) that the Deployment's preload mounts
@@ -240,14 +246,11 @@ def _children(
         wanted.append(caches.weights_cache(endpoint, context))
     if endpoint.image_cache:
         wanted.append(caches.image_cache(endpoint))
-    if gate_open:
-        wanted += [
-            deployments.deployment(endpoint, generation, context),
-            services.client_service(endpoint, via_router=via_router),
-        ]
+    if model_deployment is not None:
+        wanted += [model_deployment, services.client_service(endpoint, via_router=via_router)]
     if endpoint.routing_enabled:
         wanted += router.manifests(endpoint, context, warm_nodes)
-    if gate_open and endpoint.metrics_enabled and context.pod_monitors:
+    if model_deployment is not None and endpoint.metrics_enabled and context.pod_monitors:
         wanted.append(monitoring.pod_monitor(endpoint))
     return wanted
 
@@ -477,6 +480,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
             sharing.release(store, MIC_KIND, cache_name, ns, uid)
     _forget_metrics(ns, name)
     applying.forget(memo, uid)
+    guarding.forget(memo, uid)
     kopf.info(body, reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
 
 

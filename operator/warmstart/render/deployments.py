@@ -139,7 +139,9 @@ def metrics_port(endpoint: Endpoint) -> tuple[str, int, str]:
 
 
 def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str) -> Manifest:
-    """The model files (this generation's cache directory), read-only."""
+    """The model files (this generation's cache directory, or the user's own model volume), read-only."""
+    if endpoint.model_on_volume:
+        return {"name": endpoint.worker.model_volume_mount.name, "mountPath": mount_path, "readOnly": True}
     return {
         "name": endpoint.worker.model_volume_mount.name,
         "mountPath": mount_path,
@@ -150,10 +152,14 @@ def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str) ->
 
 def user_init_containers(endpoint: Endpoint, generation: Generation) -> list[Manifest]:
     """`kubernetes.initContainers`, to run after the preload: a mount of the model volume shows the model files,
-    read-only, as the model container sees them (never the node's whole cache directory)."""
+    read-only, as the model container sees them (never the node's whole cache directory). With the model on the
+    user's own volume, they are kept as written (render/passthrough.py decides whether they may be)."""
     model_volume = endpoint.worker.model_volume_mount.name
     rendered = []
     for container in (endpoint.kubernetes.init_containers or []) if endpoint.kubernetes else []:
+        if endpoint.model_on_volume:
+            rendered.append(dict(container))
+            continue
         mounts = [
             _model_mount(endpoint, generation, str(m.get("mountPath", ""))) if m.get("name") == model_volume else m
             for m in container.get("volumeMounts") or []
@@ -212,14 +218,21 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         **scrape_annotations(endpoint, context),
         **((endpoint.kubernetes.annotations or {}) if endpoint.kubernetes else {}),
     }
-    preload = preload_init_container(endpoint, generation, context)
     kube = endpoint.kubernetes
+    init_containers = user_init_containers(endpoint, generation)
+    volumes = list((kube.volumes or []) if kube else [])
+    if not endpoint.model_on_volume:  # the preload fills the model volume (the node cache, or an emptyDir)
+        preload = preload_init_container(endpoint, generation, context)
+        init_containers = [*preload.owner_steps, preload.container, *init_containers]
+        volumes = [*preload.volumes, *volumes]
     pod_spec: Manifest = {
         "affinity": affinity(endpoint, generation),
-        "initContainers": [*preload.owner_steps, preload.container, *user_init_containers(endpoint, generation)],
         "containers": [_worker_container(endpoint, generation)],
-        "volumes": [*preload.volumes, *((kube.volumes or []) if kube else [])],
     }
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
+    if volumes:
+        pod_spec["volumes"] = volumes
     if kube and kube.service_account_name:
         pod_spec["serviceAccountName"] = kube.service_account_name
     if kube and kube.scheduler_name:
