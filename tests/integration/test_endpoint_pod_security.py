@@ -10,6 +10,7 @@ through `kubernetes.initContainers` / `kubernetes.volumes`:
   cache child;
 - positive controls: the same CR in a namespace whose level allows it gets its Deployment.
 
+A JumpStartModel (resolved through a JumpStart-shaped bucket in moto's S3 server) goes through the same check.
 HyperPod's kubernetesVolume manifest (tests/hyperpod-corpus/iec-v1-nvme-volume.yaml, a hostPath on NVMe as the model
 volume) applies and renders in the privileged namespace and is refused, with the condition, in the baseline one.
 Nothing is faked: the verdicts are the real API server's.
@@ -18,11 +19,13 @@ Nothing is faked: the verdicts are the real API server's.
 from __future__ import annotations
 
 import copy
+import json
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 import yaml
 from kubernetes import client
@@ -30,6 +33,7 @@ from kubernetes import client
 import endpointing as ep
 import kube
 import operating
+from preloadservers import CREDENTIALS, MotoServer
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MIC_PLURAL
 from warmstart.controllers import guarding
@@ -74,11 +78,12 @@ def levels(api_client: client.ApiClient) -> Iterator[dict[str, str]]:
     finally:
         objects = client.CustomObjectsApi(api_client)
         for name in made.values():
-            for item in objects.list_namespaced_custom_object(GROUP, VERSION, name, PLURAL)["items"]:
-                if item["metadata"].get("finalizers"):
-                    objects.patch_namespaced_custom_object(
-                        GROUP, VERSION, name, PLURAL, item["metadata"]["name"], {"metadata": {"finalizers": None}}
-                    )
+            for plural in (PLURAL, "jumpstartmodels"):
+                for item in objects.list_namespaced_custom_object(GROUP, VERSION, name, plural)["items"]:
+                    if item["metadata"].get("finalizers"):
+                        objects.patch_namespaced_custom_object(
+                            GROUP, VERSION, name, plural, item["metadata"]["name"], {"metadata": {"finalizers": None}}
+                        )
             client.CoreV1Api(api_client).delete_namespace(name, propagation_policy="Background")
 
 
@@ -167,9 +172,9 @@ def _apply(kubeconfig: str, manifest: Any, namespace: str) -> None:
     assert result.returncode == 0, f"{manifest['metadata']['name']}: {result.stderr}"
 
 
-def _refused(api: client.ApiClient, namespace: str, name: str, reason: str) -> dict[str, Any]:
+def _refused(api: client.ApiClient, namespace: str, name: str, reason: str, plural: str = PLURAL) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
-        status = ep.status(api, namespace, name, PLURAL)
+        status = ep.status(api, namespace, name, plural)
         found = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), None)
         return found if found and found["reason"] == reason and status.get("state") == "DeploymentFailed" else None
 
@@ -293,3 +298,81 @@ def test_host_namespaces_cannot_be_expressed_in_an_endpoint(
         result = kube.apply(str(cluster.kubeconfig), manifest, namespace, check=False)
         assert result.returncode != 0, field
         assert f'unknown field "spec.kubernetes.{field}"' in result.stderr, result.stderr
+
+
+REGION = "us-west-2"
+MODEL = "huggingface-llm-qwen2-0-5b"
+
+
+@pytest.fixture(scope="module")
+def jumpstart() -> Iterator[dict[str, str]]:
+    """A JumpStart-shaped content bucket with one ungated model."""
+    server = MotoServer(CREDENTIALS).start()
+    s3 = boto3.client(
+        "s3", endpoint_url=server.url, region_name=REGION, aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    bucket = f"jsc-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+    spec_key = f"community_models/{MODEL}/specs_v1.0.0.json"
+    image = "763104351884.dkr.ecr.us-west-2.amazonaws.com/djl-inference:0.31.0-lmi13.0.0-cu124"
+    spec = {
+        "model_id": MODEL,
+        "version": "1.0.0",
+        "hosting_artifact_key": f"{MODEL}/artifacts/inference/v1.0.0/",
+        "hosting_artifact_s3_data_type": "S3Prefix",
+        "hosting_instance_type_variants": {
+            "regional_aliases": {REGION: {"djl": image}},
+            "variants": {"g5": {"regional_properties": {"image_uri": "$djl"}}},
+        },
+    }
+    s3.put_object(Bucket=bucket, Key=spec_key, Body=json.dumps(spec).encode())
+    manifest = [{"model_id": MODEL, "version": "1.0.0", "spec_key": spec_key}]
+    s3.put_object(Bucket=bucket, Key="models_manifest.json", Body=json.dumps(manifest).encode())
+    try:
+        yield {"bucket": bucket, "url": server.url}
+    finally:
+        server.stop()
+
+
+def _jsm(name: str, kubernetes: dict[str, Any] | None = None) -> Any:
+    spec: dict[str, Any] = {
+        "model": {"modelId": MODEL, "modelVersion": "1.0.0"},
+        "server": {"instanceType": "ml.g5.12xlarge"},
+        "modelCacheConfig": {"imageCache": {"enabled": True}},
+    }
+    if kubernetes:
+        spec["kubernetes"] = kubernetes
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "JumpStartModel", "metadata": {"name": name}, "spec": spec}
+
+
+def test_a_jumpstart_model_is_checked_the_same_way(
+    cluster: Any,
+    api_client: client.ApiClient,
+    levels: dict[str, str],
+    jumpstart: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in {**CREDENTIALS, "AWS_ENDPOINT_URL_S3": jumpstart["url"]}.items():
+        monkeypatch.setenv(key, value)
+    kubeconfig = str(cluster.kubeconfig)
+    baseline, privileged = levels["baseline"], levels["privileged"]
+    render = {
+        "operator_image": "warmstart:test",
+        "allowed_host_paths": ROOTS,
+        "jumpstart_bucket": jumpstart["bucket"],
+        "jumpstart_region": REGION,
+    }
+    escalating = {"initContainers": [_init("escalate", {"privileged": True})]}
+    with operating.operator(kubeconfig, list(levels.values()), render=render):
+        _apply(kubeconfig, _jsm("plain"), baseline)
+        _apply(kubeconfig, _jsm("escalating", escalating), baseline)
+        _apply(kubeconfig, _jsm("escalating", escalating), privileged)
+        _apply(kubeconfig, _jsm("slash", {"volumes": [_host("root", "/")]}), privileged)
+        kube.wait_for(lambda: _deployment(api_client, baseline, "plain"), TIMEOUT, what="the plain JumpStartModel")
+        kube.wait_for(lambda: _deployment(api_client, privileged, "escalating"), TIMEOUT, what="escalating applied")
+        ready = _refused(api_client, baseline, "escalating", guarding.POD_SECURITY_REJECTED, "jumpstartmodels")
+        assert 'privileged (container "escalate"' in ready["message"], ready["message"]
+        _nothing_applied(api_client, baseline, "escalating")
+        ready = _refused(api_client, privileged, "slash", passthrough.REASON, "jumpstartmodels")
+        assert "kubernetes.volumes[0] (root): hostPath / is not under" in ready["message"], ready["message"]
+        _nothing_applied(api_client, privileged, "slash")

@@ -184,7 +184,18 @@ class KubernetesSettings(ApiModel):
         "init container, so they see the model files.",
     )
     volumes: list[dict[str, Any]] | None = Field(
-        default=None, description="Extra volumes (core/v1 Volume) of the model pods, for the init containers."
+        default=None,
+        description="Extra volumes (core/v1 Volume) of the model pods, for the init containers. With modelSourceType "
+        "kubernetesVolume and no kubernetesVolume block, the one named as worker.modelVolumeMount.name is the model "
+        "volume.",
+        # a core/v1 Volume kept as written; its name declared, so the CRD's rules can find the model volume
+        json_schema_extra={
+            "items": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {"name": {"type": "string"}},
+            }
+        },
     )
     image_pull_secrets: list[str] | None = Field(
         default=None, description="warmstart extension: image pull secret names."

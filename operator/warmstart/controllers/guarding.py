@@ -44,6 +44,8 @@ RECHECK_ADMITTED_SECONDS = 300.0
 RECHECK_REFUSED_SECONDS = 20.0
 #: how PodSecurity admission words its refusal ("... is forbidden: violates PodSecurity "baseline:latest": ...")
 _POD_SECURITY_MARK = "violates PodSecurity"
+#: a 400 from an admission webhook that has side effects ("... does not support dry run")
+_NO_DRY_RUN = "does not support dry run"
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,9 @@ def pod_security(store: Store, deployment: Manifest) -> Refusal | None:
             return None
         return Refusal(POD_SECURITY_REJECTED, "the model pod " + text[text.index(_POD_SECURITY_MARK) :])
     except Invalid as error:
+        if _NO_DRY_RUN in str(error):  # a webhook with side effects: the API server could not ask it
+            log.warning("the Pod Security dry run of %s decided nothing: %s", deployment["metadata"]["name"], error)
+            return None
         return Refusal(RENDER_REJECTED, f"the API server rejected the model pod this spec renders: {error}")
     return None
 

@@ -25,6 +25,8 @@ from warmstart.render.endpoints import Endpoint
 
 #: the status reason of an endpoint whose pass-through volumes break these rules (the cache roots' reason too)
 REASON = hostpaths.REASON
+#: HyperPod's reason for a kubernetesVolume source without the volume it names
+VOLUME_REASON = "KubernetesVolumeValidationFailed"
 
 
 def host_path_refusal(path: object, roots: Sequence[str]) -> str | None:
@@ -75,3 +77,17 @@ def refusals(endpoint: Endpoint, roots: Sequence[str]) -> list[str]:
                     f"hostPath volume {mount.get('name')} must be mounted readOnly: true"
                 )
     return found
+
+
+def missing_model_volume(endpoint: Endpoint) -> str | None:
+    """Why a kubernetesVolume source without a claim has no model volume (None when `kubernetes.volumes` has it)."""
+    if not endpoint.model_on_volume:
+        return None
+    name = endpoint.worker.model_volume_mount.name
+    volumes = (endpoint.kubernetes.volumes or []) if endpoint.kubernetes else []
+    if any(isinstance(v, Mapping) and v.get("name") == name for v in volumes):
+        return None
+    return (
+        f"modelSourceType kubernetesVolume without kubernetesVolume reads the model from the kubernetes.volumes entry "
+        f"named {name} (worker.modelVolumeMount.name), and there is none"
+    )

@@ -126,3 +126,10 @@ def test_the_dry_run_pod_is_the_replica_sets_pod() -> None:
     assert pod["spec"] == manifest["spec"]["template"]["spec"]
     assert pod["metadata"]["labels"] == manifest["spec"]["template"]["metadata"]["labels"]
     assert "ownerReferences" not in pod["metadata"]
+
+
+def test_a_volume_source_without_its_volume_is_named_as_hyperpod_does() -> None:
+    assert passthrough.missing_model_volume(_endpoint(NVME["spec"])) is None
+    message = passthrough.missing_model_volume(_with([{"name": "other", "emptyDir": {}}]))
+    assert message is not None and "named model-weights (worker.modelVolumeMount.name)" in message
+    assert passthrough.VOLUME_REASON == "KubernetesVolumeValidationFailed"
