@@ -353,3 +353,25 @@ def test_node_label_policy_matches_only_the_operators_service_account(
     )
     (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["nodes"] and rule["operations"] == ["UPDATE"]
+
+
+def test_pass_through_and_dry_run_pod_policies_are_installed_and_scoped(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    docs = documents(template(helm, VALUES["ha"], tmp_path))
+    policies = {p["metadata"]["name"]: p for p in by_kind(docs, "ValidatingAdmissionPolicy")}
+    bindings = {b["metadata"]["name"]: b for b in by_kind(docs, "ValidatingAdmissionPolicyBinding")}
+    (passing,) = [p for n, p in policies.items() if n.endswith("-pass-through")]
+    allowed = next(v for v in passing["spec"]["variables"] if v["name"] == "allowed")
+    assert json.loads(allowed["expression"]) == ["/opt/dlami/nvme", "/mnt/cache"]
+    (rule,) = passing["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"inferenceendpointconfigs", "jumpstartmodels"}
+    binding = bindings[passing["metadata"]["name"]]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector["values"] == ["team-a", "team-b"]
+    (dry,) = [p for n, p in policies.items() if n.endswith("-dry-run-pods")]
+    (condition,) = dry["spec"]["matchConditions"]
+    assert "request.userInfo.username == 'system:serviceaccount:" in condition["expression"]
+    assert [v["expression"] for v in dry["spec"]["validations"]] == ["request.dryRun == true"]
+    assert bindings[dry["metadata"]["name"]]["spec"]["validationActions"] == ["Deny"]
