@@ -6,7 +6,7 @@ CLUSTER_DIR ?= .cluster
 CHAOS_BUDGET ?= 1200
 REAL_NODES ?= 0
 
-.PHONY: demo test test-unit crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
+.PHONY: demo test test-unit docs crds cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,10 +28,11 @@ test: $(BIN)/warmstart
 test-unit: $(BIN)/warmstart
 	$(BIN)/pytest -q tests/unit
 
-## crds: regenerate crds/ (and the chart's copy) from the API model
+## crds: regenerate crds/ (and the chart's copy) and docs/api-reference.md from the API model
 crds: $(BIN)/warmstart
 	$(BIN)/warmstart crds --out crds
 	$(BIN)/warmstart crds --out charts/warmstart/crds
+	$(BIN)/python -c 'from warmstart.render import api_reference; print(api_reference.page(), end="")' > docs/api-reference.md
 
 cluster-build: $(BIN)/warmstart
 	$(BIN)/warmstart cluster build
@@ -49,6 +50,10 @@ cluster-status: $(BIN)/warmstart
 ## cluster-image: build the project image from the Dockerfile (buildah), the pause and the shell-less image (docs/image.md)
 cluster-image: $(BIN)/warmstart
 	$(BIN)/warmstart cluster image build
+
+## docs: the documentation site (mkdocs, strict: every link checked) into build/site
+docs: $(BIN)/warmstart
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## lint: import-linter layers, ruff (lint and format), mypy strict
 lint: $(BIN)/warmstart

@@ -8,6 +8,7 @@ import yaml
 
 from warmstart.api import crds
 from warmstart.api.routers import RouterConfig
+from warmstart.render import api_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,3 +79,18 @@ def test_every_routing_strategy_the_crds_admit_is_one_the_router_runs() -> None:
         assert {"roundrobin", "least_outstanding_requests", "prefix_aware", "kvaware"} <= set(admitted)
         for spelling in admitted:
             RouterConfig(strategy=spelling)  # raises if the router cannot read it
+
+
+def test_committed_api_reference_matches_the_model() -> None:
+    assert (ROOT / "docs" / "api-reference.md").read_text() == api_reference.page(), (
+        "docs/api-reference.md is stale: run `make crds`"
+    )
+
+
+def test_api_reference_names_every_field_not_acted_on() -> None:
+    text = api_reference.page()
+    assert "| `spec.tlsConfig` | object |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `spec.tlsConfig` |"))
+    assert "| no |" in row
+    row = next(line for line in text.splitlines() if line.startswith("| `spec.replicas` |"))
+    assert "| `1` |" in row and "| yes |" in row and "minimum `0`" in row

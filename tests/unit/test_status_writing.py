@@ -101,3 +101,40 @@ def test_timestamps_are_whole_seconds_in_utc() -> None:
     assert moment.microsecond == 0
     text = handling.timestamp(moment)
     assert text.endswith("Z") and handling.parse_timestamp(text) == moment
+
+
+def test_a_nested_field_the_new_status_lacks_is_removed() -> None:
+    """A source change: the old cache's nested `state: Ready` must not survive into the new cache's status."""
+    store = RecordingStore()
+    old = {
+        "state": "DeploymentComplete",
+        "weightsCacheStatus": {"name": "weights-old", "state": "Ready", "readyNodes": 4, "targetNodes": 4},
+    }
+    new = {"state": "DeploymentInProgress", "weightsCacheStatus": {"name": "weights-new", "readyNodes": 0}}
+    assert handling.write_status(store, "InferenceEndpointConfig", BODY, old, new)
+    [(_, _, patch, _)] = store.patches
+    assert patch == {
+        "status": {
+            "state": "DeploymentInProgress",
+            "weightsCacheStatus": {"name": "weights-new", "readyNodes": 0, "state": None, "targetNodes": None},
+        }
+    }
+
+
+def test_the_merge_patch_turns_the_old_status_into_the_new_one() -> None:
+    """Applied as the API server applies a merge patch (RFC 7386), the patch yields exactly the new status."""
+
+    def apply(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+        result = dict(target)
+        for key, value in patch.items():
+            if value is None:
+                result.pop(key, None)
+            elif isinstance(value, dict) and isinstance(result.get(key), dict):
+                result[key] = apply(result[key], value)
+            else:
+                result[key] = value
+        return result
+
+    old = {"a": {"b": {"c": 1, "d": 2}, "e": [1, 2]}, "f": "x", "g": {"h": 1}}
+    new = {"a": {"b": {"c": 3}, "e": [3]}, "g": "scalar now", "i": {"j": 1}}
+    assert apply(old, handling.merge_patch(old, new)) == new

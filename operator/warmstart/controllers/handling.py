@@ -7,7 +7,8 @@
   rendered) needs a spec change, so it is a `kopf.PermanentError`; every other storage error is a `kopf.TemporaryError`,
   retried in a few seconds. A finalizer retries every storage error: kopf releases an object whose delete handler
   failed permanently, which would leave its files, labels or children behind.
-- Status is written with a merge patch, and only when it changed.
+- Status is written with a merge patch, and only when it changed; the patch removes what the new status no longer
+  holds at every depth, so nothing of an earlier cache or generation survives in a nested field.
 """
 
 from __future__ import annotations
@@ -106,8 +107,22 @@ def patch_status(store: Store, kind: str, body: Mapping[str, Any], fields: Mappi
 def write_status(
     store: Store, kind: str, body: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]
 ) -> bool:
-    """Write `new` when it differs from `old`; fields of `old` missing from `new` are removed. True when written."""
+    """Write `new` when it differs from `old`; fields of `old` missing from `new` are removed, nested ones included.
+    True when written."""
     if dict(old) == dict(new):
         return False
-    patch_status(store, kind, body, {**{k: None for k in old if k not in new}, **new})
+    patch_status(store, kind, body, merge_patch(old, new))
     return True
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: a key of `old` that `new` lacks becomes None at
+    every depth (a plain `{**new}` would leave nested keys of `old` behind); lists and scalars are replaced."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            patch[key] = merge_patch(before, value)
+        else:
+            patch[key] = value
+    return patch

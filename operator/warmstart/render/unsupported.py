@@ -29,6 +29,21 @@ _IGNORED = (
 )
 DEFAULT_INVOCATION_ENDPOINT = "invocations"
 
+#: spec paths (API spelling, below `spec.`) that warmstart does not act on, or only for some values: the API
+#: reference page (render/api_reference.py) says so for each, as the condition does when one is set
+NOT_ACTED_ON: dict[str, str] = {
+    **{name: "no" for name in _IGNORED},
+    "invocationEndpoint": f"partly: only `{DEFAULT_INVOCATION_ENDPOINT}`; the router and Service pass every path",
+    "loadBalancer.routingAlgorithm": "partly: not when intelligentRoutingSpec sets the routing",
+    "loadBalancer.healthCheckPath": "partly: not when worker.probes.readinessProbe is set",
+    "intelligentRoutingSpec.autoScalingSpec": "partly: not when spec.autoScalingSpec is set",
+    "intelligentRoutingSpec.routingStrategy": "partly: `kvaware` is served as `prefixaware`",
+    "model.modelHubName": f"partly: only `{PUBLIC_HUB}` is read",
+    "model.additionalConfigs": "no",
+    "server.executionRole": "no: pods use their service account",
+    "server.validations": "no",
+}
+
 
 def _set(value: Any) -> bool:
     return value not in (None, {}, [], "")
