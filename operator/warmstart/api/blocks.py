@@ -193,7 +193,7 @@ class KubernetesSettings(ApiModel):
             "items": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": True,
-                "properties": {"name": {"type": "string"}},
+                "properties": {"name": {"type": "string", "description": "Name of the volume."}},
             }
         },
     )
