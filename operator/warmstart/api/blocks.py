@@ -166,6 +166,10 @@ class DnsConfig(ApiModel):
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
+#: at most this many `kubernetes.volumes`: bounds the cost of the CRD rule that finds the model volume among them
+MAX_POD_VOLUMES = 128
+
+
 class KubernetesSettings(ApiModel):
     """Pod-level Kubernetes settings of the model pods."""
 
@@ -185,6 +189,7 @@ class KubernetesSettings(ApiModel):
     )
     volumes: list[dict[str, Any]] | None = Field(
         default=None,
+        max_length=MAX_POD_VOLUMES,
         description="Extra volumes (core/v1 Volume) of the model pods, for the init containers. With modelSourceType "
         "kubernetesVolume and no kubernetesVolume block, the one named as worker.modelVolumeMount.name is the model "
         "volume.",
@@ -193,7 +198,7 @@ class KubernetesSettings(ApiModel):
             "items": {
                 "type": "object",
                 "x-kubernetes-preserve-unknown-fields": True,
-                "properties": {"name": {"type": "string", "description": "Name of the volume."}},
+                "properties": {"name": {"type": "string", "maxLength": 63, "description": "Name of the volume."}},
             }
         },
     )
