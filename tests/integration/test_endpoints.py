@@ -69,6 +69,10 @@ def test_seed_example_goes_end_to_end(cluster: Any, api_client: client.ApiClient
             timeout=180,
             what="DeploymentComplete",
         )
+        # HyperPod's deploymentStatus, which AWS's CLI lists, mirrors the model Deployment
+        hyperpod = done["deploymentStatus"]
+        assert (hyperpod["name"], hyperpod["deploymentObjectOverallState"]) == ("example-model", "DeploymentComplete")
+        assert hyperpod["status"]["availableReplicas"] == seed["spec"].get("replicas", 1) and hyperpod["lastUpdated"]
         mdcc = ep.caches(api_client, namespace, "modeldatacacheconfigs")
         mic = ep.caches(api_client, namespace, "modelimagecaches")
         assert [m["metadata"]["name"] for m in mdcc] == [f"weights-{wkey}"] and mdcc[0]["status"]["state"] == "Ready"
@@ -188,12 +192,14 @@ def test_source_change_keeps_serving_then_rolls_then_drops_the_old_cache(
                 what="first rollout",
             )
             samples: list[int] = []
+            weights: list[dict[str, Any]] = []
             stop = threading.Event()
 
             def watch() -> None:
                 while not stop.is_set():
                     d = _deployment(api_client, namespace, "roll")
                     samples.append((d.status.available_replicas or 0) if d is not None else -1)
+                    weights.append(dict(ep.status(api_client, namespace, "roll").get("weightsCacheStatus") or {}))
                     stop.wait(0.2)
 
             watcher = threading.Thread(target=watch, daemon=True)
@@ -245,6 +251,15 @@ def test_source_change_keeps_serving_then_rolls_then_drops_the_old_cache(
             stop.set()
             watcher.join()
             assert samples and min(samples) >= 2, f"available replicas dipped during the update: {sorted(set(samples))}"
+            # the endpoint's mirror of its cache never claims a state the cache has not reached: Ready only with every
+            # target node ready, and never the old cache's state under the new cache's name
+            claimed = [w for w in weights if w.get("state") == "Ready"]
+            assert all(w.get("targetNodes", 0) > 0 and w.get("readyNodes") == w.get("targetNodes") for w in claimed), [
+                w for w in claimed if w.get("readyNodes") != w.get("targetNodes") or not w.get("targetNodes")
+            ]
+            assert any(w.get("name") == f"weights-{new_key}" and w.get("state") != "Ready" for w in weights), (
+                "no sample showed the new cache before it was ready"
+            )
 
 
 def test_delete_releases_caches_but_shared_ones_survive(

@@ -16,6 +16,11 @@ from kubernetes import client
 import endpointing as ep
 import kube
 import operating
+from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.api.routers import RouterConfig
+from warmstart.render import endpoints
+from warmstart.render import router as router_render
+from warmstart.render.context import RenderContext
 
 pytestmark = pytest.mark.cluster
 
@@ -38,6 +43,38 @@ def _router_status(port: int) -> dict[str, Any] | None:
             return value
     except OSError:
         return None
+
+
+def check_network_policy(api_client: client.ApiClient, kubeconfig: str, namespace: str, body: dict[str, Any]) -> None:
+    """The operator applied the router's NetworkPolicy: the traffic port open, the admin port to nobody; with admin
+    peers configured (the chart's router.adminFrom) the rendered policy is accepted by the API server too."""
+    policy = kube.wait_for(
+        lambda: kube.get(kubeconfig, "networkpolicy", "routed-router", namespace), what="the router's NetworkPolicy"
+    )
+    assert policy["spec"]["podSelector"]["matchLabels"] == router_render.pod_selector(
+        _endpoint(api_client, namespace, body)
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": router_render.ROUTER_PORT, "protocol": "TCP"}]}]
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    context = RenderContext(router_admin_from=(peer,))
+    rendered = router_render.network_policy(_endpoint(api_client, namespace, body), context)
+    rendered["metadata"]["name"] = "routed-router-admin"
+    created = client.NetworkingV1Api(api_client).create_namespaced_network_policy(namespace, rendered, dry_run="All")
+    [_, admin] = created.spec.ingress
+    assert [p.port for p in admin.ports] == [router_render.ROUTER_ADMIN_PORT]
+    assert admin._from[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": "monitoring"}
+
+
+def _endpoint(api_client: client.ApiClient, namespace: str, body: dict[str, Any]) -> endpoints.Endpoint:
+    live = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", body["metadata"]["name"]
+    )
+    meta = live["metadata"]
+    ref = endpoints.ObjectRef(
+        kind="InferenceEndpointConfig", name=meta["name"], namespace=namespace, uid=meta["uid"], generation=1
+    )
+    return endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(live["spec"]))
 
 
 def test_strategy_change_reaches_the_running_router_without_restart(
@@ -65,6 +102,7 @@ def test_strategy_change_reaches_the_running_router_without_restart(
             assert role is not None
             assert {tuple(r["resources"]) for r in role["rules"]} == {("endpointslices",), ("configmaps",)}
             assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in role["rules"])
+            check_network_policy(api_client, str(cluster.kubeconfig), namespace, body)
             kube.wait_for(
                 lambda: ep.status(api_client, namespace, "routed").get("state") == "DeploymentComplete",
                 timeout=120,
@@ -156,3 +194,44 @@ def test_strategy_change_reaches_the_running_router_without_restart(
             kube.wait_for(
                 lambda: "routerName" not in ep.status(api_client, namespace, "routed"), what="routerName cleared"
             )
+
+
+def test_request_limits_alone_put_the_enforcing_router_in_front_of_the_replicas(
+    cluster: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    """No intelligentRoutingSpec: `maxConcurrentRequests` alone renders the router that enforces it, the Service
+    sends clients to it, and UnsupportedFields stays empty."""
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    with ep.own_nodes(api_client, 1) as (instance_type, _nodes):
+        body = ep.endpoint_manifest("capped", namespace, instance_type, modelCacheConfig=None)
+        limits = {"maxConcurrentRequests": 4, "maxQueueSize": 2, "overflowStatusCode": 503}
+        body["spec"]["worker"]["requestLimits"] = limits
+        with operating.operator(str(cluster.kubeconfig), [namespace]):
+            kube.create_custom(api_client, body)
+            configmap = kube.wait_for(
+                lambda: next(
+                    (c for c in core.list_namespaced_config_map(namespace).items if "router.yaml" in (c.data or {})),
+                    None,
+                ),
+                what="the router's ConfigMap",
+            )
+            config = RouterConfig.from_configmap_data(configmap.data)
+            assert (config.strategy.value, config.max_concurrent_requests) == ("random", 4)
+            assert (config.max_queue_size, config.overflow_status_code) == (2, 503)
+            kube.wait_for(
+                lambda: apps.read_namespaced_deployment(router_render.name("capped"), namespace),
+                what="the router Deployment",
+            )
+            ref = endpoints.ObjectRef(kind="InferenceEndpointConfig", name="capped", namespace=namespace, uid="x")
+            wanted = router_render.pod_selector(
+                endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(body["spec"]))
+            )
+            kube.wait_for(
+                lambda: core.read_namespaced_service("capped", namespace).spec.selector == wanted,
+                what="the Service sending clients to the router",
+            )
+            unsupported = kube.wait_for(
+                lambda: ep.condition(ep.status(api_client, namespace, "capped"), "UnsupportedFields"),
+                what="the UnsupportedFields condition",
+            )
+            assert unsupported["status"] == "False", unsupported

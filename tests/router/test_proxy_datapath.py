@@ -106,6 +106,56 @@ async def test_a_client_that_stops_reading_holds_back_the_replica(routers: Route
         await runner.cleanup()
 
 
+async def test_a_client_that_never_reads_its_reply_loses_the_connection_and_its_replica_slot(
+    routers: RouterFactory,
+) -> None:
+    """The write deadline: a client whose socket stays full is cut off, and its slot and replica connection go back."""
+    chunk = b"x" * (64 * 1024)
+    replica_ended: list[str] = []
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            while True:  # the replica would stream forever; only the router can end it
+                await response.write(b"data: " + chunk + b"\n\n")
+        except (ConnectionError, asyncio.CancelledError):
+            replica_ended.append("the router closed the replica connection")
+            raise
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", endless)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
+    try:
+        config = RouterConfig(read_timeout_seconds=600, write_timeout_seconds=0.5, max_concurrent_requests=1)
+        router = await routers(config, [f"http://127.0.0.1:{port}"])
+        host, router_port = router.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(router_port))
+        body = b'{"prompt": "x", "stream": true}'
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)).startswith(b"HTTP/1.1 200")
+        [replica] = router.router.fleet.replicas()
+        for _ in range(600):  # the client reads nothing more; the router must give the slot back by itself
+            if replica.inflight == 0 and replica_ended:
+                break
+            await asyncio.sleep(0.05)
+        assert replica.inflight == 0
+        assert router.router.status()["inflight"] == 0
+        assert replica_ended
+        try:  # what was in the socket buffers, then the end: the router broke the connection
+            while await asyncio.wait_for(reader.read(4 * MIB), timeout=30):
+                pass
+        except ConnectionResetError:
+            pass
+        writer.close()
+    finally:
+        await runner.cleanup()
+
+
 async def test_expect_continue_and_pipelined_requests(sims: SimFactory, routers: RouterFactory) -> None:
     """curl's ``Expect: 100-continue`` gets its interim reply; pipelined requests are answered in order."""
     [replica] = await sims(1)

@@ -91,9 +91,7 @@ async def test_deeply_nested_json_is_a_400_inline_and_in_the_worker(
     assert replica.replica.engine.counters.requests == 0
 
 
-async def test_hop_by_hop_headers_stop_at_the_router_and_x_forwarded_for_grows(
-    routers: RouterFactory, client: aiohttp.ClientSession
-) -> None:
+async def test_hop_by_hop_headers_stop_at_the_router(routers: RouterFactory, client: aiohttp.ClientSession) -> None:
     seen: dict[str, str] = {}
 
     async def echo(request: web.Request) -> web.Response:
@@ -113,7 +111,6 @@ async def test_hop_by_hop_headers_stop_at_the_router_and_x_forwarded_for_grows(
             "Keep-Alive": "timeout=5",
             "TE": "trailers",
             "Proxy-Authorization": "Basic abc",
-            "X-Forwarded-For": "203.0.113.7",
             "X-End-To-End": "kept",
         }
         async with client.post(router.url + "/v1/completions", json={"prompt": "x"}, headers=headers) as response:
@@ -123,7 +120,41 @@ async def test_hop_by_hop_headers_stop_at_the_router_and_x_forwarded_for_grows(
         for hop in ("x-client-hop", "keep-alive", "te", "proxy-authorization"):
             assert hop not in seen
         assert seen["x-end-to-end"] == "kept"
-        assert seen["x-forwarded-for"] == "203.0.113.7, 127.0.0.1"
+    finally:
+        await runner.cleanup()
+
+
+async def test_client_sent_forwarding_headers_are_replaced_by_the_routers_own(
+    routers: RouterFactory, client: aiohttp.ClientSession
+) -> None:
+    seen: list[list[tuple[str, str]]] = []
+
+    async def echo(request: web.Request) -> web.Response:
+        seen.append([(key.lower(), value) for key, value in request.headers.items()])
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", echo)
+    runner, url = await backend_app(app)
+    try:
+        router = await routers(RouterConfig(), [url])
+        forged = {
+            "Forwarded": "for=10.0.0.1;host=admin.internal;proto=https",
+            "X-Forwarded-For": "10.0.0.1",
+            "X-Forwarded-Host": "admin.internal",
+            "X-Forwarded-Proto": "https",
+            "X-Forwarded-Port": "443",
+            "X-Forwarded-Prefix": "/admin",
+            "X-Real-IP": "10.0.0.1",
+        }
+        async with client.post(router.url + "/v1/completions", json={"prompt": "x"}, headers=forged) as response:
+            assert response.status == 200
+        [headers] = seen
+        names = [name for name, _ in headers]
+        for name in ("forwarded", "x-forwarded-host", "x-forwarded-port", "x-forwarded-prefix", "x-real-ip"):
+            assert name not in names
+        assert [value for name, value in headers if name == "x-forwarded-for"] == ["127.0.0.1"]
+        assert [value for name, value in headers if name == "x-forwarded-proto"] == ["http"]
     finally:
         await runner.cleanup()
 

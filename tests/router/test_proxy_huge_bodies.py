@@ -10,6 +10,7 @@ the router's resident memory (its own and its parser worker's) stays bounded.
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import socket
 import subprocess
 import sys
@@ -57,10 +58,14 @@ async def sink() -> AsyncIterator[str]:
     await runner.cleanup()
 
 
-async def test_millions_of_empty_messages_keep_health_answering_and_memory_bounded(sink: str) -> None:
+async def test_millions_of_empty_messages_keep_health_answering_and_memory_bounded(
+    sink: str, tmp_path: pathlib.Path
+) -> None:
     port, admin = free_port(), free_port()
     args = ["router", "--host", "127.0.0.1", "--port", str(port), "--admin-port", str(admin), "--backends", sink]
-    proc = subprocess.Popen([sys.executable, "-m", "warmstart.cli", *args, "--strategy", "prefixaware"])
+    config = tmp_path / "router.yaml"  # one client sends all four bodies: its share must hold them
+    config.write_text(f"strategy: prefixaware\nmaxBufferedBytesPerClient: {64 * MIB}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "warmstart.cli", *args, "--config", str(config)])
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:

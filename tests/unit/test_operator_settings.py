@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from warmstart.controllers import running, settings
 
 
@@ -11,6 +13,13 @@ def test_environment_is_read_into_settings() -> None:
     )
     assert read.resync_seconds == 3.5
     assert read.peering == "warmstart" and read.peering_priority == 7
+
+
+def test_router_admin_peers_are_read_from_json() -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    read = settings.from_env({"WARMSTART_ROUTER_ADMIN_FROM": json.dumps([peer])})
+    assert read.render.router_admin_from == (peer,)
+    assert settings.from_env({"WARMSTART_ROUTER_ADMIN_FROM": "[]"}).render.router_admin_from == ()
 
 
 def test_router_node_selector_is_read_from_json() -> None:

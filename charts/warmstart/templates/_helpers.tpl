@@ -89,6 +89,10 @@ app.kubernetes.io/component: operator
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
+# the routers' NetworkPolicies (the admin port closed to clients)
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress; create only with
 # dryRun=All, the Pod Security check of a model pod before its Deployment is applied (the dry-run-pods policy in
 # admission.yaml refuses any other create)

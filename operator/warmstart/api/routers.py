@@ -130,8 +130,21 @@ class RouterConfig(BaseModel):
     """Request body bytes the router holds at once, over all requests (read, queued or being sent);
     a request that would exceed it gets 503 with ``Retry-After``."""
 
+    max_buffered_bytes_per_client: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Request body bytes one client address holds at once (its share of ``maxBufferedBytes``);
+    a request that would exceed it gets 429 with ``Retry-After``. Behind a proxy that hides client
+    addresses every client is that proxy's address: raise it (up to ``maxBufferedBytes``) there."""
+
+    max_bodies_per_client: int = Field(default=64, ge=1)
+    """Request bodies one client address sends at once (from a request's headers until its body is
+    complete); one more gets 429 with ``Retry-After``."""
+
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     """Time allowed to receive a whole request body once its headers are in; slower clients get 408."""
+
+    write_timeout_seconds: float = Field(default=60.0, gt=0)
+    """Longest time a client may leave its reply unread while the router has more of it to write
+    (the client's socket full); then the connection is closed and its replica slot released."""
 
     warm_nodes: tuple[str, ...] | None = None
     """Names of the nodes where this endpoint's caches are ready (for the operator to fill). With it,

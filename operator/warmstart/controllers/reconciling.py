@@ -32,10 +32,12 @@ from warmstart.render import (
     deployments,
     endpoint_status,
     gating,
+    hyperpod_status,
     keys,
     monitoring,
     names,
     owners,
+    resource_claims,
     router,
     services,
 )
@@ -78,6 +80,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
             raise kopf.TemporaryError(failure.message, delay=30) from failure
         return
 
+    if resource_claims.names(endpoint.worker) and not context.resource_claims:
+        message = resource_claims.unavailable_message(endpoint.worker)
+        conds = [*endpoint_status.failed(generation, resource_claims.UNAVAILABLE_REASON, message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        return
+
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
     model_deployment = deployments.deployment(endpoint, Generation(wkey, ikey), context)
     refused = guarding.refusal(store, memo, body, endpoint, model_deployment, context)
@@ -116,7 +124,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     if scaling.remove:
         autoscaling.remove(store, endpoint)
     children = [
-        *_children(endpoint, model_deployment if gate.open else None, context, traffic.via_router, warm_nodes),
+        *_children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes),
         *scaling.manifests,
     ]
     if applying.needed(memo, endpoint.ref.uid, children, deployment):
@@ -191,7 +199,8 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         gate_opened_at=old_status.get("gateOpenedAt") or (handling.timestamp(now) if gate.open else None),
     ).to_api()
     status.pop("conditions", None)
-    _write_status(store, kind, body, old_status, status, conds, now)
+    blocks = hyperpod_status.blocks(endpoint, context, deployment, state, conds, old_status, handling.timestamp(now))
+    _write_status(store, kind, body, old_status, {**status, **blocks}, conds, now)
     _export_metrics(endpoint, state, placement)
 
 
@@ -228,13 +237,13 @@ def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: s
 
 def _children(
     endpoint: Endpoint,
-    model_deployment: Manifest | None,
+    gate_open: bool,
+    generation: Generation,
     context: RenderContext,
     via_router: bool,
     warm_nodes: list[str] | None,
 ) -> list[Manifest]:
-    """All this endpoint wants to exist, rendered: caches, then (gate open: `model_deployment` given) Deployment and
-    Service, then router."""
+    """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
     wanted: list[Manifest] = []
     storage = render_fsx.storage_of(endpoint.source)
     if storage is not None:  # the claim (and its static volume) that the Deployment's preload mounts
@@ -246,11 +255,14 @@ def _children(
         wanted.append(caches.weights_cache(endpoint, context))
     if endpoint.image_cache:
         wanted.append(caches.image_cache(endpoint))
-    if model_deployment is not None:
-        wanted += [model_deployment, services.client_service(endpoint, via_router=via_router)]
+    if gate_open:
+        wanted += [
+            deployments.deployment(endpoint, generation, context),
+            services.client_service(endpoint, via_router=via_router),
+        ]
     if endpoint.routing_enabled:
         wanted += router.manifests(endpoint, context, warm_nodes)
-    if model_deployment is not None and endpoint.metrics_enabled and context.pod_monitors:
+    if gate_open and endpoint.metrics_enabled and context.pod_monitors:
         wanted.append(monitoring.pod_monitor(endpoint))
     return wanted
 
@@ -451,6 +463,8 @@ _OWNED = (
     "routerName",
     "waitingSince",
     "gateOpenedAt",
+    "deploymentStatus",
+    "metricsStatus",
 )
 
 

@@ -71,6 +71,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
             render[field] = env[var]
     render["preload_pod_annotations"] = _json_map(env.get("WARMSTART_PRELOAD_POD_ANNOTATIONS"))
     render["router_node_selector"] = _json_map(env.get("WARMSTART_ROUTER_NODE_SELECTOR"))
+    if env.get("WARMSTART_ROUTER_ADMIN_FROM"):
+        render["router_admin_from"] = tuple(_json_list(env["WARMSTART_ROUTER_ADMIN_FROM"]))
     if env.get("WARMSTART_ROUTER_REPLICAS"):
         render["router_replicas"] = int(env["WARMSTART_ROUTER_REPLICAS"])
     if env.get("WARMSTART_PRELOAD_ENV_NAMES"):

@@ -68,6 +68,7 @@ _KINDS: dict[str, tuple[str, bool]] = {
     "CustomResourceDefinition": ("customresourcedefinitions", False),
     "EndpointSlice": ("endpointslices", True),
     "PodDisruptionBudget": ("poddisruptionbudgets", True),
+    "NetworkPolicy": ("networkpolicies", True),
     "PodMonitor": ("podmonitors", True),
     "InferenceEndpointConfig": ("inferenceendpointconfigs", True),
     "JumpStartModel": ("jumpstartmodels", True),
@@ -196,6 +197,14 @@ class Store:
             return result
         except NotFound:
             return None
+
+    def serves(self, api_version: str) -> bool:
+        """Whether the API server serves `api_version` (group/version discovery, readable by every user)."""
+        try:
+            self._call("GET", f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}")
+        except NotFound:
+            return False
+        return True
 
     def list(
         self,

@@ -36,6 +36,13 @@ class RenderContext(BaseModel):
     router_node_selector: dict[str, str] = Field(
         default_factory=dict, description="nodeSelector of the router pods (empty: any node)."
     )
+    router_admin_from: tuple[dict[str, Any], ...] = Field(
+        default=(),
+        description=(
+            "NetworkPolicy peers (namespaceSelector/podSelector/ipBlock) that may reach the router pods' admin port"
+            " (/metrics, /router/status); none: only the traffic port is reachable over the pod network."
+        ),
+    )
     router_replicas: int = Field(
         default=2, ge=1, le=64, description="Router pods of an endpoint that does not set routerReplicas."
     )
@@ -84,6 +91,11 @@ class RenderContext(BaseModel):
         default=False,
         description="The PodMonitor CRD (monitoring.coreos.com) is installed: endpoint metrics get a PodMonitor "
         "instead of prometheus.io scrape annotations. Detected at operator start-up.",
+    )
+    resource_claims: bool = Field(
+        default=False,
+        description="The API server serves resource.k8s.io/v1 (dynamic resource allocation): model pods may use "
+        "worker.resources.claims. Detected at operator start-up.",
     )
     cache_sharing_groups: dict[str, list[str]] = Field(
         default_factory=dict,

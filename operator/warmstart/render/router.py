@@ -1,5 +1,6 @@
 """The router before an endpoint: its ConfigMap (strategy, knobs, warm nodes), Deployment and its disruption budget,
-the model pods' headless Service it follows, and least-privilege RBAC.
+the model pods' headless Service it follows, least-privilege RBAC, and a NetworkPolicy that opens its traffic port to
+clients and its admin port only to the peers the admin lists.
 
 Clients reach the router through the endpoint's own Service (`render/services.py` points it here once a router pod is
 ready); the router reaches the model pods through the EndpointSlices of `<endpoint>-models`.
@@ -208,6 +209,30 @@ def disruption_budget(endpoint: Endpoint) -> Manifest:
     }
 
 
+def network_policy(endpoint: Endpoint, context: RenderContext) -> Manifest:
+    """Router pods accept the traffic port from anyone; the admin port (/metrics, /router/status) only from
+    `context.router_admin_from` (the chart's `router.adminFrom`; none by default: `kubectl port-forward` still works,
+    it does not cross the pod network). Egress is left open: the router calls the API server and the model pods."""
+    ingress: list[Manifest] = [{"ports": [{"port": ROUTER_PORT, "protocol": "TCP"}]}]
+    if context.router_admin_from:
+        ingress.append(
+            {
+                "from": [dict(peer) for peer in context.router_admin_from],
+                "ports": [{"port": ROUTER_ADMIN_PORT, "protocol": "TCP"}],
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(endpoint),
+        "spec": {
+            "podSelector": {"matchLabels": pod_selector(endpoint)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
 def models_service(endpoint: Endpoint) -> Manifest:
     """Headless Service of the model pods: no virtual IP, only EndpointSlices (ready pods) for the router to follow."""
     port = endpoint.worker.model_invocation_port
@@ -233,6 +258,7 @@ def manifests(endpoint: Endpoint, context: RenderContext, warm_nodes: Iterable[s
         role(endpoint),
         role_binding(endpoint),
         models_service(endpoint),
+        network_policy(endpoint, context),
         deployment(endpoint, context),
         disruption_budget(endpoint),
     ]
@@ -245,6 +271,7 @@ def objects(endpoint_name: str) -> list[tuple[str, str, str]]:
     return [
         ("apps/v1", "Deployment", router),
         ("policy/v1", "PodDisruptionBudget", router),
+        ("networking.k8s.io/v1", "NetworkPolicy", router),
         ("v1", "Service", router),
         ("v1", "Service", models_service_name(endpoint_name)),
         ("rbac.authorization.k8s.io/v1", "RoleBinding", router),

@@ -2,7 +2,8 @@
 
 Outside a cluster, :class:`FileWatcher` polls a config file (and optionally a backends file) and
 applies changes. In a cluster, :class:`KubernetesWatcher` follows the model Service's
-EndpointSlices (ready endpoints only) and the router's ConfigMap (key ``router.yaml``).
+EndpointSlices (ready endpoints only, of the slices the EndpointSlice controller keeps:
+:mod:`warmstart.router.trusting`) and the router's ConfigMap (key ``router.yaml``).
 
 The kubernetes client is blocking, so each watch runs in its own daemon thread that only talks
 to the API and hands finished results to the event loop with ``call_soon_threadsafe``; the
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from warmstart.api.routers import RouterConfig
+from warmstart.router import trusting
 from warmstart.router.routing import Router
 
 log = logging.getLogger(__name__)
@@ -165,6 +167,7 @@ class KubernetesWatcher:
         self.watch_seconds, self.retry_seconds = watch_seconds, retry_seconds
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._ignored: list[str] = []
 
     async def start(self, router: Router) -> None:
         from kubernetes import client  # imported here so the request path never loads it
@@ -191,6 +194,11 @@ class KubernetesWatcher:
         self._stop.set()  # threads are daemons and end at their next watch timeout
 
     def _post_replicas(self, loop: asyncio.AbstractEventLoop, router: Router, items: list[Any]) -> None:
+        items, ignored = trusting.split(items, self.service or "")
+        if ignored != self._ignored:
+            self._ignored = ignored
+            if ignored:
+                log.warning("ignoring EndpointSlices not managed by the EndpointSlice controller: %s", ignored)
         replicas = ready_replicas(items, self.port_name)
         nodes = {url: node for url, node in replicas.items() if node}
         loop.call_soon_threadsafe(router.set_backends, sorted(replicas), nodes)

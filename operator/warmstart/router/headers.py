@@ -1,6 +1,11 @@
-"""Which headers cross the proxy: hop-by-hop ones stop here, encodings pass untouched, X-Forwarded-For grows.
+"""Which headers cross the proxy: hop-by-hop ones stop here, encodings pass untouched, forwarding headers are ours.
 
 Headers are handled as the raw bytes the parsers give (request names lowercased by the server).
+
+The router is the first proxy that a replica can trust, so the forwarding headers a client sends
+(``Forwarded``, ``X-Forwarded-*``, ``X-Real-IP``) are dropped, and the replica gets the router's own:
+``X-Forwarded-For`` is the client's address as the router's socket sees it, ``X-Forwarded-Proto``
+is ``http`` (the traffic port speaks plain HTTP).
 
 Content encodings are end to end: the client's ``Accept-Encoding`` goes to the replica as sent
 (``identity`` when it sent none, so the replica never compresses unasked), and the replica's
@@ -26,8 +31,23 @@ HOP_BY_HOP = frozenset(
     }
 )
 _HOP_BY_HOP_BYTES = frozenset(name.encode() for name in HOP_BY_HOP)
+#: Forwarding headers a client may not set: the router writes its own or none.
+FORWARDING = frozenset(
+    {
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-port",
+        "x-forwarded-prefix",
+        "x-forwarded-proto",
+        "x-forwarded-server",
+        "x-real-ip",
+    }
+)
 #: Request headers that never reach the replica (hop-by-hop, or written by the router itself).
-_DROP_REQUEST_BYTES = _HOP_BY_HOP_BYTES | {b"host", b"content-length", b"expect"}
+_DROP_REQUEST_BYTES = (
+    _HOP_BY_HOP_BYTES | {name.encode() for name in FORWARDING} | {b"host", b"content-length", b"expect"}
+)
 #: Response headers that never reach the client from the raw relay (it frames the body itself).
 _DROP_RELAYED = _HOP_BY_HOP_BYTES | {b"content-length"}
 
@@ -48,20 +68,15 @@ def forwarded_request_headers(pairs: list[tuple[bytes, bytes]], peer: str | None
             drop = drop | _connection_token_bytes(pairs)
             break
     headers: list[tuple[bytes, bytes]] = []
-    forwarded: list[bytes] = []
     encoding = False
     for key, value in pairs:
         if key in drop:
             continue
-        if key == b"x-forwarded-for":
-            forwarded.append(value)
-            continue
         encoding = encoding or key == b"accept-encoding"
         headers.append((key, value))
     if peer:
-        forwarded.append(peer.encode())
-    if forwarded:
-        headers.append((b"x-forwarded-for", b", ".join(forwarded)))
+        headers.append((b"x-forwarded-for", peer.encode()))
+    headers.append((b"x-forwarded-proto", b"http"))
     if not encoding:
         headers.append((b"accept-encoding", b"identity"))
     return headers

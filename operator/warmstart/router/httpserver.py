@@ -3,11 +3,16 @@
 Per connection: the request head must arrive within ``header_timeout`` (counted from the
 connection's opening or from the previous response; the same timer closes idle keep-alive
 connections) and be at most :data:`MAX_HEAD_BYTES`; the body must arrive within the
-application's body deadline, under its size limit and the router-wide byte budget, or the
-client gets 408, 413 or 503 and the connection is closed. The application's handler runs once
-the whole body is held; a client that hangs up cancels it. Responses are written straight to
+application's body deadline, under its size limit, the client's share of the byte budget and
+the router-wide budget, or the client gets 408, 413, 429 or 503 and the connection is closed.
+Trailer fields after a chunked body are dropped, never added to the request's headers; they, chunk
+extensions and oversized chunk framing count together against :data:`MAX_TRAILER_BYTES` (431
+beyond it). The application's handler runs once the whole body is held; a client that hangs up
+cancels it. Responses are written straight to
 the transport; a relay that must not outrun the client registers as the connection's
-``follower``, which is paused while the client's socket is full.
+``follower``, which is paused while the client's socket is full. A socket that stays full for the
+application's write timeout breaks the connection, which cancels the handler (and so releases
+whatever it holds, a replica slot included).
 Requests pipelined on one connection are answered in order, one at a time. A request the server
 refuses itself is answered in its place too, after the responses to the requests before it (which
 are completed; what the client sends meanwhile is dropped, nothing after the refused request is
@@ -26,12 +31,17 @@ from typing import Protocol, cast
 
 import httptools
 
-from warmstart.router.reading import ByteBudget, HeldBody
+from warmstart.router.reading import ByteBudget, HeldBody, Refusal
 
 log = logging.getLogger(__name__)
 
 #: Largest request head (request line and headers) accepted.
 MAX_HEAD_BYTES = 64 * 1024
+#: Bytes a request may send besides its head and body bytes: chunk framing beyond
+#: :data:`_CHUNK_FRAMING_BYTES` per chunk, chunk extensions and trailer fields (which are dropped).
+MAX_TRAILER_BYTES = 8 * 1024
+#: Framing allowed per chunk (size line and CRLFs) before it counts against :data:`MAX_TRAILER_BYTES`.
+_CHUNK_FRAMING_BYTES = 32
 #: Pipelined requests held per connection before it stops reading.
 _MAX_PIPELINED = 4
 #: Seconds a refused connection keeps reading (and dropping) what the client still sends, so that
@@ -39,6 +49,7 @@ _MAX_PIPELINED = 4
 LINGER_SECONDS = 2.0
 #: Seconds a client is asked to wait (``Retry-After``) after the byte budget was full.
 RETRY_AFTER_SECONDS = 1
+_RETRY_AFTER = ((b"Retry-After", str(RETRY_AFTER_SECONDS).encode()),)
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -55,7 +66,7 @@ class Request:
         self.headers = headers
         """(lowercased name, value) pairs in arrival order."""
         self.peer = peer
-        self.body = HeldBody(budget)
+        self.body = HeldBody(budget, peer)
         self.keep_alive = True
         self.version = b"1.1"
 
@@ -87,6 +98,10 @@ class Application(Protocol):
 
     def body_limits(self) -> tuple[int, float]:
         """(largest body in bytes, seconds a body may take to arrive) for the next request."""
+        ...
+
+    def write_timeout(self) -> float:
+        """Seconds a client may keep its socket full (not reading its reply) before the connection is broken."""
         ...
 
     def handle(self, request: Request, connection: Connection) -> Awaitable[None]:
@@ -127,6 +142,10 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers: Headers = []
         self._head_bytes = 0
+        self._extra_bytes = 0
+        """Bytes of the request being received that are neither head nor body (framing, trailers)."""
+        self._chunks = 0
+        self._trailer_bytes = 0
         self._request: Request | None = None
         #: the request being answered is a HEAD: its response has a head only
         self.answering_head = False
@@ -149,6 +168,8 @@ class Connection(asyncio.Protocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_deadline = 0.0
         self._linger: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        """Armed while the client's socket is full: breaks the connection if it stays full too long."""
         self._paused = False
         self._writable = True
         self.keep_alive = True
@@ -169,6 +190,7 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._open.discard(self)
         self._cancel_timers()
+        self._cancel_write_timer()
         if self._linger is not None:
             self._linger.cancel()
         if self._request is not None:
@@ -192,8 +214,10 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._reading:
             return  # after a refusal: dropped, so that the client reads its answers rather than a reset
-        if self._request is None:
+        receiving = self._request
+        if receiving is None:
             self._head_bytes += len(data)
+        body_before = 0 if receiving is None else receiving.body.size
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -205,6 +229,8 @@ class Connection(asyncio.Protocol):
             return
         if self._request is None and self._head_bytes > MAX_HEAD_BYTES:
             self._refuse(431, "request head too large", "invalid_request_error")
+        elif receiving is not None and self._request is receiving and self._over_extra(data, receiving, body_before):
+            self._refuse(431, "request trailers or chunk framing too large", "invalid_request_error")
         elif self._request is not None and self._body_timer is None:
             # the body is still coming: from now on it has a deadline
             self._body_timer = self.loop.call_at(self._body_deadline, self._body_late)
@@ -213,9 +239,12 @@ class Connection(asyncio.Protocol):
         self._writable = False
         if self.follower is not None:
             self.follower.pause_reading()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.app.write_timeout(), self._write_late)
 
     def resume_writing(self) -> None:
         self._writable = True
+        self._cancel_write_timer()
         if self.follower is not None:
             self.follower.resume_reading()
 
@@ -229,7 +258,16 @@ class Connection(asyncio.Protocol):
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
+        if self._request is None:
+            self._headers.append((name.lower(), value))
+            return
+        # after the body, fields are trailers: dropped, and counted (also when they came in one read with the head)
+        self._trailer_bytes += len(name) + len(value) + 4
+        if self._trailer_bytes > MAX_TRAILER_BYTES:
+            self._refuse(431, "request trailers too large", "invalid_request_error")
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
 
     def on_headers_complete(self) -> None:
         if not self._reading:
@@ -243,7 +281,11 @@ class Connection(asyncio.Protocol):
         if length is not None and length.isdigit() and int(length) > limit:
             self._refuse(413, f"request body exceeds {limit} bytes", "request_too_large")
             return
+        if not request.body.open():
+            self._refuse_share("request bodies at once")
+            return
         self._request, self._limit = request, limit
+        self._extra_bytes = self._chunks = self._trailer_bytes = 0
         self._body_deadline = self.loop.time() + deadline
         if request.header(b"expect") == b"100-continue":
             self._continue = True
@@ -256,13 +298,12 @@ class Connection(asyncio.Protocol):
             return
         if request.body.size + len(body) > self._limit:
             self._refuse(413, f"request body exceeds {self._limit} bytes", "request_too_large")
-        elif not request.body.add(body):
-            self._refuse(
-                503,
-                "the router is holding too many request bytes; retry",
-                "overloaded",
-                [(b"Retry-After", str(RETRY_AFTER_SECONDS).encode())],
-            )
+            return
+        refusal = request.body.add(body)
+        if refusal is Refusal.CLIENT_SHARE:
+            self._refuse_share("request bytes")
+        elif refusal is Refusal.ROUTER_FULL:
+            self._refuse(503, "the router is holding too many request bytes; retry", "overloaded", _RETRY_AFTER)
 
     def on_message_complete(self) -> None:
         request = self._request
@@ -271,6 +312,7 @@ class Connection(asyncio.Protocol):
         if self._parser.should_upgrade():  # the parser stops here (HttpParserUpgrade): refuse this request
             self._refuse(400, "protocol upgrades are not supported", "invalid_request_error")
             return
+        request.body.complete()
         self._request = None
         self._continue = False
         self._head_bytes = 0
@@ -286,6 +328,11 @@ class Connection(asyncio.Protocol):
         elif len(self._ready) >= _MAX_PIPELINED and self.transport is not None and not self._paused:
             self._paused = True
             self.transport.pause_reading()
+
+    def _over_extra(self, data: bytes, request: Request, body_before: int) -> bool:
+        """Count ``data``'s bytes that were not body; True once they pass the trailer limit."""
+        self._extra_bytes += len(data) - (request.body.size - body_before)
+        return self._extra_bytes > MAX_TRAILER_BYTES + _CHUNK_FRAMING_BYTES * self._chunks
 
     # ---- serving
 
@@ -389,6 +436,11 @@ class Connection(asyncio.Protocol):
         if not self._answering:  # no response to an earlier request is still to be written
             self._send_refusal()
 
+    def _refuse_share(self, what: str) -> None:
+        """Refuse a request of a client that holds its share of the router's budget already (429)."""
+        message = f"this client holds its share of the router's {what}; retry"
+        self._refuse(429, message, "rate_limit_exceeded", _RETRY_AFTER)
+
     def _send_refusal(self) -> None:
         if self._refusal is None or self.closed:
             return
@@ -440,6 +492,18 @@ class Connection(asyncio.Protocol):
             return
         if not self._serving and self._request is None:
             self.close()  # an idle keep-alive connection, or a head that never completed
+
+    def _cancel_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_late(self) -> None:
+        """The client left its socket full for the whole write timeout: break the connection (cancels the handler)."""
+        self._write_timer = None
+        if not self._writable:
+            log.info("closing a connection whose client read nothing for %g s", self.app.write_timeout())
+            self.abort()
 
     def _body_late(self) -> None:
         self._body_timer = None

@@ -50,7 +50,10 @@ class TrafficApp:
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self.budget = ByteBudget(router.config.max_buffered_bytes)
+        config = router.config
+        self.budget = ByteBudget(
+            config.max_buffered_bytes, config.max_buffered_bytes_per_client, config.max_bodies_per_client
+        )
         self.parser = BodyParser()
         self.pool = upstream.Pool()
 
@@ -60,8 +63,14 @@ class TrafficApp:
 
     def body_limits(self) -> tuple[int, float]:
         config = self.router.config
-        self.budget.limit = config.max_buffered_bytes
+        budget = self.budget
+        budget.limit = config.max_buffered_bytes
+        budget.client_limit = config.max_buffered_bytes_per_client
+        budget.client_bodies = config.max_bodies_per_client
         return config.max_body_bytes, config.body_timeout_seconds
+
+    def write_timeout(self) -> float:
+        return self.router.config.write_timeout_seconds
 
     def refused(self, status: int) -> None:
         self.router.metrics.request(self.router.policy.strategy.value, "", "bad_request").inc()
@@ -96,7 +105,9 @@ class TrafficApp:
             return error(connection, 415, "content type must be application/json", "invalid_request_error")
         raw = request.body.data()
         try:
-            parsed = await self.parser.parse(raw, config.block_chars * config.max_blocks, config.session_field)
+            parsed = await self.parser.parse(
+                raw, config.block_chars * config.max_blocks, config.session_field, request.peer
+            )
         except BadBody as bad:
             router.metrics.request(strategy, "", "bad_request").inc()
             return error(connection, 400, str(bad), "invalid_request_error")
