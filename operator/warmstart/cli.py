@@ -10,6 +10,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "operator": ("warmstart.controllers.running", "run the kopf operator"),
     "preload": ("warmstart.preload.cli", "download model weights into the node cache"),
     "router": ("warmstart.router.cli", "run the prefix-aware router"),
+    "csi": ("warmstart.csi.cli", "run the cache CSI node plugin (the chart's DaemonSet)"),
     "sim": ("warmstart.sim.cli", "run simulated vLLM replicas"),
     "crds": ("warmstart.api.crds", "write the CustomResourceDefinitions generated from the API model"),
     "plan": ("warmstart.planning", "plan NVMe capacity for a model across instance types"),

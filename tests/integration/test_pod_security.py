@@ -5,7 +5,8 @@ Every kind of pod warmstart runs is rendered by the real renderers (the operator
 a bare Pod with `dryRun=All`, so admission decides exactly as it would for the Pods a Deployment, Job or DaemonSet
 creates. Each kind must be admitted at the level docs/security.md names and rejected at every stricter one. And no
 container warmstart adds to a model pod may be the reason a model pod fails `restricted`: what is left is the hostPath
-volume and the user's model server.
+volume and the user's model server. With cache access `csi`, no tenant pod needs more than baseline (the driver's
+inline volume is allowed even by restricted), and the driver's DaemonSet is the only privileged pod.
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ REQUIRED = {
     "model-on-volume": "privileged",
     "preload-job": "privileged",
     "cleanup-job": "privileged",
+    # cache access `csi` (render/cache_volumes.py): the cache is the driver's inline volume, baseline admits it
+    "model-with-cache-csi": "baseline",
+    "preload-job-csi": "restricted",
+    "cleanup-job-csi": "restricted",
+    "csi-driver": "privileged",
 }
 CONTEXT = RenderContext(operator_image="warmstart:test")
+CSI_CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key="test-key")
 SEED = kube.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
 NVME = kube.ROOT / "examples" / "09-nvme-volume" / "inference-endpoint-config.yaml"
 
@@ -68,14 +75,18 @@ def _template(manifest: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _operator_pod(helm: pathlib.Path) -> dict[str, Any]:
+def _chart_pod(helm: pathlib.Path, template: str, kind: str, *values: str) -> dict[str, Any]:
     rendered = subprocess.run(
         [str(helm), "template", "ws", str(kube.ROOT / "charts" / "warmstart"), "--kube-version", "1.37.0",
-         "-s", "templates/deployment.yaml"],
+         "-s", template, *(a for v in values for a in ("--set", v))],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
-    (deployment,) = [d for d in yaml.safe_load_all(rendered) if d]
-    return _template(deployment)
+    (workload,) = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == kind]
+    return _template(workload)
+
+
+def _operator_pod(helm: pathlib.Path) -> dict[str, Any]:
+    return _chart_pod(helm, "templates/deployment.yaml", "Deployment")
 
 
 def pod_specs(helm: pathlib.Path) -> dict[str, dict[str, Any]]:
@@ -96,6 +107,12 @@ def pod_specs(helm: pathlib.Path) -> dict[str, dict[str, Any]]:
         "model-on-volume": _template(deployments.deployment(_on_volume(), generation, CONTEXT)),
         "preload-job": _template(jobs.preload_job(request, mdcc, CONTEXT, sorted(PERMANENT_EXIT_CODES.values()))),
         "cleanup-job": _template(jobs.cleanup_job(owner, "k" * 12, "node-0", mdcc, CONTEXT)),
+        "model-with-cache-csi": _template(deployments.deployment(cached, generation, CSI_CONTEXT)),
+        "preload-job-csi": _template(
+            jobs.preload_job(request, mdcc, CSI_CONTEXT, sorted(PERMANENT_EXIT_CODES.values()))
+        ),
+        "cleanup-job-csi": _template(jobs.cleanup_job(owner, "k" * 12, "node-0", mdcc, CSI_CONTEXT)),
+        "csi-driver": _chart_pod(helm, "templates/csi.yaml", "DaemonSet", "cache.access=csi"),
     }
 
 
@@ -154,3 +171,6 @@ def test_each_pod_kind_is_admitted_exactly_down_to_its_documented_level(
     # the only root in a Job is the CHOWN-only ownership step
     assert 'container "warmstart-cache-owner"' in (outcome[("preload-job", "restricted")] or "")
     assert 'container "preload"' not in (outcome[("preload-job", "restricted")] or "")
+    # with the CSI driver, a caching model pod misses restricted only through the user's model server
+    rejection = outcome[("model-with-cache-csi", "restricted")] or ""
+    assert '"worker"' in rejection and "volume" not in rejection and "warmstart" not in rejection, rejection

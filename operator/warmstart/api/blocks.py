@@ -9,6 +9,7 @@ from pydantic import Field
 
 from warmstart.api.autoscaling import AutoScalingSpec
 from warmstart.api.base import ApiModel
+from warmstart.api.routerknobs import RouterKnobs
 from warmstart.api.sources import NO_DOTDOT
 from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
 
@@ -73,6 +74,10 @@ class IntelligentRoutingSpec(ApiModel):
         le=64,
         description="warmstart extension: router pods of this endpoint (default: the operator's, Helm "
         "router.replicas, 2). Each enforces maxConcurrentRequests on its own.",
+    )
+    router_config: RouterKnobs | None = Field(
+        default=None,
+        description="warmstart extension: the router's tuning knobs (docs/router.md); unset knobs keep their defaults.",
     )
 
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec
-from warmstart.controllers import labelling, nodes, preloading, weights_reporting
+from warmstart.controllers import labelling, nodes, preloading, signing, weights_reporting
 from warmstart.controllers.storage import Store
 from warmstart.render import hostpaths, keys
 from warmstart.render import jobs as render_jobs
@@ -75,7 +75,7 @@ def finalize(
     if (now - started).total_seconds() < CLEANUP_WAIT_SECONDS:
         for node in holders:
             if node not in cleanups:
-                store.apply(render_jobs.cleanup_job(owner, key, node, spec, ctx))
+                signing.apply_job(store, render_jobs.cleanup_job(owner, key, node, spec, ctx), key, node, ctx)
         pending = [n for n in holders if n not in cleanups or cleanups[n].phase == planning.JobPhase.RUNNING]
         if pending:
             raise kopf.TemporaryError(f"waiting for cleanup Jobs on {len(pending)} nodes ({pending[0]}, ...)", delay=2)

@@ -22,7 +22,7 @@ from warmstart.api.caches import (
     ModelDataCacheConfigSpec,
     ModelDataCacheConfigStatus,
 )
-from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, weights_reporting
+from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, signing, weights_reporting
 from warmstart.controllers.resolving import ResolutionFailed
 from warmstart.controllers.storage import Invalid, Store
 from warmstart.render import fsx as render_fsx
@@ -47,6 +47,10 @@ class Memory:
     written: tuple[str, ModelDataCacheConfigStatus] | None = None
     #: DNS and mount names of FSx sources that the spec left out (DescribeFileSystems)
     fsx_lookups: fsx.Lookups = dataclasses.field(default_factory=fsx.Lookups.empty)
+
+
+#: node facts, the Jobs by cache, NVMe usage, and the nodes where model pods wait for a cache (weights.py)
+Indexes = tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any], Mapping[Any, Any]]
 
 
 def memory(memo: kopf.Memo) -> Memory:
@@ -154,9 +158,7 @@ def reconcile(
     body: Mapping[str, Any],
     spec: ModelDataCacheConfigSpec,
     memo: kopf.Memo,
-    node_facts: Mapping[str, Any],
-    jobs_index: Mapping[Any, Any],
-    usage_index: Mapping[str, Any],
+    indexes: Indexes,
     *,
     blocking: bool = True,
 ) -> None:
@@ -171,7 +173,6 @@ def reconcile(
         return
     try:
         with handling.api_errors("reconciling the weights cache"):
-            indexes = (node_facts, jobs_index, usage_index)
             _reconcile(body, spec, memo.store, memo.settings.render, memory(memo), indexes)
     finally:
         lock.release()
@@ -183,9 +184,9 @@ def _reconcile(
     store: Store,
     ctx: RenderContext,
     remembered: Memory,
-    indexes: tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any]],
+    indexes: Indexes,
 ) -> None:
-    node_facts, jobs_index, usage_index = indexes
+    node_facts, jobs_index, usage_index, demand_index = indexes
     meta = body["metadata"]
     old = _previous_status(body, remembered)
     refused = hostpaths.refusal(spec.host_path, ctx.allowed_host_paths)
@@ -221,6 +222,7 @@ def _reconcile(
         residents=nvme_usage.residents(live, usage_index, key),
         eviction_policy=nvme_budget.EvictionPolicy(ctx.cache_eviction_policy),
         evicted=nvme_usage.evicted_nodes(live, key),
+        demanded=frozenset(demand_index.get((cache.namespace, key), ())),
     )
     now = handling.now()
     plan = planning.plan(observed, now)
@@ -243,7 +245,9 @@ def _reconcile(
             owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
         )
         try:
-            store.apply(render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes()))
+            signing.apply_job(
+                store, render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes()), key, node, ctx
+            )
         except Invalid as error:  # e.g. the Job exists with an older template the index has not shown yet
             log.warning(
                 "cache %s/%s: preload Job for node %s not applied: %s", cache.namespace, cache.name, node, error

@@ -34,6 +34,7 @@ from warmstart.render import (
     gating,
     hyperpod_status,
     keys,
+    kvwiring,
     monitoring,
     names,
     owners,
@@ -164,6 +165,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         ),
         *unsupported,
         *scaling.conditions,
+        *_kv_events_condition(endpoint, generation, old_status),
     ]
     conds.append(
         condition(
@@ -222,6 +224,21 @@ def _unsupported_condition(
         return [condition(ConditionType.UNSUPPORTED_FIELDS, False, "AllFieldsSupported", "", generation)]
     message = "accepted but not implemented by warmstart, so they have no effect: " + ", ".join(fields)
     return [condition(ConditionType.UNSUPPORTED_FIELDS, True, "FieldsIgnored", message, generation)]
+
+
+def _kv_events_condition(endpoint: Endpoint, generation: int, old_status: Mapping[str, Any]) -> list[Condition]:
+    """``KVEvents``: whether the model container publishes KV events for the router (only once asked for)."""
+    chosen = kvwiring.knobs(endpoint).kv_events
+    had = any(c.get("type") == ConditionType.KV_EVENTS for c in old_status.get("conditions") or [])
+    if not chosen:
+        message = "the router does not follow KV events (routerConfig.kvEvents is off or routing is off)"
+        return [condition(ConditionType.KV_EVENTS, False, "KVEventsOff", message, generation)] if had else []
+    wired = kvwiring.of(endpoint)
+    if wired.reason is not None:
+        return [condition(ConditionType.KV_EVENTS, False, "CommandNotUnderstood", wired.reason, generation)]
+    ports = ", ".join(f"{name} {number}" for name, number in wired.ports)
+    how = "added --kv-events-config" if wired.args is not None else "the command passes --kv-events-config itself"
+    return [condition(ConditionType.KV_EVENTS, True, "Wired", f"{how}; ports {ports}", generation)]
 
 
 def _jumpstart_cache() -> Any:

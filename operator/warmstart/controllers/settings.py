@@ -90,6 +90,10 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     }.items():
         if env.get(var):
             render[field] = int(env[var])
+    if env.get("WARMSTART_CACHE_ACCESS"):
+        render["cache_access"] = env["WARMSTART_CACHE_ACCESS"]
+    if env.get("WARMSTART_JOB_SIGNING_KEY"):
+        render["job_signing_key"] = env["WARMSTART_JOB_SIGNING_KEY"]
     if env.get("WARMSTART_CACHE_EVICTION_POLICY"):
         render["cache_eviction_policy"] = env["WARMSTART_CACHE_EVICTION_POLICY"]
     region = env.get("WARMSTART_AWS_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")

@@ -18,8 +18,8 @@ from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, ModelDataCacheConfigSpec
 from warmstart.controllers import cleaning, fsx, handling, nvme_usage, preloading, weights_reporting
 from warmstart.controllers.settings import OperatorSettings
+from warmstart.render import cache_volumes, keys, labels
 from warmstart.render import jobs as render_jobs
-from warmstart.render import keys, labels
 
 IndexKey = tuple[str, str]
 
@@ -67,19 +67,40 @@ def weights_key_index(
     }
 
 
+def csi_demand_index(namespace: str, spec: Mapping[str, Any], **_: Any) -> dict[IndexKey, str]:
+    """Nodes where a model pod reads a weights cache through the CSI driver, by (namespace, key).
+
+    Such a pod waits (the driver answers UNAVAILABLE) until its node holds the cache, so that node becomes a target
+    of the cache even when the targeting does not name it: a cold node gets its preload Job, as the init container
+    would have downloaded there with cache access hostPath.
+    """
+    node = spec.get("nodeName")
+    if not node:
+        return {}
+    found = {}
+    for volume in spec.get("volumes") or []:
+        csi = volume.get("csi") or {}
+        attributes = csi.get("volumeAttributes") or {}
+        if csi.get("driver") == cache_volumes.DRIVER and attributes.get(cache_volumes.ACCESS_ATTRIBUTE) == "read":
+            found[(namespace, str(attributes.get(cache_volumes.KEY_ATTRIBUTE, "")))] = str(node)
+    return found
+
+
 def reconcile_weights_cache(
     body: kopf.Body,
     memo: kopf.Memo,
     node_facts: kopf.Index[Any, Any],
     weights_job_index: kopf.Index[Any, Any],
     weights_usage_index: kopf.Index[Any, Any],
+    csi_demand_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     """Create, update and resume: reconcile now."""
     if handling.deleting(body):
         return
     spec = handling.spec(body, ModelDataCacheConfigSpec)
-    preloading.reconcile(body, spec, memo, node_facts, weights_job_index, weights_usage_index)
+    indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index)
+    preloading.reconcile(body, spec, memo, indexes)
 
 
 def tick_weights_cache(
@@ -88,12 +109,14 @@ def tick_weights_cache(
     node_facts: kopf.Index[Any, Any],
     weights_job_index: kopf.Index[Any, Any],
     weights_usage_index: kopf.Index[Any, Any],
+    csi_demand_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     """Reconcile when this cache's Jobs changed, a retry is due, or the resync interval passed."""
     if not handling.deleting(body) and preloading.due(body, memo, weights_job_index, memo.settings.resync_seconds):
         spec = handling.spec(body, ModelDataCacheConfigSpec)
-        preloading.reconcile(body, spec, memo, node_facts, weights_job_index, weights_usage_index, blocking=False)
+        indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index)
+        preloading.reconcile(body, spec, memo, indexes, blocking=False)
 
 
 def delete_weights_cache(
@@ -123,6 +146,8 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     silence_ticks()
     kopf.index("batch", "v1", "jobs", labels={labels.MDCC_LABEL: kopf.PRESENT}, registry=registry)(weights_job_index)  # type: ignore[arg-type]
     kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(weights_key_index)  # type: ignore[arg-type]
+    model_pods = {labels.COMPONENT: "model-server"}
+    kopf.index("", "v1", "pods", labels=model_pods, registry=registry)(csi_demand_index)  # type: ignore[arg-type]
     kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(nvme_usage.weights_usage_index)  # type: ignore[arg-type]
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on(GROUP, VERSION, MDCC_PLURAL, registry=registry)(reconcile_weights_cache)  # type: ignore[arg-type]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from warmstart.api.blocks import DEFAULT_HOST_PATH
-from warmstart.render import nvme_budget, throttling, tolerations
+from warmstart.render import cache_volumes, nvme_budget, throttling, tolerations
 
 
 class RenderContext(BaseModel):
@@ -97,6 +97,16 @@ class RenderContext(BaseModel):
         description="The API server serves resource.k8s.io/v1 (dynamic resource allocation): model pods may use "
         "worker.resources.claims. Detected at operator start-up.",
     )
+    cache_access: cache_volumes.CacheAccess = Field(
+        default=cache_volumes.CacheAccess.HOST_PATH,
+        description="How pods reach the node cache (Helm cache.access): `csi` (the warmstart CSI driver; tenant pods"
+        " carry no hostPath and no root step) or `hostPath` (needs privileged namespaces). render/cache_volumes.py.",
+    )
+    job_signing_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="Key of the operator's signature on its cache-writing Jobs, which the CSI driver checks"
+        " (render/signatures.py); required with cache access `csi`. Never rendered into a manifest.",
+    )
     cache_sharing_groups: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Trust groups: name -> namespaces that may share credentialed weights caches (render/scopes.py).",
@@ -112,6 +122,12 @@ class RenderContext(BaseModel):
                     " cache pods must leave nodes that went away; give a key"
                 )
         return extra
+
+    @model_validator(mode="after")
+    def _csi_needs_a_key(self) -> RenderContext:
+        if self.cache_access == cache_volumes.CacheAccess.CSI and not self.job_signing_key.get_secret_value():
+            raise ValueError("cache access csi needs a Job signing key (WARMSTART_JOB_SIGNING_KEY, the chart's Secret)")
+        return self
 
     @field_validator("cache_sharing_groups")
     @classmethod

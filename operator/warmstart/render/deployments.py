@@ -1,4 +1,8 @@
-"""The model Deployment: warm-node preferences, the cache volume, the cold-node fallback, a default readiness probe."""
+"""The model Deployment: warm-node preferences, the cache volume, the cold-node fallback, a default readiness probe.
+
+With `cache.access: csi` a caching model pod has the driver's read-only volume of its key and no warmstart init
+container; with `hostPath` it runs the preload (`--if-missing`) itself, after the root `warmstart-cache-owner` step.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 from warmstart.api import nodelabels, preloading
 from warmstart.api.blocks import DEFAULT_HEALTH_CHECK_PATH
 from warmstart.api.workers import Worker
-from warmstart.render import labels, owners, preload_containers, resource_claims, tolerations
+from warmstart.render import cache_volumes, kvwiring, labels, owners, preload_containers, resource_claims, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -138,19 +142,22 @@ def metrics_port(endpoint: Endpoint) -> tuple[str, int, str]:
     return (invocation.name if number == invocation.container_port else METRICS_PORT_NAME), number, path
 
 
-def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str) -> Manifest:
+def through_csi(endpoint: Endpoint, context: RenderContext) -> bool:
+    """Whether the model pods read the cache through the CSI driver (no preload init container, no hostPath)."""
+    return endpoint.weights_enabled and context.cache_access == cache_volumes.CacheAccess.CSI
+
+
+def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str, context: RenderContext) -> Manifest:
     """The model files (this generation's cache directory, or the user's own model volume), read-only."""
-    if endpoint.model_on_volume:
-        return {"name": endpoint.worker.model_volume_mount.name, "mountPath": mount_path, "readOnly": True}
-    return {
-        "name": endpoint.worker.model_volume_mount.name,
-        "mountPath": mount_path,
-        "subPath": f"weights/{generation.weights_key}",
-        "readOnly": True,
-    }
+    mount: Manifest = {"name": endpoint.worker.model_volume_mount.name, "mountPath": mount_path, "readOnly": True}
+    if (
+        not through_csi(endpoint, context) and not endpoint.model_on_volume
+    ):  # the CSI volume is the key's directory itself
+        mount["subPath"] = f"weights/{generation.weights_key}"
+    return mount
 
 
-def user_init_containers(endpoint: Endpoint, generation: Generation) -> list[Manifest]:
+def user_init_containers(endpoint: Endpoint, generation: Generation, context: RenderContext) -> list[Manifest]:
     """`kubernetes.initContainers`, to run after the preload: a mount of the model volume shows the model files,
     read-only, as the model container sees them (never the node's whole cache directory). With the model on the
     user's own volume, they are kept as written (render/passthrough.py decides whether they may be)."""
@@ -161,14 +168,16 @@ def user_init_containers(endpoint: Endpoint, generation: Generation) -> list[Man
             rendered.append(dict(container))
             continue
         mounts = [
-            _model_mount(endpoint, generation, str(m.get("mountPath", ""))) if m.get("name") == model_volume else m
+            _model_mount(endpoint, generation, str(m.get("mountPath", "")), context)
+            if m.get("name") == model_volume
+            else m
             for m in container.get("volumeMounts") or []
         ]
         rendered.append({**container, "volumeMounts": mounts} if mounts else dict(container))
     return rendered
 
 
-def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
+def _worker_container(endpoint: Endpoint, generation: Generation, context: RenderContext) -> Manifest:
     worker = endpoint.worker
     port = worker.model_invocation_port
     ports = [{"name": port.name, "containerPort": port.container_port, "protocol": "TCP"}]
@@ -176,14 +185,17 @@ def _worker_container(endpoint: Endpoint, generation: Generation) -> Manifest:
         name, number, _ = metrics_port(endpoint)
         if number != port.container_port:
             ports.append({"name": name, "containerPort": number, "protocol": "TCP"})
+    events = kvwiring.of(endpoint)
+    ports += [{"name": name, "containerPort": number, "protocol": "TCP"} for name, number in events.ports]
     container: Manifest = {
         "name": "worker",
         "image": worker.image,
         "ports": ports,
-        "volumeMounts": [_model_mount(endpoint, generation, worker.model_volume_mount.mount_path)],
+        "volumeMounts": [_model_mount(endpoint, generation, worker.model_volume_mount.mount_path, context)],
         "resources": worker.resources.to_api(),
     }
-    for key, value in (("args", worker.args), ("command", worker.command), ("workingDir", worker.working_dir)):
+    args = events.args if events.args is not None else worker.args
+    for key, value in (("args", args), ("command", worker.command), ("workingDir", worker.working_dir)):
         if value:
             container[key] = value
     env = _env(worker)
@@ -219,20 +231,27 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         **((endpoint.kubernetes.annotations or {}) if endpoint.kubernetes else {}),
     }
     kube = endpoint.kubernetes
-    init_containers = user_init_containers(endpoint, generation)
-    volumes = list((kube.volumes or []) if kube else [])
-    if not endpoint.model_on_volume:  # the preload fills the model volume (the node cache, or an emptyDir)
+    user_steps = user_init_containers(endpoint, generation, context)
+    if endpoint.model_on_volume:  # HyperPod's kubernetesVolume: the user's volume, as written; nothing to preload
+        init_containers, volumes = user_steps, []
+    elif through_csi(endpoint, context):
+        # the driver mounts the cache read-only once the node's preload Job filled it: nothing to run before
+        model = cache_volumes.csi_volume(endpoint.worker.model_volume_mount.name, generation.weights_key, write=False)
+        init_containers, volumes = user_steps, [model]
+    else:
         preload = preload_init_container(endpoint, generation, context)
-        init_containers = [*preload.owner_steps, preload.container, *init_containers]
-        volumes = [*preload.volumes, *volumes]
+        init_containers = [*preload.owner_steps, preload.container, *user_steps]
+        volumes = preload.volumes
     pod_spec: Manifest = {
         "affinity": affinity(endpoint, generation),
-        "containers": [_worker_container(endpoint, generation)],
+        "initContainers": init_containers,
+        "containers": [_worker_container(endpoint, generation, context)],
+        "volumes": [*volumes, *((kube.volumes or []) if kube else [])],
     }
-    if init_containers:
-        pod_spec["initContainers"] = init_containers
-    if volumes:
-        pod_spec["volumes"] = volumes
+    if not init_containers:
+        del pod_spec["initContainers"]
+    if not pod_spec["volumes"]:
+        del pod_spec["volumes"]
     if kube and kube.service_account_name:
         pod_spec["serviceAccountName"] = kube.service_account_name
     if kube and kube.scheduler_name:

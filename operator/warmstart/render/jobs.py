@@ -25,7 +25,7 @@ from typing import Any
 from warmstart.api import API_VERSION, GROUP, preloading
 from warmstart.api.caches import MDCC_KIND, ModelDataCacheConfigSpec
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import labels, names, owners, preload_containers, tolerations
+from warmstart.render import cache_volumes, labels, names, owners, preload_containers, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
@@ -98,9 +98,15 @@ def _pinned(node: str) -> dict[str, Any]:
 
 
 def _pod_spec(
-    spec: ModelDataCacheConfigSpec, node: str, args: list[str], ctx: RenderContext, source: ModelSourceConfig | None
+    spec: ModelDataCacheConfigSpec,
+    node: str,
+    key: str,
+    args: list[str],
+    ctx: RenderContext,
+    source: ModelSourceConfig | None,
 ) -> dict[str, Any]:
-    cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path)
+    csi_key = key if ctx.cache_access == cache_volumes.CacheAccess.CSI else None
+    cache = preload_containers.cache_volume(CACHE_VOLUME, spec.host_path, csi_key=csi_key)
     preload = preload_containers.render(CONTAINER, args, cache, source, ctx)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -131,7 +137,7 @@ def preload_job(
     job_labels = _labels(owner, request.node, ROLE_PRELOAD, {ATTEMPT_LABEL: str(request.attempt)})
     source = spec.model_source_config
     args = preloading.preload_args(source, request.key, spec.host_path, request.expected_bytes)
-    pod = _pod_spec(spec, request.node, args, ctx, source)
+    pod = _pod_spec(spec, request.node, request.key, args, ctx, source)
     job_spec: dict[str, Any] = {
         "backoffLimit": ctx.preload_backoff_limit,
         "activeDeadlineSeconds": ctx.preload_active_deadline_seconds,
@@ -169,7 +175,7 @@ def cleanup_job(owner: Owner, key: str, node: str, spec: ModelDataCacheConfigSpe
     garbage-collect it before it ran. The finalizer deletes it; its TTL catches the rest.
     """
     job_labels = _labels(owner, node, ROLE_CLEANUP)
-    pod = _pod_spec(spec, node, preloading.delete_args(key, spec.host_path), ctx, None)
+    pod = _pod_spec(spec, node, key, preloading.delete_args(key, spec.host_path), ctx, None)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

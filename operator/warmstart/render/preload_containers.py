@@ -28,7 +28,7 @@ from typing import Any
 
 from warmstart.api import cachemanifests, preloading
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
-from warmstart.render import fsx, security
+from warmstart.render import cache_volumes, fsx, security
 from warmstart.render.context import RenderContext
 
 Manifest = dict[str, Any]
@@ -71,11 +71,17 @@ class Rendered:
     owner_steps: list[Manifest]
 
 
-def cache_volume(name: str, host_path: str, *, on_node: bool = True) -> Mounted:
-    """The node's `<hostPath>/warmstart` (created if missing), or an emptyDir; mounted at that path."""
+def cache_volume(name: str, host_path: str, *, on_node: bool = True, csi_key: str | None = None) -> Mounted:
+    """The node's `<hostPath>/warmstart`, or an emptyDir; mounted at that path.
+
+    On the node: through the CSI driver, writable for cache `csi_key` (render/cache_volumes.py), or, without a key, as
+    a hostPath (created if missing).
+    """
     path = preloading.cache_dir(host_path)
     volume: Manifest = {"name": name, "emptyDir": {}}
-    if on_node:
+    if on_node and csi_key is not None:
+        volume = cache_volumes.csi_volume(name, csi_key, write=True)
+    elif on_node:
         volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
     return Mounted(volume, {"name": name, "mountPath": path})
 

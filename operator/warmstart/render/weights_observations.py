@@ -95,6 +95,8 @@ class Observed:
     eviction_policy: nvme_budget.EvictionPolicy = nvme_budget.EvictionPolicy.NEVER
     #: nodes whose evicted annotation names this cache
     evicted: Collection[str] = frozenset()
+    #: nodes where a model pod waits for this cache through the CSI driver: targets too, whatever the targeting
+    demanded: Collection[str] = frozenset()
 
 
 @dataclass

@@ -18,7 +18,7 @@ Rules (docs/weights-cache.md has them for users):
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from warmstart import placement
@@ -71,12 +71,15 @@ __all__ = [
 ]
 
 
-def target_nodes(spec: ModelDataCacheConfigSpec, nodes: Iterable[NodeLike]) -> list[NodeLike]:
-    """Live nodes matching the cache's targeting, by name; never a control-plane node."""
+def target_nodes(
+    spec: ModelDataCacheConfigSpec, nodes: Iterable[NodeLike], demanded: Collection[str] = frozenset()
+) -> list[NodeLike]:
+    """Live nodes matching the cache's targeting, or where a model pod waits for it (`demanded`), by name; never a
+    control-plane node."""
     matching = [
         n
         for n in nodes
-        if placement.node_matches(n.labels, n.name, spec.node_selector, spec.node_affinity)
+        if (n.name in demanded or placement.node_matches(n.labels, n.name, spec.node_selector, spec.node_affinity))
         and not tolerations.is_control_plane(n.labels)
     ]
     return sorted(matching, key=lambda n: n.name)
@@ -271,7 +274,7 @@ def plan(observed: Observed, now: dt.datetime) -> Plan:
     jobs_by_node: dict[str, list[PreloadJob]] = {}
     for job in observed.jobs:
         jobs_by_node.setdefault(job.node, []).append(job)
-    matching = target_nodes(observed.spec, observed.nodes)
+    matching = target_nodes(observed.spec, observed.nodes, observed.demanded)
     targets = [n for n in matching if n.name not in observed.unavailable]
     limit = throttling.limit(observed.throttle, observed.spec.preload_concurrency, len(targets))
     latest = _latest_by_node(observed.jobs)

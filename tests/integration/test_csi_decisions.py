@@ -1,0 +1,148 @@
+"""The CSI driver's mount decisions on the real control plane: real caches, a real signed Job and the pod the Job
+controller made from it, and pods a tenant forges (no node involved: the driver's reads and its decision).
+
+- the pod the Job controller creates from the operator's signed preload Job gets the cache root read-write (so the
+  API server's defaulting leaves a Job's pod equal to its template in every field the driver compares);
+- a pod a tenant creates with a controller reference to that same Job, running something else, is denied;
+- a Job a tenant creates with the operator's name is never signed, and a signature copied onto it does not fit;
+- a model pod of the cache's namespace reads it; one of another namespace, naming the same key, is denied.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+import kube
+from test_weights_cache import crds  # noqa: F401 - autouse: installs the CRDs
+from warmstart.api import API_VERSION, GROUP, VERSION
+from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, ModelDataCacheConfigSpec
+from warmstart.api.preloading import PERMANENT_EXIT_CODES
+from warmstart.controllers import signing
+from warmstart.controllers.storage import Store
+from warmstart.csi import decisions, lookups, nodeservice
+from warmstart.render import jobs, keys, signatures
+from warmstart.render.context import RenderContext
+
+pytestmark = pytest.mark.cluster
+
+ROOT = "/opt/dlami/nvme"
+NODE = "csi-node-1"
+SIGNING_KEY = "integration-signing-key"
+CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key=SIGNING_KEY)
+SOURCE = {"modelSourceType": "s3", "s3Storage": {"bucketName": "bucket", "region": "us-west-2"}, "modelLocation": "m"}
+
+
+@pytest.fixture
+def other_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    core = client.CoreV1Api(api_client)
+    name = f"csi-other-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"warmstart.io/test": "true"}}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+def _driver(api: client.ApiClient) -> nodeservice.Node:
+    settings = nodeservice.Settings(
+        node=NODE, allowed_roots=(ROOT,), groups={}, signing_key=SIGNING_KEY.encode(), csi_endpoint="/csi.sock"
+    )
+    return nodeservice.Node(settings, lookups.Lookups(api))
+
+
+def _context(pod: dict[str, Any], key: str, access: str) -> dict[str, str]:
+    meta = pod["metadata"]
+    return {
+        decisions.POD_NAME: meta["name"],
+        decisions.POD_NAMESPACE: meta["namespace"],
+        decisions.POD_UID: meta["uid"],
+        decisions.SERVICE_ACCOUNT: pod["spec"].get("serviceAccountName", "default"),
+        decisions.EPHEMERAL: "true",
+        decisions.KEY_ATTRIBUTE: key,
+        decisions.ACCESS_ATTRIBUTE: access,
+    }
+
+
+def _create_cache(api: client.ApiClient, namespace: str) -> tuple[dict[str, Any], str]:
+    spec = ModelDataCacheConfigSpec.model_validate({"modelSourceConfig": SOURCE, "hostPath": ROOT})
+    key = keys.weights_key_in(spec.model_source_config, ROOT, namespace, {})
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": MDCC_KIND,
+        "metadata": {"name": keys.weights_cache_name(key), "namespace": namespace},
+        "spec": {"modelSourceConfig": SOURCE, "hostPath": ROOT},
+    }
+    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, MDCC_PLURAL, manifest
+    )
+    return created, key
+
+
+def _job_pod(core: client.CoreV1Api, namespace: str, job: str) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        pods = core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+        return core.api_client.sanitize_for_serialization(pods[0]) if pods else None
+
+    found: dict[str, Any] = kube.wait_for(probe, what=f"the pod of Job {job}")
+    return found
+
+
+def test_only_the_pod_of_the_operators_signed_job_writes_and_only_the_caches_namespace_reads(
+    api_client: client.ApiClient, namespace: str, other_namespace: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    cache, key = _create_cache(api_client, namespace)
+    spec = ModelDataCacheConfigSpec.model_validate(cache["spec"])
+    owner = jobs.Owner(name=cache["metadata"]["name"], namespace=namespace, uid=cache["metadata"]["uid"])
+    request = jobs.PreloadRequest(owner=owner, key=key, node=NODE, attempt=1, generation=1)
+    manifest = jobs.preload_job(request, spec, CONTEXT, sorted(PERMANENT_EXIT_CODES.values()))
+    signing.apply_job(Store(api_client), manifest, key, NODE, CONTEXT)
+    driver = _driver(api_client)
+
+    # the operator's Job, as the Job controller runs it: read-write on the cache root
+    pod = _job_pod(core, namespace, manifest["metadata"]["name"])
+    granted = driver.decide(_context(pod, key, decisions.WRITE), read_only=False)
+    assert (granted.verdict, granted.path, granted.read_only) == (decisions.Verdict.MOUNT, f"{ROOT}/warmstart", False)
+
+    # a tenant's pod naming the operator's Job as its controller, running its own command: denied
+    forged = copy.deepcopy(pod)
+    forged["metadata"] = {
+        "name": "forged",
+        "namespace": namespace,
+        "ownerReferences": pod["metadata"]["ownerReferences"],
+    }
+    forged["spec"]["containers"][0]["command"] = ["sh", "-c", "echo poison > /cache/x"]
+    forged.pop("status", None)
+    forged["spec"].pop("nodeName", None)
+    created = core.api_client.sanitize_for_serialization(core.create_namespaced_pod(namespace, forged))
+    denied = driver.decide(_context(created, key, decisions.WRITE), read_only=False)
+    assert denied.verdict == decisions.Verdict.DENIED, denied
+    assert "containers differs" in denied.message
+
+    # a tenant's Job under the operator's next name, carrying a copy of the operator's signature: denied
+    copied = copy.deepcopy(manifest)
+    copied["metadata"]["name"] = jobs.preload_job_name(key, NODE, 2)
+    copied["metadata"]["labels"][jobs.ATTEMPT_LABEL] = "2"
+    copied["spec"]["template"]["metadata"]["labels"][jobs.ATTEMPT_LABEL] = "2"
+    signature = client.BatchV1Api(api_client).read_namespaced_job(manifest["metadata"]["name"], namespace)
+    copied["metadata"]["annotations"][signatures.ANNOTATION] = signature.metadata.annotations[signatures.ANNOTATION]
+    client.BatchV1Api(api_client).create_namespaced_job(namespace, copied)
+    tenant_pod = _job_pod(core, namespace, copied["metadata"]["name"])
+    refused = driver.decide(_context(tenant_pod, key, decisions.WRITE), read_only=False)
+    assert refused.verdict == decisions.Verdict.DENIED, refused
+    assert "no valid operator signature" in refused.message
+
+    # readers: the cache's own namespace reads it; another namespace naming the same key does not
+    reader = {"metadata": {"name": "model-0", "namespace": namespace, "uid": "u1"}, "spec": {}}
+    allowed = driver.decide(_context(reader, key, decisions.READ), read_only=True)
+    assert (allowed.verdict, allowed.path) == (decisions.Verdict.MOUNT, f"{ROOT}/warmstart/weights/{key}")
+    thief = {"metadata": {"name": "thief", "namespace": other_namespace, "uid": "u2"}, "spec": {}}
+    stolen = driver.decide(_context(thief, key, decisions.READ), read_only=True)
+    assert stolen.verdict == decisions.Verdict.DENIED
+    assert f"namespace {other_namespace} has no ModelDataCacheConfig with key {key}" in stolen.message
