@@ -148,7 +148,8 @@ def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(
 ) -> None:
     granted = _rules(documents(template(helm, {}, tmp_path)))
     assert granted[("", "nodes")] == {"get", "list", "watch", "patch"}
-    assert granted[("", "pods")] == {"get", "list", "watch"}
+    # create: only the dry run of a model pod (the dry-run-pods policy refuses any other)
+    assert granted[("", "pods")] == {"get", "list", "watch", "create"}
     full = {"get", "list", "watch", "create", "patch", "update", "delete"}
     for key in [
         ("batch", "jobs"),
@@ -382,3 +383,25 @@ def test_a_connection_setting_in_the_tenant_readable_preload_env_is_refused(
     )
     assert result.returncode != 0
     assert f"preload.env.{name} is a connection setting" in result.stderr and "preload.endpoints" in result.stderr
+
+
+def test_pass_through_and_dry_run_pod_policies_are_installed_and_scoped(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    docs = documents(template(helm, VALUES["ha"], tmp_path))
+    policies = {p["metadata"]["name"]: p for p in by_kind(docs, "ValidatingAdmissionPolicy")}
+    bindings = {b["metadata"]["name"]: b for b in by_kind(docs, "ValidatingAdmissionPolicyBinding")}
+    (passing,) = [p for n, p in policies.items() if n.endswith("-pass-through")]
+    allowed = next(v for v in passing["spec"]["variables"] if v["name"] == "allowed")
+    assert json.loads(allowed["expression"]) == ["/opt/dlami/nvme", "/mnt/cache"]
+    (rule,) = passing["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"inferenceendpointconfigs", "jumpstartmodels"}
+    binding = bindings[passing["metadata"]["name"]]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector["values"] == ["team-a", "team-b"]
+    (dry,) = [p for n, p in policies.items() if n.endswith("-dry-run-pods")]
+    (condition,) = dry["spec"]["matchConditions"]
+    assert "request.userInfo.username == 'system:serviceaccount:" in condition["expression"]
+    assert [v["expression"] for v in dry["spec"]["validations"]] == ["request.dryRun == true"]
+    assert bindings[dry["metadata"]["name"]]["spec"]["validationActions"] == ["Deny"]

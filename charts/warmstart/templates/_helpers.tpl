@@ -93,10 +93,12 @@ app.kubernetes.io/component: operator
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create, patch, delete]
-# pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress
+# pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress; create only with
+# dryRun=All, the Pod Security check of a model pod before its Deployment is applied (the dry-run-pods policy in
+# admission.yaml refuses any other create)
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, create]
 # the router's identity: a ServiceAccount and a Role that reads its ConfigMap and the EndpointSlices. Granting a
 # Role requires holding its permissions, hence endpointslices below.
 - apiGroups: [""]

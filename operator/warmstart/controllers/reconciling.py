@@ -23,7 +23,7 @@ from warmstart.api.statuses import (
     ResolvedModel,
     WarmPlacement,
 )
-from warmstart.controllers import applying, autoscaling, fsx, handling, metrics, routing, sharing
+from warmstart.controllers import applying, autoscaling, fsx, guarding, handling, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
@@ -53,7 +53,7 @@ from warmstart.render.unsupported import unsupported_fields
 Manifest = dict[str, Any]
 
 #: the reason of an endpoint whose rendered children the API server refused
-RENDER_REJECTED = "RenderRejected"
+RENDER_REJECTED = guarding.RENDER_REJECTED
 
 
 def reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
@@ -88,6 +88,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         return
 
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
+    model_deployment = deployments.deployment(endpoint, Generation(wkey, ikey), context)
+    refused = guarding.refusal(store, memo, body, endpoint, model_deployment, context)
+    if refused is not None:  # before anything is applied: the pod this spec renders is not one the namespace admits
+        conds = [*endpoint_status.failed(generation, refused.reason, refused.message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        return
     weights = (
         _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey))
         if endpoint.weights_enabled
@@ -505,6 +511,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
             sharing.release(store, MIC_KIND, cache_name, ns, uid)
     _forget_metrics(ns, name)
     applying.forget(memo, uid)
+    guarding.forget(memo, uid)
     kopf.info(body, reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
 
 
