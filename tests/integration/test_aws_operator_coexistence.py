@@ -32,7 +32,12 @@ def aws_shaped(kubeconfig: str) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(crd)
     body["metadata"] = {"name": CRD, "labels": {"app.kubernetes.io/name": "hyperpod-inference-operator"}}
     for version in body["spec"]["versions"]:
-        del version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["modelCacheConfig"]
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        del spec["properties"]["modelCacheConfig"]
+        # and our rules that name it, or the API server refuses the CRD before the checks see it
+        spec["x-kubernetes-validations"] = [
+            rule for rule in spec.get("x-kubernetes-validations", []) if "modelCacheConfig" not in rule["rule"]
+        ]
     body.pop("status", None)
     return body
 
