@@ -234,7 +234,7 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
         model_mount = next(
             m for c in deployment.spec.template.spec.containers for m in c.volume_mounts or [] if m.sub_path
         )
-        assert model_mount.sub_path == f"weights/{names_b[0].removeprefix('weights-')}"
+        assert model_mount.sub_path == f"warmstart/weights/{names_b[0].removeprefix('weights-')}"
         fake_job = client.V1Job(
             metadata=client.V1ObjectMeta(namespace=second_namespace),
             spec=client.V1JobSpec(template=deployment.spec.template),
