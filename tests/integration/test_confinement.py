@@ -214,9 +214,13 @@ def test_the_operator_refuses_other_cache_roots_when_admission_did_not(
         caches = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
             GROUP, VERSION, namespace, MDCC_PLURAL
         )
-        assert [c["metadata"]["name"] for c in caches["items"]] == ["weights-escape"]
+        assert sorted(c["metadata"]["name"] for c in caches["items"]) == ["weights-escape", "weights-inside"]
         assert not client.AppsV1Api(api_client).list_namespaced_deployment(namespace).items
-        for plural, name in ((MDCC_PLURAL, "weights-escape"), ("inferenceendpointconfigs", "escape")):
+        for plural, name in (
+            (MDCC_PLURAL, "weights-escape"),
+            (MDCC_PLURAL, "weights-inside"),
+            ("inferenceendpointconfigs", "escape"),
+        ):
             client.CustomObjectsApi(api_client).delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
         kube.wait_for(
             lambda: not _names(api_client, namespace, MDCC_PLURAL),

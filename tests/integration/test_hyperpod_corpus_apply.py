@@ -161,6 +161,8 @@ def test_every_corpus_manifest_applies_and_renders_its_children(
         "jumpstart_bucket": jumpstart["content"],
         "jumpstart_gated_bucket": jumpstart["gated"],
         "jumpstart_region": REGION,
+        # the admin's FSx allowlist: the corpus's two file systems, for this namespace
+        "fsx_file_systems": {namespace: _corpus_file_systems()},
     }
     docs = corpus()
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
@@ -270,3 +272,12 @@ def _keeps(stored: Any, sent: Any) -> bool:
     if isinstance(sent, list):
         return isinstance(stored, list) and len(stored) == len(sent) and all(map(_keeps, stored, sent))
     return bool(stored == sent or str(stored) == str(sent))
+
+
+def _corpus_file_systems() -> list[dict[str, str]]:
+    """Every `fsxStorage` the corpus names (fileSystemId, dnsName, mountName)."""
+    return [
+        doc["spec"]["modelSourceConfig"]["fsxStorage"]
+        for doc in corpus()
+        if "fsxStorage" in (doc.get("spec", {}).get("modelSourceConfig") or {})
+    ]
