@@ -247,7 +247,9 @@ def test_the_operator_may_create_pods_only_as_dry_runs(
             if "may create pods only with dryRun" in str(error.body):
                 return str(error.body)
             raise
-        pods.delete_namespaced_pod("probe", home)  # created before the policy was loaded: try again
+        # created before the policy was loaded: remove it (as the admin: the operator may not delete pods), try again
+        core.delete_namespaced_pod("probe", home, grace_period_seconds=0)
+        kube.wait_for(lambda: not core.list_namespaced_pod(home, field_selector="metadata.name=probe").items, 60)
         return None
 
     try:
