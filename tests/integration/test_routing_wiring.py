@@ -219,7 +219,11 @@ def test_request_limits_alone_put_the_enforcing_router_in_front_of_the_replicas(
             assert (config.strategy.value, config.max_concurrent_requests) == ("random", 4)
             assert (config.max_queue_size, config.overflow_status_code) == (2, 503)
             kube.wait_for(
-                lambda: apps.read_namespaced_deployment(router_render.name("capped"), namespace),
+                lambda: (
+                    apps.list_namespaced_deployment(
+                        namespace, field_selector=f"metadata.name={router_render.name('capped')}"
+                    ).items
+                ),
                 what="the router Deployment",
             )
             ref = endpoints.ObjectRef(kind="InferenceEndpointConfig", name="capped", namespace=namespace, uid="x")
