@@ -1,6 +1,6 @@
 """Benchmark `warmstart preload` against the naive baseline and the local-copy limit, its resume, and `--if-missing`.
 
-One run: a synthetic model (3 x 300 MiB shards + small files, as in issue 16) is written to a local directory and
+One run: a synthetic model (3 x 300 MiB shards + small files) is written to a local directory and
 served by up to four S3 servers in turn: moto's server and versitygw (the S3 server of the real-node cluster, built
 by localcluster into ~/.cache/warmstart/bin), each a subprocess with the model uploaded by boto3; and
 `preload_s3server.py` (a fast file-backed server, in this process) with MD5 ETags only, then with CRC64NVME
@@ -8,8 +8,9 @@ checksums as S3 gives new objects. Against each server, into the same disk:
 
   1. `warmstart preload` (its own process; parallel ranged GETs, verification, fsync, atomic publish);
   2. boto3 `download_file` called sequentially per object, with fsync (the naive baseline, boto3 defaults);
-  3. a preload killed -9 once 40% of the bytes are on disk, then the resume, timed against the clean run (repeated
-     like the runs; the median ratio is reported, with every ratio).
+  3. a preload killed -9 once 10%, 25%, 50% and 75% of the bytes are on disk (`--kill-points`), each followed by
+     the resume, timed against the clean run next to (1 - the fraction on disk), the median of `--resume-repeats`
+     trials with the spread and the load average (`preload_resume.py`).
 
 Then a plain local copy with fsync (the loopback/disk limit), both in the kernel (`copy_file_range`, what
 `shutil.copyfile` does) and through user space (read into a buffer, `pwrite`: the best any downloader can do),
@@ -18,6 +19,7 @@ and `--if-missing` on a complete cache and on a synthetic 100 GB one. Servers' C
 reported, so a reader can tell when the server, not the client, is the bottleneck. Everything written is removed.
 
     .venv/bin/python bench/preload.py [--shard-mb 300] [--shards 3] [--servers moto,versitygw,file-s3,file-s3-crc64]
+        [--resume-only] [--kill-points 0.1,0.25,0.5,0.75] [--resume-repeats N] [--json bench/results/<date>-x.json]
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +44,7 @@ import psutil
 from boto3.s3.transfer import TransferConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import preload_resume
 from preload_s3server import FileS3Server
 
 MIB = 1 << 20
@@ -52,6 +54,13 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "
 IDENTITY = {"WARMSTART_POD_NAMESPACE": "bench", "WARMSTART_POD_SERVICE_ACCOUNT": "bench"}
 VERSITYGW = Path.home() / ".cache" / "warmstart" / "bin" / "versitygw-v1.8.0" / "versitygw"  # localcluster builds it
 CHECKSUMS = ("MD5", "SHA256", "SHA1", "CRC32", "CRC32C", "CRC64NVME")
+
+
+def git_commit() -> str:
+    """The commit the bench runs on, with "+dirty" when the work tree has changes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = lambda *a: subprocess.run(["git", *a], cwd=here, capture_output=True, text=True).stdout.strip()  # noqa: E731
+    return run("rev-parse", "HEAD") + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def free_port() -> int:
@@ -306,18 +315,6 @@ def checksum_cpu(mib: int = 256) -> dict[str, float]:
     return out
 
 
-def allocated(path: Path) -> int:
-    """Bytes the files under `path` occupy on disk (part files are sparse until written)."""
-    total = 0
-    for dirpath, _, names in os.walk(path):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
-
-
 def preload_argv(bucket: str, root: Path, key: str, tlog: Path, args: list[str]) -> list[str]:
     source = json.dumps(
         {"modelSourceType": "s3", "s3Storage": {"bucketName": bucket, "region": "us-east-1"}, "modelLocation": "model"}
@@ -341,23 +338,6 @@ def preload_argv(bucket: str, root: Path, key: str, tlog: Path, args: list[str])
     ]
 
 
-def kill_at(
-    env: dict[str, str], root: Path, key: str, args: list[str], total: int, fraction: float, workdir: Path
-) -> float:
-    """Start a preload and kill -9 it once `fraction` of the bytes are on disk; the fraction reached."""
-    staging = root / "warmstart" / "weights" / f".staging-{key}"
-    argv = preload_argv("bench", root, key, workdir / f"tlog-kill-{key}", args)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while proc.poll() is None:
-        done = allocated(staging) if staging.exists() else 0
-        if done >= fraction * total:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return done / total
-        time.sleep(0.01)
-    raise RuntimeError("the preload finished before it could be killed")
-
-
 def compare(
     name: str,
     endpoint: str,
@@ -368,7 +348,7 @@ def compare(
     repeats: int,
     total: int,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """warmstart preload, the naive baseline, and a resume after kill -9 at 40%, against one server."""
+    """warmstart preload, the naive baseline, and the resume after a kill -9 at each kill point, against one server."""
     env = {**os.environ, **CREDENTIALS, **IDENTITY, "AWS_ENDPOINT_URL_S3": endpoint}
     key = f"bench-{name}"
     baseline_dir = workdir / f"baseline-{name}"
@@ -389,30 +369,25 @@ def compare(
         )
         return {"reported_seconds": float(out.stdout.strip())}
 
-    runs = [
-        median(f"[{name}] warmstart preload", server_cpu, ours, repeats),
-        median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline, repeats),
-    ]
-    shutil.rmtree(baseline_dir)
+    runs = [median(f"[{name}] warmstart preload", server_cpu, ours, repeats)]
+    if not args.resume_only:
+        runs.append(median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline, repeats))
+        shutil.rmtree(baseline_dir)
     clean = runs[0]["reported_seconds"]
-    trials = []
-    for _ in range(repeats):  # each: a clean start, a kill -9 at 40%, the resume
-        shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
-        killed_at = kill_at(env, root, key, flags, total, 0.4, workdir)
-        resumed = timed(
-            f"[{name}] resume after kill -9", server_cpu, lambda: run_preload(env, "bench", root, key, flags, workdir)
-        )
-        trials.append((resumed["reported_seconds"] / clean, killed_at, resumed["reported_seconds"]))
-    trials.sort()
-    ratio, killed_at, seconds = trials[len(trials) // 2]
-    resume = {
-        "killed_at": killed_at,
-        "resume_seconds": seconds,
-        "clean_seconds": clean,
-        "ratio": ratio,
-        "ratios": [round(t[0], 3) for t in trials],
-    }
-    return runs, resume
+    weights = root / "warmstart" / "weights"
+    points = preload_resume.trials(
+        [float(f) for f in args.kill_points.split(",")],
+        args.resume_repeats or repeats,
+        clean,
+        preload_argv("bench", root, key, workdir / f"tlog-kill-{key}", flags),
+        env,
+        weights,
+        key,
+        total,
+        lambda: run_preload(env, "bench", root, key, flags, workdir),
+        args.settle_after_kill,
+    )
+    return runs, {"clean_seconds": clean, "clean_runs": runs[0]["all_seconds"], "kill_points": points}
 
 
 def median(label: str, server_cpu: Any, fn: Any, repeats: int) -> dict[str, Any]:
@@ -456,14 +431,30 @@ def main() -> int:
     p.add_argument(
         "--moto-repeats", type=int, default=1, help="runs per method against moto (its baseline takes minutes)"
     )
+    p.add_argument("--kill-points", default="0.1,0.25,0.5,0.75", help="fractions on disk at which a run is killed")
+    p.add_argument("--resume-repeats", type=int, default=0, help="trials per kill point (default: --repeats)")
+    p.add_argument(
+        "--settle-after-kill", action="store_true", help="write back the killed run's dirty pages before the resume"
+    )
+    p.add_argument(
+        "--resume-only", action="store_true", help="only the clean runs and the resumes (no baseline, copies, ...)"
+    )
     args = p.parse_args()
     servers = args.servers.split(",")
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="warmstart-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.update(CREDENTIALS)
-    figures: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
-    figures["checksum_cpu_s_per_gib"] = checksum_cpu()
+    figures: dict[str, Any] = {
+        "command": " ".join(["python", *sys.argv]),
+        "commit": git_commit(),
+        "niceness": os.nice(0),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "load_avg_at_start": os.getloadavg(),
+    }
+    if not args.resume_only:
+        figures["checksum_cpu_s_per_gib"] = checksum_cpu()
     runs: list[dict[str, Any]] = []
     resumes: dict[str, dict[str, Any]] = {}
     try:
@@ -499,6 +490,11 @@ def main() -> int:
             finally:
                 files_server.stop()
 
+        figures["resume"] = resumes
+        if args.resume_only:
+            figures["runs"] = runs
+            return 0
+
         def copy() -> dict[str, Any]:
             shutil.rmtree(workdir / "copy", ignore_errors=True)
             return copy_tree(workdir / "src", workdir / "copy")
@@ -515,7 +511,6 @@ def main() -> int:
             run["server_cpu_share"] = run["server_cpu"] / run["wall"]
             run["client_cpu_s_per_gib"] = run["client_cpu"] / (total / (1 << 30))
         figures["runs"] = runs
-        figures["resume"] = resumes
         by = {r["label"]: r["throughput_mib_s"] for r in runs}
         copy_rate = by["local copy + fsync (limit)"]
         user_copy_rate = by["local copy via user space + fsync (limit)"]
@@ -537,43 +532,46 @@ def main() -> int:
         figures["if_missing_100gb_sparse"] = if_missing(env, root, "sparse-100gb", workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    report(figures, args)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        figures["load_avg_at_end"] = os.getloadavg()
+        report(figures, args)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0
 
 
 def report(figures: dict[str, Any], args: argparse.Namespace) -> None:
+    total = figures.get("model_bytes", 0)
+    if not total:
+        return
     print(
         f"model: {figures['model_bytes'] / MIB:.0f} MiB in {args.shards} shards + small files; "
         f"{figures['cpus']} CPUs, load average at start {figures['load_avg_at_start'][0]:.1f} (shared machine); "
         f"--concurrency {args.concurrency} --part-size-mb {args.part_size_mb}; "
-        f"disk write+fsync {figures['disk_write_mib_s_with_fsync']:.0f} MiB/s"
+        f"disk write+fsync {figures.get('disk_write_mib_s_with_fsync', 0):.0f} MiB/s"
     )
     settles = {k.removesuffix("_settle_seconds"): v for k, v in figures.items() if k.endswith("_settle_seconds")}
     if settles:
         print("writeback of the setup before timing: " + ", ".join(f"{k} {v:.2f} s" for k, v in settles.items()))
-    print(
-        "verification CPU, s/GiB (one core): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in figures["checksum_cpu_s_per_gib"].items())
-    )
-    print(f"{'method':<46}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}{'client CPU s/GiB':>18}")
-    for run in figures["runs"]:
+    if "checksum_cpu_s_per_gib" in figures:
         print(
-            f"{run['label']:<46}{run['reported_seconds']:>9.2f}{run['throughput_mib_s']:>9.0f}"
-            f"{run['server_cpu_share']:>11.0%}{run['client_cpu_s_per_gib']:>18.1f}"
+            "verification CPU, s/GiB (one core): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in figures["checksum_cpu_s_per_gib"].items())
+        )
+    print(f"{'method':<46}{'seconds':>9}{'MiB/s':>9}{'server CPU':>12}{'client CPU s/GiB':>18}")
+    for run in figures.get("runs", []):
+        print(
+            f"{run['label']:<46}{run['reported_seconds']:>9.2f}{total / MIB / run['reported_seconds']:>9.0f}"
+            f"{run['server_cpu'] / run['wall']:>11.0%}{run['client_cpu'] / (total / (1 << 30)):>18.1f}"
             f"   (runs: {', '.join(map(str, run['all_seconds']))} s)"
         )
-    for server, r in figures["ratios"].items():
-        resume = figures["resume"][server]
+    for server, r in figures.get("ratios", {}).items():
         print(
             f"[{server}] preload vs naive baseline + fsync: {r['vs_baseline']:.2f}x; vs local copy limit: "
-            f"{r['vs_copy']:.0%} (in-kernel), {r['vs_user_space_copy']:.0%} (user space); "
-            f"resume after kill -9 at {resume['killed_at']:.0%}: {resume['resume_seconds']:.2f} s "
-            f"= {resume['ratio']:.2f}x the clean run ({resume['clean_seconds']:.2f} s; median of "
-            f"{len(resume['ratios'])}: {resume['ratios']})"
+            f"{r['vs_copy']:.0%} (in-kernel), {r['vs_user_space_copy']:.0%} (user space)"
         )
+    for server, resume in figures.get("resume", {}).items():
+        print("\n".join(preload_resume.report(server, resume["kill_points"])))
     for name in [n for n in ("if_missing_small", "if_missing_100gb_sparse") if n in figures]:
         f = figures[name]
         print(

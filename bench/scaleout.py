@@ -287,8 +287,8 @@ class Bench:
                 raise SystemExit(f"ctr images rm {self.image}: {done.stderr.strip()}")
 
     def set_cache(self, warm: bool, key: str) -> None:
-        """Cold: the cache directory as the node's preload Job leaves it before a download (empty, owned by the
-        preload's uid; model pods mount it with `type: Directory`, so it must exist). Warm: the weights are there."""
+        """Cold: the cache directory empty, owned by the preload's uid, as the model pod's ownership init container
+        leaves it before a download (the pod mounts it with `type: DirectoryOrCreate`). Warm: the weights are there."""
         cache = self.host_path / "warmstart"
         weights = cache / "weights" / key
         if not warm:

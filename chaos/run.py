@@ -12,7 +12,7 @@ host's real-node lock (it never starts one) and is skipped, and said so, when no
 Every group gets a share of the budget; a group starts no new run past its share, and no group starts past the
 budget minus a reserve for the run in flight, so the whole suite ends within --budget. Output:
 bench/out/chaos-<time>.json (every run), bench/out/chaos.md and the table in docs/reliability.md. Exit status 1 if
-any run broke an invariant.
+any run broke an invariant, or if a group asked for did not run (each is named in a `NOT RUN:` line).
 """
 
 from __future__ import annotations
@@ -88,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-doc", action="store_true", help="do not rewrite the table in docs/reliability.md")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so every scenario's clean-up (finally) runs
-    wanted = [g for g in GROUPS if g in args.only.split(",")]
+    asked = [g for g in args.only.split(",") if g]
+    unknown = sorted(set(asked) - set(GROUPS))
+    if unknown:
+        parser.error(f"unknown group(s) {', '.join(unknown)}; the groups are {', '.join(GROUPS)}")
+    wanted = [g for g in GROUPS if g in asked]
+    not_run: dict[str, str] = {}
     started = time.monotonic()
     end = started + args.budget - RESERVE
     runs: list[Run] = []
@@ -126,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             now = time.monotonic()
             if now > end:
                 print(f"{group}: skipped, the budget is spent", flush=True)
+                not_run[group] = "the budget was spent before it started"
                 continue
+            before = len(runs)
             left = sum(SHARES[g] for g in wanted[index:])
             deadline = now + (end - now) * SHARES[group] / left
             print(f"{group}: until +{deadline - started:.0f} s", flush=True)
@@ -159,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             elif group == "realnode":
                 runs += _realnode(args, cluster_dir / "kubeconfig" if cluster_dir else None, deadline + RESERVE)
+            if len(runs) == before:
+                not_run[group] = "no run completed (no real-node cluster, or its share of the budget was too short)"
     finally:
         if api is not None:
             api.close()
@@ -180,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         header += f" Merged with the runs of {merged} (same host, same day)."
     block = chaos_report.write(runs, args.out, None if args.no_doc else args.doc, header)
     print(block)
-    return 0 if all(run.ok for run in runs) else 1
+    for group, why in not_run.items():
+        print(f"NOT RUN: the {group} group was asked for and did not run: {why}", flush=True)
+    return 0 if all(run.ok for run in runs) and not not_run else 1
 
 
 if __name__ == "__main__":

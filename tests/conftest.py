@@ -45,7 +45,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build missing binaries before any test runs, outside pytest-timeout's per-test budget."""
+    """Build missing binaries before any test runs, outside pytest-timeout's per-test budget; a collection that
+    runs nothing (``--collect-only``) builds nothing."""
+    if session.config.option.collectonly:
+        return
     wanted: tuple[versions.Build, ...] = ()
     if any(item.get_closest_marker("cluster") for item in session.items) and not os.environ.get("WARMSTART_KUBECONFIG"):
         wanted += versions.CONTROL_PLANE

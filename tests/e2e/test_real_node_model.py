@@ -17,6 +17,7 @@ import hashlib
 import json
 import pathlib
 import shutil
+import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from warmstart.api import GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.api.routers import RouterConfig
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import deployments, keys, labels, names, preload_containers, router, security
+from warmstart.render import daemonsets, deployments, keys, labels, names, preload_containers, router, security
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
@@ -117,17 +118,66 @@ def test_preload_job_downloads_the_model_from_s3_into_the_hostpath_and_labels_th
         assert digest.hexdigest() == uploaded.sha256, f"{on_disk} differs from what was uploaded"
 
 
-def test_project_image_is_prepulled_and_its_cache_is_ready(real_stack: realstack.Stack, seed: Deployed) -> None:
+def _ctr(stack: realstack.Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    address = str(stack.real.containerd_socket(stack.node))
+    return subprocess.run(["ctr", "--address", address, "-n", "k8s.io", *args], capture_output=True, text=True)
+
+
+def _image_refs(stack: realstack.Stack, image: str) -> list[str]:
+    """Every name of `image` in the node's containerd: the tag, `repo@digest`, `sha256:<id>`."""
+    rows = [line.split() for line in _ctr(stack, "images", "ls").stdout.splitlines()[1:]]
+    digests = {row[2] for row in rows if len(row) > 2 and row[0] == image}
+    return [row[0] for row in rows if len(row) > 2 and row[2] in digests]
+
+
+def test_project_image_is_prepulled_and_its_cache_is_ready(
+    real_stack: realstack.Stack, real_core: client.CoreV1Api, seed: Deployed
+) -> None:
+    """The operator pod already runs from the project image, so the pre-pull proves something only once the image is
+    gone from the node: remove every name of it from the node's containerd, delete the pre-pull pod, and the
+    DaemonSet's new pod must pull it from the registry (the kubelet's `Pulled` event, not "already present")."""
     objects = client.CustomObjectsApi(real_stack.api)
 
-    def ready() -> dict[str, Any] | None:
+    def ours() -> dict[str, Any] | None:
         items = objects.list_namespaced_custom_object(GROUP, VERSION, real_stack.namespace, MIC_PLURAL)["items"]
-        ours = [m for m in items if m["spec"]["image"] == real_stack.image]
-        status = (ours[0].get("status") or {}) if ours else {}
+        found = [m for m in items if m["spec"]["image"] == real_stack.image]
+        return found[0] if found else None
+
+    def ready() -> dict[str, Any] | None:
+        status = ((ours() or {}).get("status")) or {}
         return status if status.get("state") == "Ready" else None
 
-    status = realstack.eventually(ready, "the project image's cache to be Ready", explain=real_stack.describe)
+    realstack.eventually(ready, "the project image's cache to be Ready", explain=real_stack.describe)
+    mic = ours()
+    assert mic is not None
+    selector = ",".join(f"{k}={v}" for k, v in daemonsets.selector_labels(mic["metadata"]["name"]).items())
+    (old_pod,) = real_core.list_namespaced_pod(real_stack.namespace, label_selector=selector).items
+
+    refs = _image_refs(real_stack, real_stack.image)
+    assert refs, f"{real_stack.image} is not on the node before the test"
+    removed = _ctr(real_stack, "images", "rm", "--sync", *refs)
+    assert removed.returncode == 0 and not _image_refs(real_stack, real_stack.image), removed.stderr
+    real_core.delete_namespaced_pod(old_pod.metadata.name, real_stack.namespace)
+
+    def pulled() -> list[str] | None:
+        """The kubelet's `Pulled` messages for the project image in the new pod, once one says it pulled it (the
+        pod's first init container runs the operator image, which is the project image here)."""
+        pods = real_core.list_namespaced_pod(real_stack.namespace, label_selector=selector).items
+        for pod in (p for p in pods if p.metadata.uid != old_pod.metadata.uid):
+            events = real_core.list_namespaced_event(
+                real_stack.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
+            ).items
+            messages = [
+                str(e.message) for e in events if e.reason == "Pulled" and real_stack.image in (e.message or "")
+            ]
+            if any("Successfully pulled" in m for m in messages):
+                return messages
+        return None
+
+    realstack.eventually(pulled, "the new pre-pull pod to pull the project image", explain=real_stack.describe)
+    status = realstack.eventually(ready, "the project image's cache Ready again", explain=real_stack.describe)
     assert status["readyNodes"] == status["targetNodes"] == 1
+    assert _image_refs(real_stack, real_stack.image), "the image is on the node again"
 
 
 def test_model_pods_run_the_simulator_from_the_warm_cache(

@@ -17,7 +17,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import boto3
 import pytest
@@ -45,9 +45,20 @@ def crds(cluster: Any) -> None:
     kube.install_crds(str(cluster.kubeconfig))
 
 
+class IamMoto(NamedTuple):
+    server: MotoServer
+    reader: dict[str, str]
+    stranger: dict[str, str]
+
+
+def _keys(made: dict[str, str]) -> dict[str, str]:
+    return {"AWS_ACCESS_KEY_ID": made["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": made["SecretAccessKey"]}
+
+
 @pytest.fixture(scope="module")
-def iam_moto() -> Iterator[tuple[MotoServer, dict[str, str]]]:
-    """moto with IAM on; returns the server and the credentials of `reader`, who may list and read the bucket."""
+def iam_moto() -> Iterator[IamMoto]:
+    """moto with IAM on; returns the server and the credentials of `reader`, who may list and read the bucket.
+    `stranger` (see the `stranger` fixture) has real credentials whose policy denies the bucket."""
     server = MotoServer(env=CREDENTIALS).start()
     admin = dict(
         endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
@@ -59,9 +70,25 @@ def iam_moto() -> Iterator[tuple[MotoServer, dict[str, str]]]:
     policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["s3:*"], "Resource": "*"}]}
     iam.put_user_policy(UserName="reader", PolicyName="p", PolicyDocument=json.dumps(policy))
     made = iam.create_access_key(UserName="reader")["AccessKey"]
+    iam.create_user(UserName="stranger")  # may use S3, but the private bucket is denied to it
+    denied = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": ["s3:*"], "Resource": "*"},
+            {"Effect": "Deny", "Action": ["s3:*"], "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"]},
+        ],
+    }
+    iam.put_user_policy(UserName="stranger", PolicyName="p", PolicyDocument=json.dumps(denied))
+    strange = iam.create_access_key(UserName="stranger")["AccessKey"]
     server.set_auth(0)
-    yield server, {"AWS_ACCESS_KEY_ID": made["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": made["SecretAccessKey"]}
+    yield IamMoto(server, _keys(made), _keys(strange))
     server.stop()
+
+
+@pytest.fixture
+def stranger(iam_moto: IamMoto) -> dict[str, str]:
+    """Real credentials (IAM user `stranger`) that the server authenticates and whose policy denies the bucket."""
+    return iam_moto.stranger
 
 
 @pytest.fixture
@@ -164,10 +191,11 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
     api_client: client.ApiClient,
     namespace: str,
     second_namespace: str,
-    iam_moto: tuple[MotoServer, dict[str, str]],
+    iam_moto: IamMoto,
+    stranger: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    server, reader = iam_moto
+    server, reader, _ = iam_moto
     node = tmp_path / "nvme"
     node.mkdir()
     render = {"preload_pod_annotations": FAST, **s3_endpoint_in(api_client, [namespace, second_namespace], server.url)}
@@ -186,8 +214,8 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
         code, result = run(args_a, env_a, node, reader)  # team-a has an IAM role that may read the bucket
         assert code == 0 and result["reason"] == "Downloaded", result
 
-        args_b, env_b = container_of(api_client, job_b)  # team-b has no AWS credentials at all
-        code, result = run(args_b, env_b, node)
+        args_b, env_b = container_of(api_client, job_b)  # team-b's credentials are real, and IAM denies the bucket
+        code, result = run(args_b, env_b, node, stranger)
         assert result["reason"] == "AccessDenied" and code == 77, result
         assert sorted(p.name for p in weights(node).iterdir() if not p.name.startswith(".")) == [
             names_a[0].removeprefix("weights-")
@@ -206,7 +234,7 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
             metadata=client.V1ObjectMeta(namespace=second_namespace),
             spec=client.V1JobSpec(template=deployment.spec.template),
         )
-        code, result = run(*container_of_init(api_client, fake_job, init), node)
+        code, result = run(*container_of_init(api_client, fake_job, init), node, stranger)
         assert result["reason"] == "AccessDenied", result
 
 
@@ -229,10 +257,11 @@ def test_a_trust_group_shares_one_cache_but_each_pod_proves_its_own_access(
     api_client: client.ApiClient,
     namespace: str,
     second_namespace: str,
-    iam_moto: tuple[MotoServer, dict[str, str]],
+    iam_moto: IamMoto,
+    stranger: dict[str, str],
     tmp_path: Path,
 ) -> None:
-    server, reader = iam_moto
+    server, reader, _ = iam_moto
     node = tmp_path / "nvme"
     node.mkdir()
     render = {
@@ -251,8 +280,8 @@ def test_a_trust_group_shares_one_cache_but_each_pod_proves_its_own_access(
         code, result = run(*container_of(api_client, job_a), node, reader)
         assert result["reason"] == "Downloaded", result
         code, result = run(
-            *container_of(api_client, job_b), node
-        )  # same key, files present, but team-b may not read the source
+            *container_of(api_client, job_b), node, stranger
+        )  # same key, files present, but team-b's credentials may not read the source
         assert result["reason"] == "AccessDenied" and code == 77, result
         code, result = run(
             *container_of(api_client, job_b), node, reader

@@ -69,6 +69,10 @@ def test_seed_example_goes_end_to_end(cluster: Any, api_client: client.ApiClient
             timeout=180,
             what="DeploymentComplete",
         )
+        # HyperPod's deploymentStatus, which AWS's CLI lists, mirrors the model Deployment
+        hyperpod = done["deploymentStatus"]
+        assert (hyperpod["name"], hyperpod["deploymentObjectOverallState"]) == ("example-model", "DeploymentComplete")
+        assert hyperpod["status"]["availableReplicas"] == seed["spec"].get("replicas", 1) and hyperpod["lastUpdated"]
         mdcc = ep.caches(api_client, namespace, "modeldatacacheconfigs")
         mic = ep.caches(api_client, namespace, "modelimagecaches")
         assert [m["metadata"]["name"] for m in mdcc] == [f"weights-{wkey}"] and mdcc[0]["status"]["state"] == "Ready"

@@ -1,13 +1,16 @@
 """A Job a tenant creates with the operator's labels cannot mark a node cache-ready (real control plane, kwok pods).
 
-The operator's own preload runs for 10 minutes, so the only Job that could finish is the forged one: it carries the
-cache's labels, the owner-uid annotation and a (non-controller) owner reference to the cache, copied from the API as
-any tenant can. kwok completes it at once; the node must stay unlabelled and the cache must not count it.
+The cache targets two nodes. The operator's own preloads run for 10 minutes, so on the first node the only Job that
+could finish is the forged one: it carries the cache's labels, the owner-uid annotation, an owner reference to the
+cache (a plain one, and one that claims to be the controller), and a successful preload result as its termination
+message, all of which any tenant can copy from the API. kwok completes it at once. Then, as a positive control, the
+operator's genuine Job on the second node is let finish: once that node is labelled and counted (so the operator has
+reconciled after the forged Job completed), the first node must still be unlabelled and uncounted.
 """
 
 from __future__ import annotations
 
-import time
+import json
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from kubernetes import client
 
 import kube
 import operating
+from fleet import DOWNLOADED, render
 from nodepool import NodePool
 from test_weights_cache import crds, labeled, mdcc_manifest, status_of  # noqa: F401 - crds is an autouse fixture
 from warmstart.api import API_VERSION
@@ -23,10 +27,8 @@ from warmstart.render import jobs, labels
 
 pytestmark = pytest.mark.cluster
 
-SLOW = {"preload_pod_annotations": {"sim.warmstart.io/duration": "600s"}, "operator_image": "warmstart:test"}
 
-
-def forged_job(namespace: str, cache: dict[str, Any], node: str, name: str) -> dict[str, Any]:
+def forged_job(namespace: str, cache: dict[str, Any], node: str, name: str, *, controller: bool) -> dict[str, Any]:
     meta = cache["metadata"]
     pod_labels = {labels.MDCC_LABEL: meta["name"], labels.NODE_LABEL: node, labels.ROLE_LABEL: jobs.ROLE_PRELOAD}
     return {
@@ -38,13 +40,25 @@ def forged_job(namespace: str, cache: dict[str, Any], node: str, name: str) -> d
             "labels": {**pod_labels, jobs.ATTEMPT_LABEL: "1"},
             "annotations": {jobs.OWNER_UID_ANNOTATION: meta["uid"], jobs.GENERATION_ANNOTATION: "1"},
             "ownerReferences": [
-                {"apiVersion": API_VERSION, "kind": MDCC_KIND, "name": meta["name"], "uid": meta["uid"]}
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": MDCC_KIND,
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": controller,
+                }
             ],
         },
         "spec": {
             "backoffLimit": 0,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": {"sim.warmstart.io/duration": "1s"}},
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {
+                        "sim.warmstart.io/duration": "1s",
+                        "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED),
+                    },
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     "nodeName": node,
@@ -56,17 +70,18 @@ def forged_job(namespace: str, cache: dict[str, Any], node: str, name: str) -> d
     }
 
 
+@pytest.mark.parametrize("controller", [False, True], ids=["owner-reference", "controller-reference"])
 def test_a_tenant_job_with_the_operators_labels_does_not_mark_a_node_ready(
-    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool, controller: bool
 ) -> None:
-    instance_type, (node,) = own_nodes.add(1)
-    batch = client.BatchV1Api(api_client)
-    with operating.operator(str(cluster.kubeconfig), [namespace], render=SLOW):
+    instance_type, (forged_node, genuine_node) = own_nodes.add(2)
+    batch, core = client.BatchV1Api(api_client), client.CoreV1Api(api_client)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=render("600s")):
         name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
         cache = kube.wait_for(lambda: kube.get_custom(api_client, namespace, "modeldatacacheconfigs", name))
         key = name.removeprefix("weights-")
-        forged = jobs.preload_job_name(key, node, 2)  # the name the operator would give its next attempt
-        batch.create_namespaced_job(namespace, forged_job(namespace, cache, node, forged))
+        forged = jobs.preload_job_name(key, forged_node, 2)  # the name the operator would give its next attempt
+        batch.create_namespaced_job(namespace, forged_job(namespace, cache, forged_node, forged, controller=controller))
         kube.wait_for(
             lambda: any(
                 c.type == "Complete" and c.status == "True"
@@ -74,6 +89,23 @@ def test_a_tenant_job_with_the_operators_labels_does_not_mark_a_node_ready(
             ),
             what="the forged Job complete",
         )
-        time.sleep(8)  # several resync intervals (2 s) for the operator to (wrongly) act on them
-        assert node not in labeled(api_client, key)
-        assert status_of(api_client, namespace, name).get("readyNodes", 0) == 0
+        # positive control: the operator's own Job on the other node finishes now (kwok restarts the delay)
+        selector = f"{labels.NODE_LABEL}={genuine_node},{labels.ROLE_LABEL}={jobs.ROLE_PRELOAD}"
+        genuine = kube.wait_for(
+            lambda: core.list_namespaced_pod(namespace, label_selector=selector).items, what="the genuine preload pod"
+        )
+        for pod in genuine:
+            core.patch_namespaced_pod(
+                pod.metadata.name, namespace, {"metadata": {"annotations": {"sim.warmstart.io/duration": "1s"}}}
+            )
+        kube.wait_for(
+            lambda: (
+                genuine_node in labeled(api_client, key)
+                and status_of(api_client, namespace, name).get("readyNodes") == 1
+            ),
+            what="the genuine node labelled and counted",
+        )
+        assert forged_node not in labeled(api_client, key)
+        assert status_of(api_client, namespace, name).get("readyNodes") == 1
+        nodes = {n["node"]: n["state"] for n in status_of(api_client, namespace, name).get("nodes") or []}
+        assert nodes.get(forged_node) != "Ready" and nodes.get(genuine_node) == "Ready"

@@ -24,7 +24,6 @@ import operating
 from preloadservers import CREDENTIALS, MotoServer
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
-from warmstart.controllers.reconciling import RENDER_REJECTED
 from warmstart.render import deployments, monitoring, names, router
 from warmstart.render.unsupported import unsupported_fields
 
@@ -197,6 +196,9 @@ def test_every_corpus_manifest_applies_and_renders_its_children(
             {"port": "metrics", "path": "/server/metrics", "interval": "30s"}
         ]
         assert _router_strategy(core, namespace, "llama-3.1-8b-instruct") == "leastoutstanding"
+        # worker.requestLimits: the router enforces them
+        limits = yaml.safe_load(_configmap(core, namespace, router.name("llama-3.1-8b-instruct")).data["router.yaml"])
+        assert (limits["maxConcurrentRequests"], limits["maxQueueSize"], limits["overflowStatusCode"]) == (32, 64, 429)
 
         # FSx with intelligent routing: its strategy wins over loadBalancer's
         _pod_spec(apps, namespace, "deepseek15b-fsx")
@@ -230,14 +232,13 @@ def test_every_corpus_manifest_applies_and_renders_its_children(
         )
         assert status["resolved"]["modelSourceConfig"]["s3Storage"]["roleArn"] == ROLE
 
-        # resources.claims: accepted, and the API server's refusal of the Deployment is the endpoint's status
+        # resources.claims: each pod claims from the ResourceClaimTemplate of that name (the API server serves DRA)
         for name in ("claims-v1", "claims-v1alpha1"):
-            failed = kube.wait_for(
-                lambda n=name: (s := ep.status(api_client, namespace, n)).get("state") == "DeploymentFailed" and s,
-                what=f"{name} refused",
-            )
-            ready = ep.condition(failed, "Ready")
-            assert ready["reason"] == RENDER_REJECTED and "claims" in ready["message"]
+            claimed = _pod_spec(apps, namespace, name)
+            assert claimed["spec"]["resourceClaims"] == [
+                {"name": "gpu-claim", "resourceClaimTemplateName": "gpu-claim"}
+            ]
+            assert _worker(claimed)["resources"]["claims"] == [{"name": "gpu-claim", "request": "gpu"}]
 
         # UnsupportedFields names exactly what the spec sets and warmstart does not act on
         for doc in docs:

@@ -17,6 +17,7 @@ import endpointing as ep
 import kube
 import operating
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.api.routers import RouterConfig
 from warmstart.render import endpoints
 from warmstart.render import router as router_render
 from warmstart.render.context import RenderContext
@@ -193,3 +194,44 @@ def test_strategy_change_reaches_the_running_router_without_restart(
             kube.wait_for(
                 lambda: "routerName" not in ep.status(api_client, namespace, "routed"), what="routerName cleared"
             )
+
+
+def test_request_limits_alone_put_the_enforcing_router_in_front_of_the_replicas(
+    cluster: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    """No intelligentRoutingSpec: `maxConcurrentRequests` alone renders the router that enforces it, the Service
+    sends clients to it, and UnsupportedFields stays empty."""
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    with ep.own_nodes(api_client, 1) as (instance_type, _nodes):
+        body = ep.endpoint_manifest("capped", namespace, instance_type, modelCacheConfig=None)
+        limits = {"maxConcurrentRequests": 4, "maxQueueSize": 2, "overflowStatusCode": 503}
+        body["spec"]["worker"]["requestLimits"] = limits
+        with operating.operator(str(cluster.kubeconfig), [namespace]):
+            kube.create_custom(api_client, body)
+            configmap = kube.wait_for(
+                lambda: next(
+                    (c for c in core.list_namespaced_config_map(namespace).items if "router.yaml" in (c.data or {})),
+                    None,
+                ),
+                what="the router's ConfigMap",
+            )
+            config = RouterConfig.from_configmap_data(configmap.data)
+            assert (config.strategy.value, config.max_concurrent_requests) == ("random", 4)
+            assert (config.max_queue_size, config.overflow_status_code) == (2, 503)
+            kube.wait_for(
+                lambda: apps.read_namespaced_deployment(router_render.name("capped"), namespace),
+                what="the router Deployment",
+            )
+            ref = endpoints.ObjectRef(kind="InferenceEndpointConfig", name="capped", namespace=namespace, uid="x")
+            wanted = router_render.pod_selector(
+                endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(body["spec"]))
+            )
+            kube.wait_for(
+                lambda: core.read_namespaced_service("capped", namespace).spec.selector == wanted,
+                what="the Service sending clients to the router",
+            )
+            unsupported = kube.wait_for(
+                lambda: ep.condition(ep.status(api_client, namespace, "capped"), "UnsupportedFields"),
+                what="the UnsupportedFields condition",
+            )
+            assert unsupported["status"] == "False", unsupported

@@ -138,7 +138,8 @@ class CorruptingProxy:
                         v = proxy.etags.get(v.strip('"'), v.strip('"')).join('""')
                     if k.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))  # a HEAD tells the object's length
                 self.end_headers()
                 if partial:  # the first bytes only, then nothing until stop
                     self.wfile.write(data[: proxy.partial_bytes])

@@ -1,5 +1,6 @@
 """The disk filling up mid-download (another writer took the space after the capacity check): DiskFull, retryable,
-and the partial download removed. A real 8 MiB tmpfs stands for the NVMe (needs root to mount; skipped otherwise)."""
+and the partial download removed. A real 8 MiB tmpfs stands for the NVMe (mounting needs root: without it the test
+fails with mount's error)."""
 
 from __future__ import annotations
 

@@ -9,14 +9,18 @@ import pytest
 from warmstart.api import CRD_OWNER, CRD_OWNER_LABEL, crds
 from warmstart.controllers import coexistence
 from warmstart.controllers.settings import OperatorSettings
-from warmstart.render import monitoring
+from warmstart.render import monitoring, resource_claims
 
 
 class Crds:
     """A store that holds only CRDs, by name."""
 
-    def __init__(self, *found: dict[str, Any]) -> None:
+    def __init__(self, *found: dict[str, Any], served: tuple[str, ...] = ()) -> None:
         self.found = {c["metadata"]["name"]: c for c in found}
+        self.served = served
+
+    def serves(self, api_version: str) -> bool:
+        return api_version in self.served
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         assert (api_version, kind) == (coexistence.CRD_API, coexistence.CRD_KIND)
@@ -51,3 +55,9 @@ def test_crds_of_an_earlier_warmstart_without_the_label_are_ours() -> None:
 def test_the_pod_monitor_crd_turns_pod_monitors_on() -> None:
     store = Crds(*OURS, {"metadata": {"name": monitoring.CRD_NAME}})
     assert coexistence.check(store, OperatorSettings()).render.pod_monitors is True  # type: ignore[arg-type]
+
+
+def test_dynamic_resource_allocation_is_on_only_where_the_api_server_serves_it() -> None:
+    on = Crds(*OURS, served=(resource_claims.RESOURCE_API,))
+    assert coexistence.check(on, OperatorSettings()).render.resource_claims is True  # type: ignore[arg-type]
+    assert coexistence.check(Crds(*OURS), OperatorSettings()).render.resource_claims is False  # type: ignore[arg-type]

@@ -1,7 +1,9 @@
 """AWS's HyperPod manifests: every field of the real CRDs is in ours, the corpus sets them all, and each renders.
 
 `tests/hyperpod-corpus/aws-fields.txt` lists the field paths of HyperPod's InferenceEndpointConfig and JumpStartModel
-CRDs (v1 and v1alpha1). The integration test applies the same corpus on the real API server.
+CRDs (v1 and v1alpha1). What is accepted is acted on, checked mechanically: rendering the corpus under a trace of
+model field reads (tests/fieldtrace.py) must read every AWS field, or `unsupported_fields` must name it; and what it
+names is not read. The integration test applies the same corpus on the real API server.
 """
 
 from __future__ import annotations
@@ -15,9 +17,17 @@ from typing import Any
 import pytest
 import yaml
 
+import fieldtrace
 from warmstart.api import crds
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
+from warmstart.api.states import EndpointState
+from warmstart.controllers import reconciling, resolving
+from warmstart.render import autoscaling as render_autoscaling
+from warmstart.render import hyperpod_status, unsupported
+from warmstart.render.context import RenderContext
+from warmstart.render.deployments import Generation
+from warmstart.render.endpoints import JumpStartResolution
 from warmstart.render.unsupported import unsupported_fields
 
 CORPUS = pathlib.Path(__file__).resolve().parents[1] / "hyperpod-corpus"
@@ -136,55 +146,81 @@ def test_corpus_manifest_fits_our_crd_and_models(name: str, doc: dict[str, Any])
     SPECS[doc["kind"]].model_validate(doc["spec"])
 
 
-UNSUPPORTED = {
-    "iec-resource-claims.yaml#0": [],
-    "iec-resource-claims.yaml#1": [],
-    "iec-v1-fsx-routing.yaml#0": [
-        "spec.loadBalancer.routingAlgorithm (intelligentRoutingSpec decides the routing)",
-    ],
-    "iec-v1-huggingface-pd.yaml#0": ["spec.dataCapture", "spec.pdSpec"],
-    "iec-v1-s3-everything.yaml#0": [
-        "spec.tlsConfig",
-        "spec.dnsConfig",
-        "spec.kvCacheSpec",
-        "spec.endpointName",
-        "spec.tags",
-        "spec.InitialReplicaCount",
-        "spec.modelVersion",
-        "spec.loadBalancer.healthCheckPath (worker.probes.readinessProbe is used)",
-    ],
-    "iec-v1alpha1-fsx.yaml#0": [],
-    "iec-v1alpha1-s3.yaml#0": [
-        "spec.tlsConfig",
-        "spec.endpointName",
-        "spec.tags",
-        "spec.InitialReplicaCount",
-        "spec.modelVersion",
-        "spec.invocationEndpoint (the router and Service pass every path through)",
-    ],
-    "jsm-v1-everything.yaml#0": [
-        "spec.tlsConfig",
-        "spec.dnsConfig",
-        "spec.dataCapture",
-        "spec.kvCacheSpec",
-        "spec.sageMakerEndpoint",
-        "spec.loadBalancer.routingAlgorithm (intelligentRoutingSpec decides the routing)",
-        "spec.intelligentRoutingSpec.autoScalingSpec (spec.autoScalingSpec is used)",
-        "spec.model.additionalConfigs",
-        "spec.server.executionRole (pods use their service account)",
-        "spec.server.validations",
-    ],
-    "jsm-v1alpha1.yaml#0": [
-        "spec.tlsConfig",
-        "spec.sageMakerEndpoint",
-        "spec.model.additionalConfigs",
-        "spec.server.executionRole (pods use their service account)",
-    ],
-}
+def _named(spec: Any) -> set[str]:
+    """The paths `unsupported_fields` names for a spec, without their explanations."""
+    return {re.split(r" \(|=", field)[0] for field in unsupported_fields(spec)}
+
+
+def _render_everything(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the endpoint controller renders for `doc` with every optional feature on: resolution, children with the
+    gate open, autoscaling and the status blocks. JumpStart's manifest read is replaced by a gated resolution."""
+    monkeypatch.setattr(
+        resolving,
+        "_resolve_jumpstart",
+        lambda spec, context: JumpStartResolution(
+            bucket="jumpstart", prefix="m/", region="us-west-2", image="img:1", gated=True
+        ),
+    )
+    kind = doc["kind"]
+    body = {**doc, "metadata": {"name": "corpus", "namespace": "team-a", "uid": "uid-1", "generation": 1}}
+    context = RenderContext(operator_image="warmstart:test", pod_monitors=True, resource_claims=True)
+    endpoint = resolving.resolve(kind, body, context, resolving.JumpStartCache.empty())
+    generation = Generation(endpoint.weights_key({}), endpoint.image_key())
+    reconciling._children(endpoint, True, generation, context, endpoint.routing_enabled, ["node-a"])
+    scaling = render_autoscaling.spec_of(endpoint)
+    if scaling is not None:
+        render_autoscaling.scaled_object(endpoint, scaling, "us-west-2")
+        render_autoscaling.problems(scaling)
+    hyperpod_status.blocks(endpoint, context, None, EndpointState.DEPLOYMENT_PENDING, [], {}, "now")
+
+
+def _value_at(doc: dict[str, Any], path: str) -> Any:
+    value: Any = doc
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def test_every_hyperpod_field_is_read_by_the_renderers_or_named_unsupported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mechanical: render the corpus (which sets every field) while tracing model field reads. Each AWS field path
+    must be read on the way (its deepest model field; data under a field held whole counts with it), or be named by
+    `unsupported_fields` for some corpus manifest (the path or a field above it). A new field that is neither fails."""
+    read: set[fieldtrace.Read] = set()
+    named: dict[str, set[str]] = collections.defaultdict(set)
+    for _, doc in documents():
+        named[doc["kind"]] |= _named(SPECS[doc["kind"]].model_validate(doc["spec"]))
+        for path, value in unsupported.ONLY_VALUE.items():  # set to the one value warmstart does: acted on
+            if _value_at(doc, path) == value:
+                named[doc["kind"]].add(path)
+        with fieldtrace.tracing() as found:
+            _render_everything(doc, monkeypatch)
+        read |= found
+    assert (InferenceEndpointConfigSpec, "tls_config") not in read  # the trace does not see everything
+    missing, neither = [], []
+    for (kind, version), wanted in sorted(aws_fields().items()):
+        for path in sorted(wanted):
+            chain = fieldtrace.field_chain(SPECS[kind], path)
+            if chain is None:
+                missing.append(f"{kind} {version} {path}")
+            elif (
+                chain
+                and chain[-1] not in read
+                and not any(path == n or path.startswith((f"{n}.", f"{n}[")) for n in named[kind])
+            ):
+                neither.append(f"{kind} {version} {path}")
+    assert missing == [], "AWS fields that are not fields of our models"
+    assert neither == [], "AWS fields that warmstart neither reads nor names in UnsupportedFields"
 
 
 @pytest.mark.parametrize(("name", "doc"), documents(), ids=[n for n, _ in documents()])
-def test_unsupported_fields_name_only_what_is_not_acted_on(name: str, doc: dict[str, Any]) -> None:
-    """prefetchEnabled, modelHubName SageMakerPublicHub, metrics, kubernetes, gatedModelDownloadRole,
-    acceleratorPartitionType and autoScalingSpec are acted on, so never named."""
-    assert unsupported_fields(SPECS[doc["kind"]].model_validate(doc["spec"])) == UNSUPPORTED[name]
+def test_unsupported_fields_names_nothing_the_renderers_read(
+    name: str, doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other direction, per manifest: a field named as not acted on is not read while rendering that manifest
+    (a value named with `=`, such as routingStrategy=kvaware, is served another way and so is read)."""
+    spec = SPECS[doc["kind"]].model_validate(doc["spec"])
+    with fieldtrace.tracing() as read:
+        _render_everything(doc, monkeypatch)
+    fields = [f.split(" (")[0] for f in unsupported_fields(spec) if "=" not in f.split(" (")[0]]
+    chains = {field: fieldtrace.field_chain(SPECS[doc["kind"]], field) for field in fields}
+    assert [field for field, chain in chains.items() if chain and chain[-1] in read] == [], name

@@ -39,6 +39,51 @@ class WarmPlacement(ApiModel):
     cold_pods: int = Field(default=0, description="Pods on nodes without a ready weights cache.")
 
 
+class DeploymentObjectStatus(ApiModel):
+    """The model Deployment's own status, as its controller reports it (HyperPod's deploymentStatus.status)."""
+
+    replicas: int | None = Field(default=None, description="Non-terminated pods of the Deployment.")
+    ready_replicas: int | None = Field(default=None, description="Pods with a Ready condition.")
+    available_replicas: int | None = Field(default=None, description="Pods ready for at least minReadySeconds.")
+    updated_replicas: int | None = Field(default=None, description="Pods with the current template.")
+    unavailable_replicas: int | None = Field(default=None, description="Pods still needed for full capacity.")
+    observed_generation: int | None = Field(default=None, description="Generation the Deployment controller saw.")
+    conditions: list[dict[str, Any]] | None = Field(
+        default=None, description="The Deployment's conditions (Available, Progressing, ...), as it reports them."
+    )
+
+
+class DeploymentStatus(ApiModel):
+    """The native Kubernetes Deployment that hosts the model (HyperPod's deploymentStatus)."""
+
+    name: str = Field(description="Name of the Deployment.")
+    deployment_object_overall_state: EndpointState | None = Field(
+        default=None, description="Overall state of the endpoint's deployment (the endpoint's state)."
+    )
+    reason: str | None = Field(default=None, description="Reason of the endpoint's Ready condition.")
+    message: str | None = Field(default=None, description="Message of the endpoint's Ready condition.")
+    last_updated: str | None = Field(default=None, description="When this block last changed (RFC 3339).")
+    status: DeploymentObjectStatus | None = Field(default=None, description="Status of the Deployment.")
+
+
+class ModelMetricsStatus(ApiModel):
+    """Where the model container serves its metrics."""
+
+    port: int | None = Field(default=None, description="Port the metrics are served on.")
+    path: str | None = Field(default=None, description="Path the metrics are served on.")
+
+
+class MetricsStatus(ApiModel):
+    """How the model pods' metrics are collected (HyperPod's metricsStatus)."""
+
+    enabled: bool = Field(description="Whether the model pods' metrics are collected.")
+    state: str | None = Field(
+        default=None, description="PodMonitor (the Prometheus Operator scrapes them) or ScrapeAnnotations."
+    )
+    metrics_scrape_interval_seconds: int | None = Field(default=None, description="Scrape interval in seconds.")
+    model_metrics: ModelMetricsStatus | None = Field(default=None, description="The model container's metrics.")
+
+
 class EndpointStatus(ApiModel):
     """Observed state of an InferenceEndpointConfig or JumpStartModel."""
 
@@ -64,9 +109,9 @@ class EndpointStatus(ApiModel):
     waiting_since: str | None = Field(
         default=None, description="When the endpoint started waiting for the current cache generation."
     )
-    deployment_status: dict[str, Any] | None = Field(
-        default=None, description="HyperPod-compatible deployment details."
+    deployment_status: DeploymentStatus | None = Field(
+        default=None, description="HyperPod-compatible: the model Deployment, its overall state and its status."
     )
-    endpoints: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible endpoint details.")
-    metrics_status: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible metrics details.")
-    tls_certificate: dict[str, Any] | None = Field(default=None, description="HyperPod-compatible TLS details.")
+    metrics_status: MetricsStatus | None = Field(
+        default=None, description="HyperPod-compatible: how the model pods' metrics are collected."
+    )

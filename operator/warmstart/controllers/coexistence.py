@@ -1,4 +1,4 @@
-"""Start-up checks of the cluster: refuse to run beside AWS's inference operator, and find the PodMonitor CRD.
+"""Start-up checks of the cluster: refuse to run beside AWS's inference operator; find PodMonitors and DRA.
 
 AWS's HyperPod inference operator defines the same group and kinds (InferenceEndpointConfig, JumpStartModel). Two
 controllers of one kind would fight over every endpoint, so warmstart starts only when those CRDs are its own: every
@@ -14,7 +14,7 @@ from typing import Any
 from warmstart.api import CRD_OWNER, CRD_OWNER_LABEL, GROUP, endpoints, jumpstart
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Store
-from warmstart.render import monitoring
+from warmstart.render import monitoring, resource_claims
 
 log = logging.getLogger(__name__)
 
@@ -72,4 +72,10 @@ def check(store: Store, settings: OperatorSettings) -> OperatorSettings:
     pod_monitors = store.get(CRD_API, CRD_KIND, monitoring.CRD_NAME) is not None
     if pod_monitors:
         log.info("%s is installed: endpoints with metrics get a PodMonitor", monitoring.CRD_NAME)
-    return settings.model_copy(update={"render": settings.render.model_copy(update={"pod_monitors": pod_monitors})})
+    claims = store.serves(resource_claims.RESOURCE_API)
+    if not claims:
+        log.info(
+            "%s is not served: endpoints that use worker.resources.claims are refused", resource_claims.RESOURCE_API
+        )
+    found = {"pod_monitors": pod_monitors, "resource_claims": claims}
+    return settings.model_copy(update={"render": settings.render.model_copy(update=found)})

@@ -32,10 +32,12 @@ from warmstart.render import (
     deployments,
     endpoint_status,
     gating,
+    hyperpod_status,
     keys,
     monitoring,
     names,
     owners,
+    resource_claims,
     router,
     services,
 )
@@ -76,6 +78,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         if failure.retryable:
             raise kopf.TemporaryError(failure.message, delay=30) from failure
+        return
+
+    if resource_claims.names(endpoint.worker) and not context.resource_claims:
+        message = resource_claims.unavailable_message(endpoint.worker)
+        conds = [*endpoint_status.failed(generation, resource_claims.UNAVAILABLE_REASON, message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         return
 
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
@@ -185,7 +193,8 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         gate_opened_at=old_status.get("gateOpenedAt") or (handling.timestamp(now) if gate.open else None),
     ).to_api()
     status.pop("conditions", None)
-    _write_status(store, kind, body, old_status, status, conds, now)
+    blocks = hyperpod_status.blocks(endpoint, context, deployment, state, conds, old_status, handling.timestamp(now))
+    _write_status(store, kind, body, old_status, {**status, **blocks}, conds, now)
     _export_metrics(endpoint, state, placement)
 
 
@@ -448,6 +457,8 @@ _OWNED = (
     "routerName",
     "waitingSince",
     "gateOpenedAt",
+    "deploymentStatus",
+    "metricsStatus",
 )
 
 

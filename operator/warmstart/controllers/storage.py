@@ -190,6 +190,14 @@ class Store:
         except NotFound:
             return None
 
+    def serves(self, api_version: str) -> bool:
+        """Whether the API server serves `api_version` (group/version discovery, readable by every user)."""
+        try:
+            self._call("GET", f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}")
+        except NotFound:
+            return False
+        return True
+
     def list(
         self,
         api_version: str,

@@ -24,7 +24,8 @@ NODE_LEASE_SECONDS = 40
 
 #: Everything a real cluster runs that a workload or this operator can observe. Left out: volume attach/detach and
 #: expansion (no storage backend), node IPAM, CSR signing and bootstrap tokens. The PV binder and the PV/PVC
-#: protection controllers are in: they bind static PersistentVolumes to their claims (FSx sources), as on EKS.
+#: protection controllers are in: they bind static PersistentVolumes to their claims (FSx sources), as on EKS; so is the
+#: resource claim controller, which makes each pod's ResourceClaim from its ResourceClaimTemplate (DRA).
 CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
@@ -52,6 +53,7 @@ CONTROLLERS = (
     "persistentvolume-binder-controller",
     "persistentvolume-protection-controller",
     "persistentvolumeclaim-protection-controller",
+    "resourceclaim-controller",
 )
 
 

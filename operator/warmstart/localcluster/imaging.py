@@ -1,4 +1,4 @@
-"""The images the local cluster's real node runs: build each once (cached by content), and push them to a registry.
+"""The images the local cluster's real node runs, each built once and cached by content (``pushing`` pushes them).
 
 - the **project** image, from the project's own Dockerfile on the Debian Python base (:mod:`projectimage`);
 - the **pause** image for containerd's ``sandbox_image`` and the **shell-less** test image (:mod:`smallimages`).
@@ -8,12 +8,11 @@ Every function takes the build lock, so concurrent callers (two pytest sessions,
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import pathlib
 from collections.abc import Iterable
 
-from warmstart.localcluster import baseimage, imagestore, projectimage, pushing, smallimages
+from warmstart.localcluster import baseimage, imagestore, projectimage, smallimages
 
 
 class Kind(str, enum.Enum):
@@ -22,15 +21,6 @@ class Kind(str, enum.Enum):
     PROJECT = "project"
     PAUSE = "pause"
     SHELLLESS = "shellless"
-
-
-@dataclasses.dataclass(frozen=True)
-class Pushed:
-    """References of the images in a registry, as pods and containerd's ``sandbox_image`` name them."""
-
-    project: str
-    pause: str
-    shellless: str
 
 
 def project_image(source: pathlib.Path | None = None) -> imagestore.LocalImage:
@@ -56,10 +46,3 @@ def build(kinds: Iterable[Kind] = tuple(Kind), source: pathlib.Path | None = Non
     """Each requested image, built where missing."""
     makers = {Kind.PROJECT: lambda: project_image(source), Kind.PAUSE: pause_image, Kind.SHELLLESS: shellless_image}
     return {kind: makers[kind]() for kind in kinds}
-
-
-def push_all(registry: str, source: pathlib.Path | None = None) -> Pushed:
-    """Build what is missing and push all three images to ``registry`` (``host:port``, plain HTTP)."""
-    built = build(source=source)
-    pushed = {kind: pushing.push(image, registry) for kind, image in built.items()}
-    return Pushed(project=pushed[Kind.PROJECT], pause=pushed[Kind.PAUSE], shellless=pushed[Kind.SHELLLESS])

@@ -1,12 +1,13 @@
-"""The durable record of which parts of one partial file are on disk: what lets a resume skip them.
+"""The record of which parts of one partial file are on disk: what lets a resume skip them.
 
 One JSON-lines file per partial file. Its first line says what the parts are of (the remote version's fingerprint,
-the part size, the digest algorithms); each further line records one part: its index and its digests (hex), written
-only after the part's bytes were fdatasynced. A part still arriving is recorded as a *prefix*: its index, how many
-of its first bytes are durable, and their first-algorithm digest (a CRC), so a kill mid-part loses only the bytes
-after the last flush. A resume keeps a recorded part or prefix only if the header matches this run and its digest,
-recomputed from disk, matches (so bytes damaged between runs are fetched again). A line torn by a kill is ignored;
-a header that does not match empties the journal.
+the part size, the digest algorithms); each further line records one part: its index and its digests (hex), appended
+as soon as the part's bytes are written. A part still arriving is recorded as a *prefix*: its index, how many of its
+first bytes are written, and their first-algorithm digest (a CRC), after every read, so a kill mid-part loses only
+the read in progress. A kill -9 keeps both the bytes and the lines (they are in the page cache, which outlives the
+process); a power loss may keep a line whose bytes never reached the disk, which is why a resume keeps a recorded
+part or prefix only if the header matches this run and its digest, recomputed from disk, matches. A line torn by a
+kill is ignored; a header that does not match empties the journal.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Header:
         return {"fingerprint": dict(self.fingerprint), "partSize": self.part_size, "algorithms": list(self.algorithms)}
 
 
-#: A part's durable first bytes: how many, and their digest by the header's first algorithm.
+#: A part's written first bytes: how many, and their digest by the header's first algorithm.
 Prefix = tuple[int, str]
 
 
@@ -81,7 +82,7 @@ def parse(lines: list[str], header: Header) -> dict[int, dict[str, str]]:
 
 
 def parse_prefixes(lines: list[str], header: Header) -> dict[int, Prefix]:
-    """The longest durable prefix recorded per part under `header` (index -> (bytes, digest))."""
+    """The longest written prefix recorded per part under `header` (index -> (bytes, digest))."""
     size = int(header.fingerprint.get("size", 0))
     prefixes: dict[int, Prefix] = {}
     for entry in _entries(lines, header):
@@ -101,6 +102,7 @@ class PartJournal:
     def __init__(self, path: str, header: Header) -> None:
         self.path, self.header = path, header
         self._lock = threading.Lock()
+        self._fd = -1  # open for appends between `start` and `close`
 
     def _lines(self) -> list[str]:
         try:
@@ -114,11 +116,12 @@ class PartJournal:
         return parse(self._lines(), self.header)
 
     def load_prefixes(self) -> dict[int, Prefix]:
-        """The durable prefixes of parts an earlier run was still receiving (not yet re-checked)."""
+        """The written prefixes of parts an earlier run was still receiving (not yet re-checked)."""
         return parse_prefixes(self._lines(), self.header)
 
     def start(self, kept: Mapping[int, Mapping[str, str]], prefixes: Mapping[int, Prefix] | None = None) -> None:
-        """Rewrite the journal with this header and the parts and prefixes kept (atomically: renamed into place)."""
+        """Rewrite the journal with this header and the parts and prefixes kept (atomically: renamed into place),
+        and keep it open for `record`."""
         tmp = self.path + ".tmp"
         lines = [json.dumps(self.header.to_json())]
         lines += [json.dumps({"i": i, "d": dict(d)}) for i, d in sorted(kept.items())]
@@ -128,20 +131,34 @@ class PartJournal:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        self.close()
+        self._fd = nofollow.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
 
     def record(self, parts: Mapping[int, Mapping[str, str]], prefixes: Mapping[int, Prefix] | None = None) -> None:
-        """Append parts and prefixes (their bytes must already be durable on disk), fsynced before returning."""
+        """Append parts and prefixes whose bytes are written (one write(2), not synced: see `sync`)."""
         line = "".join(json.dumps({"i": i, "d": dict(d)}) + "\n" for i, d in sorted(parts.items()))
         line += "".join(json.dumps({"i": i, "n": n, "p": p}) + "\n" for i, (n, p) in sorted((prefixes or {}).items()))
         if not line:
             return
+        data = line.encode()
         with self._lock:
-            fd = nofollow.open_fd(self.path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            if self._fd < 0:
+                raise ValueError(f"{self.path}: recorded before start or after close")
+            while data:
+                data = data[os.write(self._fd, data) :]
+
+    def sync(self) -> None:
+        """fsync what was recorded (a kill -9 loses no line without it; a power loss may)."""
+        with self._lock:
+            fd = self._fd
+        if fd >= 0:  # not under the lock: the download threads keep recording meanwhile
+            os.fsync(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def recheck(

@@ -128,7 +128,7 @@ def _download(
         progress.human(capacity.available),
     )
     phases = {"prepare": time.monotonic() - started}
-    fetched = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
+    fetched, kept_parts = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
     extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
     if listing.commit:
         extra["commit"] = listing.commit
@@ -138,11 +138,12 @@ def _download(
     phases["publish"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
+    partial = f" with {progress.human(kept_parts)} of the partial files" if kept_parts else ""
     timing = ", ".join(f"{name} {value:.2f}s" for name, value in phases.items())
     return Result(
         Reason.DOWNLOADED,
         f"{len(todo)} of {len(listing.files)} files fetched ({progress.human(fetched)} at {rate}/s), "
-        f"{len(kept)} kept from an interrupted run; published {lay.final} ({timing})",
+        f"{len(kept)} kept from an interrupted run{partial}; published {lay.final} ({timing})",
         bytes=listing.total_bytes,
         seconds=seconds,
         files=len(listing.files),
@@ -183,8 +184,9 @@ def _fetch(
     kept_bytes: int,
     interval: float,
     phases: dict[str, float],
-) -> int:
-    """Download `todo` into staging, verifying each file as it lands (while the others still download)."""
+) -> tuple[int, int]:
+    """Download `todo` into staging, verifying each file as it lands (while the others still download); the bytes
+    fetched, and those of partial files kept from an interrupted run."""
     for file in todo:
         staging.make_parent(file.path)
     failures: list[PreloadError] = []
@@ -210,6 +212,7 @@ def _fetch(
                 meter.add,
                 lambda f: pending.append(verifiers.submit(check, f)),
                 staging.tmp_dir("source"),
+                on_kept=meter.keep,
             )
             phases["fetch"] = time.monotonic() - mark
         finally:
@@ -218,4 +221,4 @@ def _fetch(
             phases["verify tail"] = time.monotonic() - mark
     if failures:
         raise failures[0]
-    return sum(f.size for f in todo)
+    return meter.fetched, meter.already - kept_bytes

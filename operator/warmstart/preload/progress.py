@@ -43,6 +43,18 @@ class Progress:
         with self._lock:
             self.done += n
 
+    def keep(self, n: int) -> None:
+        """Bytes of partial files kept from an earlier run: done, but not fetched (nor in the throughput)."""
+        with self._lock:
+            self.done += n
+            self.already += n
+
+    @property
+    def fetched(self) -> int:
+        """The bytes fetched by this run."""
+        with self._lock:
+            return self.done - self.already
+
     def sub(self, n: int) -> None:
         """Take back bytes of a file that is fetched again (after a retry or a failed verification)."""
         with self._lock:

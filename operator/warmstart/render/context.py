@@ -102,6 +102,11 @@ class RenderContext(BaseModel):
         description="Key of the operator's signature on its cache-writing Jobs, which the CSI driver checks"
         " (render/signatures.py); required with cache access `csi`. Never rendered into a manifest.",
     )
+    resource_claims: bool = Field(
+        default=False,
+        description="The API server serves resource.k8s.io/v1 (dynamic resource allocation): model pods may use "
+        "worker.resources.claims. Detected at operator start-up.",
+    )
     cache_sharing_groups: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Trust groups: name -> namespaces that may share credentialed weights caches (render/scopes.py).",

@@ -12,7 +12,7 @@ from typing import Any
 from warmstart.api import nodelabels, preloading
 from warmstart.api.blocks import DEFAULT_HEALTH_CHECK_PATH
 from warmstart.api.workers import Worker
-from warmstart.render import cache_volumes, labels, owners, preload_containers, tolerations
+from warmstart.render import cache_volumes, labels, owners, preload_containers, resource_claims, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -249,6 +249,9 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
         pod_spec["tolerations"] = list(kube.tolerations)
     if kube and kube.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in kube.image_pull_secrets]
+    claims = resource_claims.pod_claims(endpoint.worker)
+    if claims:
+        pod_spec["resourceClaims"] = claims
     if not pod_spec["affinity"]:
         del pod_spec["affinity"]
     return {

@@ -27,7 +27,14 @@ from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.api.scheduling import NodeAffinity
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.api.strategies import RoutingStrategy
-from warmstart.api.workers import EnvironmentVariable, ModelInvocationPort, ModelVolumeMount, Resources, Worker
+from warmstart.api.workers import (
+    EnvironmentVariable,
+    ModelInvocationPort,
+    ModelVolumeMount,
+    RequestLimits,
+    Resources,
+    Worker,
+)
 from warmstart.placement import accelerator_request, instance_type_affinity
 from warmstart.render import keys, names
 
@@ -122,18 +129,27 @@ class Endpoint(BaseModel):
 
 
 def routing_of(
-    routing: IntelligentRoutingSpec | None, load_balancer: LoadBalancer | None
+    routing: IntelligentRoutingSpec | None, load_balancer: LoadBalancer | None, limits: RequestLimits | None = None
 ) -> IntelligentRoutingSpec | None:
-    """The router an endpoint gets: its intelligentRoutingSpec, else one running `loadBalancer.routingAlgorithm`.
+    """The router an endpoint gets: its intelligentRoutingSpec, else one running `loadBalancer.routingAlgorithm`,
+    else, when `requestLimits.maxConcurrentRequests` is set, one running the default `random` strategy.
 
     warmstart's router is the balancer in front of the replicas, so an explicit routing algorithm is its strategy
     (least_outstanding_requests -> leastoutstanding, round_robin -> roundrobin) when intelligentRoutingSpec is absent.
+    The router is also what enforces the per-replica concurrency cap, its queue and the overflow status (a Service
+    cannot count requests), so request limits alone bring one; `random` spreads requests as the Service would.
+    An intelligentRoutingSpec with `enabled: false` is the user's explicit choice: no router, and the limits are
+    named as not acted on (render/unsupported.py).
     """
-    if routing is not None or load_balancer is None or load_balancer.routing_algorithm is None:
+    if routing is not None:
         return routing
-    return IntelligentRoutingSpec(
-        enabled=True, routing_strategy=strategies.parse(load_balancer.routing_algorithm.value)
-    )
+    if load_balancer is not None and load_balancer.routing_algorithm is not None:
+        return IntelligentRoutingSpec(
+            enabled=True, routing_strategy=strategies.parse(load_balancer.routing_algorithm.value)
+        )
+    if limits is not None and limits.max_concurrent_requests is not None:
+        return IntelligentRoutingSpec(enabled=True, routing_strategy=RoutingStrategy.RANDOM)
+    return None
 
 
 def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
@@ -155,7 +171,7 @@ def from_iec(ref: ObjectRef, spec: InferenceEndpointConfigSpec) -> Endpoint:
         max_deploy_time_seconds=spec.max_deploy_time_in_seconds,
         weights_cache=cache.weights_cache if cache else None,
         image_cache=bool(cache and cache.image_cache and cache.image_cache.enabled),
-        routing=routing_of(spec.intelligent_routing_spec, spec.load_balancer),
+        routing=routing_of(spec.intelligent_routing_spec, spec.load_balancer, worker.request_limits),
         kubernetes=spec.kubernetes,
         metrics=spec.metrics,
         load_balancer=spec.load_balancer,
@@ -223,7 +239,7 @@ def from_jumpstart(ref: ObjectRef, spec: JumpStartModelSpec, resolution: JumpSta
             and spec.model_cache_config.image_cache
             and spec.model_cache_config.image_cache.enabled
         ),
-        routing=routing_of(spec.intelligent_routing_spec, spec.load_balancer),
+        routing=routing_of(spec.intelligent_routing_spec, spec.load_balancer, spec.request_limits),
         kubernetes=spec.kubernetes,
         metrics=spec.metrics,
         load_balancer=spec.load_balancer,

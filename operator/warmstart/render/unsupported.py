@@ -28,6 +28,9 @@ _IGNORED = (
     "modelVersion",
 )
 DEFAULT_INVOCATION_ENDPOINT = "invocations"
+#: fields no code needs to read, because warmstart only ever does what one value asks for: at that value they are
+#: acted on, at any other they are named below
+ONLY_VALUE = {"spec.model.modelHubName": PUBLIC_HUB}
 
 #: spec paths (API spelling, below `spec.`) that warmstart does not act on, or only for some values: the API
 #: reference page (render/api_reference.py) says so for each, as the condition does when one is set
@@ -39,6 +42,15 @@ NOT_ACTED_ON: dict[str, str] = {
     "intelligentRoutingSpec.autoScalingSpec": "partly: not when spec.autoScalingSpec is set",
     "intelligentRoutingSpec.routingStrategy": "partly: `kvaware` is served as `prefixaware`",
     "model.modelHubName": f"partly: only `{PUBLIC_HUB}` is read",
+    **{
+        f"{where}.{field}": f"partly: the router enforces it; not under intelligentRoutingSpec.enabled false{extra}"
+        for where in ("worker.requestLimits", "requestLimits")
+        for field, extra in (
+            ("maxConcurrentRequests", ""),
+            ("maxQueueSize", ", nor without maxConcurrentRequests"),
+            ("overflowStatusCode", ", nor without maxConcurrentRequests"),
+        )
+    },
     "model.additionalConfigs": "no",
     "server.executionRole": "no: pods use their service account",
     "server.validations": "no",
@@ -62,6 +74,27 @@ def _load_balancer(spec: InferenceEndpointConfigSpec | JumpStartModelSpec) -> li
     return found
 
 
+def _request_limits(spec: InferenceEndpointConfigSpec | JumpStartModelSpec) -> list[str]:
+    """The router enforces the limits (render/endpoints.py routing_of): none without it, and a queue and an overflow
+    status only behind a concurrency cap."""
+    if isinstance(spec, InferenceEndpointConfigSpec):
+        limits, where = spec.worker.request_limits, "spec.worker.requestLimits"
+    else:
+        limits, where = spec.request_limits, "spec.requestLimits"
+    if limits is None:
+        return []
+    routing = spec.intelligent_routing_spec
+    if routing is not None and not routing.enabled:
+        named = [
+            f for f in ("maxConcurrentRequests", "maxQueueSize", "overflowStatusCode") if _set(limits.to_api().get(f))
+        ]
+        return [f"{where}.{f} (intelligentRoutingSpec.enabled is false: no router enforces it)" for f in named]
+    if limits.max_concurrent_requests is None:
+        named = [f for f in ("maxQueueSize", "overflowStatusCode") if _set(limits.to_api().get(f))]
+        return [f"{where}.{f} (no effect without maxConcurrentRequests)" for f in named]
+    return []
+
+
 def _jumpstart(spec: JumpStartModelSpec) -> list[str]:
     found = []
     if spec.model.model_hub_name and spec.model.model_hub_name != PUBLIC_HUB:
@@ -80,6 +113,7 @@ def unsupported_fields(spec: InferenceEndpointConfigSpec | JumpStartModelSpec) -
     data = spec.to_api()
     found = [f"spec.{name}" for name in _IGNORED if _set(data.get(name))]
     found += _load_balancer(spec)
+    found += _request_limits(spec)
     if data.get("invocationEndpoint", DEFAULT_INVOCATION_ENDPOINT) != DEFAULT_INVOCATION_ENDPOINT:
         found.append("spec.invocationEndpoint (the router and Service pass every path through)")
     routing = spec.intelligent_routing_spec

@@ -195,3 +195,56 @@ def test_health_check_path_is_acted_on_and_routing_algorithm_is_named_only_under
     routed = {**doc, "loadBalancer": both, "intelligentRoutingSpec": {"enabled": True}}
     named = [f for f in unsupported_fields(InferenceEndpointConfigSpec.model_validate(routed)) if "loadBalancer" in f]
     assert named == ["spec.loadBalancer.routingAlgorithm (intelligentRoutingSpec decides the routing)"]
+
+
+def _seed(**changes: Any) -> InferenceEndpointConfigSpec:
+    doc = yaml.safe_load((ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml").read_text())["spec"]
+    return InferenceEndpointConfigSpec.model_validate({**doc, **changes})
+
+
+def test_request_limits_alone_bring_the_router_that_enforces_them() -> None:
+    from warmstart.render.unsupported import unsupported_fields
+
+    limits = {"maxConcurrentRequests": 3, "maxQueueSize": 5, "overflowStatusCode": 503}
+    spec = _seed(worker={**_seed().worker.to_api(), "requestLimits": limits})
+    endpoint = endpoints.from_iec(REF, spec)
+    assert endpoint.routing_enabled
+    assert endpoint.routing_strategy.value == "random"  # spread as the Service would; only the cap is added
+    config = RouterConfig.from_configmap_data(router.configmap(endpoint)["data"])
+    assert (config.max_concurrent_requests, config.max_queue_size, config.overflow_status_code) == (3, 5, 503)
+    assert services.client_service(endpoint, via_router=True)["spec"]["selector"] == router.pod_selector(endpoint)
+    assert unsupported_fields(spec) == []
+    assert not endpoints.from_iec(REF, _seed()).routing_enabled  # no limits, no routing spec: no router
+
+
+def test_request_limits_that_no_router_enforces_are_named() -> None:
+    from warmstart.render.unsupported import unsupported_fields
+
+    limits = {"maxConcurrentRequests": 3, "maxQueueSize": 5, "overflowStatusCode": 503}
+    off = _seed(worker={**_seed().worker.to_api(), "requestLimits": limits}, intelligentRoutingSpec={"enabled": False})
+    assert not endpoints.from_iec(REF, off).routing_enabled
+    assert unsupported_fields(off) == [
+        f"spec.worker.requestLimits.{name} (intelligentRoutingSpec.enabled is false: no router enforces it)"
+        for name in ("maxConcurrentRequests", "maxQueueSize", "overflowStatusCode")
+    ]
+    uncapped = _seed(worker={**_seed().worker.to_api(), "requestLimits": {"maxQueueSize": 5}})
+    assert not endpoints.from_iec(REF, uncapped).routing_enabled
+    assert unsupported_fields(uncapped) == [
+        "spec.worker.requestLimits.maxQueueSize (no effect without maxConcurrentRequests)"
+    ]
+
+
+def test_each_container_claim_gets_a_pod_claim_from_the_template_of_its_name() -> None:
+    claims = [{"name": "gpu"}, {"name": "nic", "request": "rdma"}, {"name": "gpu", "request": "second"}]
+    worker = {**_seed().worker.to_api(), "resources": {"claims": claims}}
+    endpoint = endpoints.from_iec(REF, _seed(worker=worker))
+    pod = deployments.deployment(endpoint, Generation(endpoint.weights_key({}), endpoint.image_key()), CONTEXT)
+    spec = pod["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == [
+        {"name": "gpu", "resourceClaimTemplateName": "gpu"},
+        {"name": "nic", "resourceClaimTemplateName": "nic"},
+    ]
+    assert spec["containers"][0]["resources"]["claims"] == claims
+    plain = _endpoint()
+    plain_pod = deployments.deployment(plain, Generation(plain.weights_key({}), plain.image_key()), CONTEXT)
+    assert "resourceClaims" not in plain_pod["spec"]["template"]["spec"]  # no claims, no pod claims

@@ -143,7 +143,10 @@ def test_bounded_load_caps_a_hot_prefix_and_replicates_it_in_order() -> None:
     hot_replicas = set(used)
     assert home_order[0] in hot_replicas
     # replication follows the rendezvous order: the replicas used are the order's head
-    assert hot_replicas == set(home_order[: len(hot_replicas)]) or len(hot_replicas) == len(NAMES)
+    assert hot_replicas == set(home_order[: len(hot_replicas)])
+    # and it stays a minority: half the traffic under a ceiling of 1.25x the mean needs ceil(0.5 * 8 / 1.25) = 4
+    # replicas, plus one for the ceiling's rounding while the totals are small; a spread over all 8 is the failure
+    assert len(hot_replicas) <= 5
 
 
 def test_adding_a_replica_moves_about_one_ninth_of_homes_all_to_it() -> None:

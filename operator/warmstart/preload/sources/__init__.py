@@ -82,10 +82,12 @@ class Source(Protocol):
         on_bytes: OnBytes,
         on_done: Callable[[RemoteFile], None],
         scratch: str,
+        on_kept: OnBytes | None = None,
     ) -> None:
         """Download every file to its part path; call on_done(file) as each one completes (from any thread).
 
-        `scratch` is a directory inside staging that the source may use for its own files."""
+        `scratch` is a directory inside staging that the source may use for its own files. `on_kept` is told the
+        bytes of partial files that an interrupted run left and that are kept (S3 only; the others start over)."""
         ...
 
     def describe(self) -> dict[str, Any]:

@@ -165,6 +165,7 @@ class HubSource:
         on_bytes: OnBytes,
         on_done: Callable[[RemoteFile], None],
         scratch: str,
+        on_kept: OnBytes | None = None,  # a partial file is started over: nothing is kept
     ) -> None:
         assert self.commit is not None, "listing() comes first"
         counter = _counter_class(on_bytes)

@@ -97,6 +97,7 @@ class LocalSource:
         on_bytes: OnBytes,
         on_done: Callable[[RemoteFile], None],
         scratch: str,
+        on_kept: OnBytes | None = None,  # a partial file is started over: nothing is kept
     ) -> None:
         part = max(self.options.part_size, 1 << 20)
         remaining: dict[str, int] = {}

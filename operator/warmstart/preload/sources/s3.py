@@ -2,9 +2,9 @@
 
 Each file first gets its check plan (`s3plans`: one HEAD where the listing does not say enough), which fixes its
 part size and the digests of each part; `s3ranges` then fetches the parts of every file through one pool of
-requests, journaling each durable part. Every GET carries If-Match on the listed ETag, so an object overwritten
-mid-download fails instead of mixing two versions. A file whose parts add up to its S3 checksum or ETag is not
-read again; the others are checked by `s3verify` once they land.
+requests, journaling each part as it is written. Every GET carries If-Match on the listed ETag, so an object
+overwritten mid-download fails instead of mixing two versions. A file whose parts add up to its S3 checksum or
+ETag is not read again; the others are checked by `s3verify` once they land.
 """
 
 from __future__ import annotations
@@ -254,6 +254,7 @@ class S3Source:
         on_bytes: OnBytes,
         on_done: Callable[[RemoteFile], None],
         scratch: str,
+        on_kept: OnBytes | None = None,
     ) -> None:
         def on_file(file: RemoteFile, plan: s3plans.Plan, digests: list[dict[str, str]]) -> None:
             if plan.finish != s3plans.Finish.REREAD:
@@ -265,10 +266,10 @@ class S3Source:
                 S3Source, self.bucket, self.location, self.region, self.endpoint, role_arn=self.role_arn
             )
             s3processes.fetch(
-                factory, self.options, files, part_path, on_bytes, on_file, self.options.processes, scratch
+                factory, self.options, files, part_path, on_bytes, on_file, self.options.processes, scratch, on_kept
             )
             return
-        self.fetch_parts(files, part_path, on_bytes, on_file, scratch)
+        self.fetch_parts(files, part_path, on_bytes, on_file, scratch, on_kept)
 
     def fetch_parts(
         self,
@@ -277,6 +278,7 @@ class S3Source:
         on_bytes: OnBytes,
         on_file: s3processes.OnLanded,
         scratch: str,
+        on_kept: OnBytes | None = None,
     ) -> None:
         """Fetch in this process's threads; hand each landed file to `on_file` with its plan and part digests."""
         journals = os.path.join(scratch, "parts")
@@ -298,6 +300,7 @@ class S3Source:
             on_bytes,
             lambda file, digests: on_file(file, self._plans[file.ref], digests),
             lambda e, f: error(e, self.uri(f.ref)),
+            on_kept or on_bytes,
         )
 
     def _journaled_proof(self, file: RemoteFile, path: str) -> bool:

@@ -35,6 +35,7 @@ class PartSource(Protocol):
         on_bytes: OnBytes,
         on_file: OnLanded,
         scratch: str,
+        on_kept: OnBytes | None = None,
     ) -> None: ...
 
 
@@ -84,7 +85,10 @@ def _worker(
         def on_file(file: RemoteFile, plan: s3plans.Plan, digests: list[dict[str, str]]) -> None:
             out.put(("done", worker, file.ref, plan, digests))
 
-        source.fetch_parts([f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, on_file, scratch)
+        def on_kept(n: int) -> None:
+            out.put(("kept", worker, n))
+
+        source.fetch_parts([f for f, _ in jobs], lambda f: paths[f.ref], on_bytes, on_file, scratch, on_kept)
     except PreloadError as exc:
         out.put(("error", worker, exc.reason.value, exc.message))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which owns the result
@@ -103,6 +107,7 @@ def fetch(
     on_file: OnLanded,
     processes: int,
     scratch: str,
+    on_kept: OnBytes | None = None,
 ) -> None:
     """Download `files` with `processes` workers; raise the first permanent failure (else the first failure).
 
@@ -148,6 +153,8 @@ def fetch(
             kind, worker = message[0], message[1]
             if kind == "bytes":
                 on_bytes(message[2])
+            elif kind == "kept":
+                (on_kept or on_bytes)(message[2])
             elif kind == "done":
                 on_file(by_ref[message[2]], message[3], message[4])
             elif kind == "error":

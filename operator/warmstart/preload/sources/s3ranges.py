@@ -1,14 +1,16 @@
-"""Parallel ranged GETs of S3 objects into their part files, each part journaled once durable, so a resume skips it.
+"""Parallel ranged GETs of S3 objects into their part files, each part journaled as it is written, so a resume
+skips it.
 
 Parts of every file go through one pool of `concurrency` threads, file by file (largest first), so files finish
 early and one after the other. A worker GETs its range (If-Match on the listed ETag), reads the body into a
-reused buffer (`s3bodies`), digests each chunk (hashlib and awscrt release the GIL) and `pwrite`s it at its offset.
-Once the part is whole it is queued; every half second (or sooner, once 64 MiB arrived) each file with new parts
-is fdatasynced once, then those parts are recorded in its `partjournal` (see `Durable`), and so are the written
-prefixes of the parts still arriving, with their CRC: a kill mid-part loses only what came after the last flush.
-A file whose parts are all there is handed to `on_done` with its parts' digests. On start, the parts and prefixes
-an earlier run recorded are re-checked from disk and kept; a kept prefix is read back into the part's digests and
-only the rest is fetched.
+reused buffer (`s3bodies`), digests each read (hashlib and awscrt release the GIL), `pwrite`s it at its offset and
+appends the part's written prefix (bytes and CRC) to the file's `partjournal`; a whole part is journaled with its
+digests. Nothing waits for the disk: a kill -9 keeps the bytes and the lines alike (the page cache outlives the
+process), so it loses only the reads in progress. `Writeback` makes them durable in the background (an fdatasync
+per file every half second, or once 64 MiB were written), which bounds what a power loss takes; the re-check on
+resume catches that. A file whose parts are all there is handed to `on_done` with its parts' digests. On start, the
+parts and prefixes an earlier run recorded are re-checked from disk and kept; a kept prefix is read back into the
+part's digests and only the rest is fetched.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from warmstart.preload.sources import OnBytes, RemoteFile, s3bodies
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 5  # per part, for a body cut short (the request itself is retried by botocore)
-FLUSH_SECONDS = 0.5  # how often received parts are made durable and journaled
-FLUSH_BYTES = 64 << 20  # ... or sooner, once this many bytes arrived since the last flush (a fast link)
+FLUSH_SECONDS = 0.5  # how often the written parts are made durable (fdatasync) in the background
+FLUSH_BYTES = 64 << 20  # ... or sooner, once this many bytes were written since the last flush (a fast link)
 
 
 @dataclasses.dataclass
@@ -45,7 +47,7 @@ class Job:
     fd: int = -1
     digests: dict[int, dict[str, str]] = dataclasses.field(default_factory=dict)
     todo: list[int] = dataclasses.field(default_factory=list)
-    #: part -> its first bytes kept from an earlier run (durable and re-checked): only the rest is fetched
+    #: part -> its first bytes kept from an earlier run (written and re-checked): only the rest is fetched
     prefixes: dict[int, int] = dataclasses.field(default_factory=dict)
 
     @property
@@ -57,7 +59,7 @@ class Job:
         return self.journal.header.algorithms
 
 
-#: Called with a file whose parts are all durable, and their digests in order.
+#: Called with a file whose parts are all written, and their digests in order.
 OnFile = Callable[[RemoteFile, list[dict[str, str]]], None]
 
 
@@ -82,6 +84,14 @@ def prepare(job: Job) -> int:
     lost = len(recorded) - len(kept) + len(recorded_prefixes) - len(kept_prefixes)
     if lost:
         log.warning("%s: %d recorded parts failed their re-check; fetching them again", job.file.path, lost)
+    if kept or kept_prefixes:
+        log.info(
+            "%s: resuming with %d of %d parts and %d part prefixes kept from an interrupted run",
+            job.file.path,
+            len(kept),
+            partjournal.part_count(size, part_size),
+            len(kept_prefixes),
+        )
     if not kept and not kept_prefixes:
         os.ftruncate(job.fd, 0)
     os.ftruncate(job.fd, size)
@@ -96,8 +106,9 @@ class Transient(Exception):
     """A body cut short or a connection lost mid-read: the part is fetched again."""
 
 
-#: Told, as a part arrives, how many of its first bytes are written and their first-algorithm digest.
-OnProgress = Callable[[int, str], None]
+#: Told, after each read of a part is written, how many bytes that read wrote, how many of the part's first bytes
+#: are written, and their first-algorithm digest.
+OnProgress = Callable[[int, int, str], None]
 
 
 def _read_part(get: Callable[[int, int], Any], job: Job, index: int, progress: OnProgress) -> dict[str, str]:
@@ -124,8 +135,7 @@ def _read_part(get: Callable[[int, int], Any], job: Job, index: int, progress: O
                 while written < n:
                     written += os.pwrite(job.fd, chunk[written:], offset + done + written)
                 done += n
-                if first is not None and done < length:
-                    progress(done, first.digest().hex())
+                progress(n, done, first.digest().hex() if first is not None and done < length else "")
         finally:
             body.close()
     return {a: h.digest().hex() for a, h in running.items()}
@@ -158,23 +168,24 @@ def fetch(
     on_bytes: OnBytes,
     on_file: OnFile,
     classify: Callable[[BaseException, RemoteFile], PreloadError],
+    on_kept: OnBytes,
 ) -> None:
     """Fetch every job's missing parts; raise the first permanent failure (else the first failure).
 
     `get(file, offset, length)` returns a readable body of that range; `classify` maps an exception to a
-    PreloadError. Part files stay open until their file is complete or the fetch ends."""
+    PreloadError; `on_kept` is told the bytes kept from an earlier run. Part files stay open until the fetch ends."""
     lock = threading.Lock()
     failures: list[PreloadError] = []
     stop = threading.Event()
     remaining: dict[int, int] = {}
     try:
         for n, job in enumerate(jobs):
-            on_bytes(prepare(job))
+            on_kept(prepare(job))
             remaining[n] = len(job.todo)
         for n, job in enumerate(jobs):
             if not remaining[n]:
                 _complete(job, on_file)
-        durable = Durable()
+        writeback = Writeback()
         cursor = iter([(n, job, i) for n, job in enumerate(jobs) for i in job.todo])
 
         def worker() -> None:
@@ -185,7 +196,7 @@ def fetch(
                     return
                 n, job, index = item
                 try:
-                    digests = _part(job, index, get, on_bytes, durable)
+                    digests = _part(job, index, get, on_bytes, writeback)
                     with lock:
                         job.digests[index] = digests
                         remaining[n] -= 1
@@ -200,13 +211,14 @@ def fetch(
         threads = [
             threading.Thread(target=worker, name=f"s3-range-{i}", daemon=True) for i in range(max(1, concurrency))
         ]
-        with durable:
+        with writeback:
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
     finally:
         for job in jobs:
+            job.journal.close()
             if job.fd >= 0:
                 os.close(job.fd)
                 job.fd = -1
@@ -214,28 +226,28 @@ def fetch(
         raise sorted(failures, key=lambda f: f.reason == Reason.NETWORK_ERROR)[0]
 
 
-class Durable:
-    """Journals received parts in batches: every `interval` seconds, one fdatasync per file, then one journal append.
+class Writeback:
+    """Makes the written parts durable in the background: every `interval` seconds (or once `flush_bytes` were
+    written since the last time), one fdatasync per file written to, then one fsync of its journal.
 
-    A part is journaled only after its file was fdatasynced, so a recorded part is on disk. Batching keeps the
-    download threads from waiting on the disk (an fdatasync per part serialised them). A flush also starts as soon
-    as `flush_bytes` arrived since the last one: on a fast link half a second is hundreds of MiB, and a flush that
-    syncs them all takes long enough for a kill to land before anything is journaled. A kill loses at most what
-    arrived since the last flush finished, which the resume fetches again."""
+    Nothing waits on it: parts and prefixes are journaled as soon as they are written, because a kill -9 of the
+    process loses neither the bytes nor the lines (both are in the page cache). Gating the journal on the fdatasync
+    made it lag the bytes on disk by the whole writeback backlog: on a link faster than the disk a kill lost
+    hundreds of MiB, or everything before the first fdatasync returned. What this still bounds is a power loss
+    (the lines and bytes the kernel had not written back are lost; the re-check on resume drops a recorded part
+    whose bytes did not reach the disk). It also keeps the disk writing during the download, not after it."""
 
     def __init__(self, interval: float = FLUSH_SECONDS, flush_bytes: int = FLUSH_BYTES) -> None:
         self.interval, self.flush_bytes = interval, flush_bytes
         self.lock = threading.Lock()
-        self.pending: dict[int, tuple[Job, dict[int, dict[str, str]]]] = {}
-        self.progress: dict[tuple[int, int], tuple[Job, partjournal.Prefix]] = {}
-        self.arrived = 0  # bytes reported since the last flush began
-        self.seen: dict[tuple[int, int], int] = {}  # part -> the length it last reported
-        self.due = threading.Event()  # set when `flush_bytes` arrived, or to stop
+        self.dirty: dict[int, Job] = {}
+        self.written = 0  # bytes written since the last flush began
+        self.due = threading.Event()  # set when `flush_bytes` were written, or to stop
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="s3-journal", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="s3-writeback", daemon=True)
         self.error: BaseException | None = None
 
-    def __enter__(self) -> Durable:
+    def __enter__(self) -> Writeback:
         self.thread.start()
         return self
 
@@ -245,37 +257,23 @@ class Durable:
         self.thread.join()
         self.flush()
 
-    def add(self, job: Job, index: int, digests: dict[str, str]) -> None:
+    def wrote(self, job: Job, n: int) -> None:
+        """`n` new bytes of `job` are written (not yet durable)."""
         with self.lock:
-            self.pending.setdefault(id(job), (job, {}))[1][index] = digests
-            self.progress.pop((id(job), index), None)
-            self.seen.pop((id(job), index), None)
-
-    def arriving(self, job: Job, index: int, length: int, digest: str) -> None:
-        """The first `length` bytes of part `index` are written (not yet durable); `digest` is theirs."""
-        key = (id(job), index)
-        with self.lock:
-            self.progress[key] = (job, (length, digest))
-            self.arrived += length - self.seen.get(key, job.prefixes.get(index, 0))
-            self.seen[key] = length
-            if self.arrived >= self.flush_bytes:
+            self.dirty[id(job)] = job
+            self.written += n
+            if self.written >= self.flush_bytes:
                 self.due.set()
 
     def flush(self) -> None:
         with self.lock:
-            batch, self.pending = self.pending, {}
-            arriving, self.progress = self.progress, {}
-            self.arrived = 0
+            batch, self.dirty = self.dirty, {}
+            self.written = 0
             self.due.clear()
-        files: dict[int, tuple[Job, dict[int, dict[str, str]], dict[int, partjournal.Prefix]]] = {
-            key: (job, parts, {}) for key, (job, parts) in batch.items()
-        }
-        for (key, index), (job, prefix) in arriving.items():
-            files.setdefault(key, (job, {}, {}))[2][index] = prefix
-        for job, parts, prefixes in files.values():
+        for job in batch.values():
             if job.fd >= 0:
                 os.fdatasync(job.fd)
-                job.journal.record(parts, {i: p for i, p in prefixes.items() if i not in parts})
+                job.journal.sync()
 
     def _run(self) -> None:
         while True:
@@ -284,16 +282,18 @@ class Durable:
                 return
             try:
                 self.flush()
-            except OSError as exc:  # a disk error: the parts stay unjournaled, the final flush raises it
+            except OSError as exc:  # a disk error: the final flush raises it
                 self.error = exc
                 return
 
 
 def _part(
-    job: Job, index: int, get: Callable[[RemoteFile, int, int], Any], on_bytes: OnBytes, durable: Durable
+    job: Job, index: int, get: Callable[[RemoteFile, int, int], Any], on_bytes: OnBytes, writeback: Writeback
 ) -> dict[str, str]:
-    def progress(length: int, digest: str) -> None:
-        durable.arriving(job, index, length, digest)
+    def progress(n: int, length: int, digest: str) -> None:
+        if digest:  # a prefix, not the whole part (journaled below with all its digests)
+            job.journal.record({}, {index: (length, digest)})
+        writeback.wrote(job, n)
 
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -303,7 +303,7 @@ def _part(
             if attempt == ATTEMPTS or not _transient(exc):
                 raise
             log.info("%s: part %d: %s; fetching it again (attempt %d)", job.file.path, index, exc, attempt + 1)
-    durable.add(job, index, digests)
+    job.journal.record({index: digests})
     on_bytes(partjournal.part_range(index, job.file.size, job.part_size)[1] - job.prefixes.get(index, 0))
     return digests
 

@@ -20,7 +20,7 @@ from warmstart.render import daemonsets, priority
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "warmstart"
-GOLDEN = pathlib.Path(__file__).parent / "golden" / "chart"
+GOLDEN = pathlib.Path(__file__).parent / "golden"
 KUBE_VERSION = "1.31.0"
 
 #: one values set per golden file; "ha" turns on everything optional
