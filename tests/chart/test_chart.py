@@ -285,6 +285,8 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
         ({"preload": {"env": {"RETRIES": 3}}}, "/preload/env/RETRIES"),
         ({"cacheSharing": {"namespaceGroups": {"ml": ["Team_A"]}}}, "/cacheSharing/namespaceGroups/ml/0"),
+        # the driver's sockets go under it, and a unix socket path has at most 107 characters
+        ({"csi": {"kubeletDir": "/" + "k" * 67}}, "/csi/kubeletDir"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(
