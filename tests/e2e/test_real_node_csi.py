@@ -11,14 +11,10 @@ privileged pod); the tenant's namespace enforces Pod Security `baseline`. There:
   starts; so does a pod of the tenant's own namespace that asks to write.
 
 Nothing is simulated: the kubelet registers the driver through its plugin watcher and calls NodePublishVolume.
-
-Runs only with WARMSTART_CSI_E2E=1: it has not yet been shown to pass on this project's real node (the session that
-wrote it had no kubelet build), and `cache.access: csi` stays opt-in until it has.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
 import uuid
@@ -36,14 +32,7 @@ from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import objectstore, running
 from warmstart.render import cache_volumes, labels
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.realnode,
-    pytest.mark.skipif(
-        os.environ.get("WARMSTART_CSI_E2E") != "1",
-        reason="not yet shown to pass on the real node: run with WARMSTART_CSI_E2E=1",
-    ),
-]
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
 SIZES = {"config.json": 4096, "model.safetensors": 16 * realstack.MiB}
 BASELINE = {"pod-security.kubernetes.io/enforce": "baseline", "warmstart.io/test": "true"}
