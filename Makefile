@@ -7,7 +7,7 @@ CHAOS_BUDGET ?= 1200
 CHAOS_GROUPS ?= preload,router,operator,realnode,nodes,controlplane
 REAL_NODES ?= 0
 
-.PHONY: demo test test-unit docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
+.PHONY: demo test test-engine test-unit docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,12 +19,17 @@ $(BIN)/warmstart: pyproject.toml
 ## simulator), warm vs cold pods, the real node's warm vs cold start, router comparison (needs root)
 demo: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
-	$(BIN)/warmstart demo --dir $(CLUSTER_DIR)
+	$(BIN)/warmstart demo --dir $(CLUSTER_DIR) $(DEMO_ARGS)
 
 ## test: every test (unit, real-control-plane integration, e2e); reuses a running cluster if WARMSTART_KUBECONFIG is set
 test: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m 'not engine'
+
+## test-engine: the real llama.cpp engine on the real node (compiles the engine image first: long on a cold machine)
+test-engine: $(BIN)/warmstart
+	bash scripts/install-host-packages.sh
+	$(BIN)/pytest -q -m engine
 
 test-unit: $(BIN)/warmstart
 	$(BIN)/pytest -q tests/unit

@@ -2,6 +2,7 @@
 
     python bench/routing.py --quick      # every section at small sizes (~10 minutes on a loaded 2-core machine)
     python bench/routing.py              # full run: more routers, bigger workloads, the scale event
+    python bench/routing.py --fleet llamacpp   # real engines instead (llama.cpp, bench/routing_llamacpp.py)
 
 Fleet: 8 simulated replicas (a 9th joins in the scale event), one process, time-scaled. The
 ideal bound is one replica with the fleet's total cache, prefill compute and slots, called
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fleets
 import loading
 import reporting
+import routing_llamacpp
 from warmstart.sim import workloads
 from warmstart.sim.engine import EngineParams
 
@@ -541,6 +543,12 @@ def render(
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument(
+        "--fleet",
+        choices=["sim", "llamacpp"],
+        default="sim",
+        help="sim: simulated vLLM replicas (default); llamacpp: real llama.cpp engines (see routing_llamacpp.py)",
+    )
     p.add_argument("--quick", action="store_true", help="demo subset, < 3 minutes")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
     p.add_argument(
@@ -585,7 +593,11 @@ def main() -> int:
         default=BASELINE_REF,
         help="git commit whose router runs as 'warmstart prefixaware before' (default: before issue 14's balance)",
     )
-    return asyncio.run(_cancellable(main_async(p.parse_args())))
+    routing_llamacpp.add_arguments(p)
+    args = p.parse_args()
+    if args.fleet == "llamacpp":
+        return asyncio.run(_cancellable(routing_llamacpp.main_async(args)))
+    return asyncio.run(_cancellable(main_async(args)))
 
 
 async def _cancellable(coro: Any) -> int:

@@ -443,7 +443,7 @@ def main() -> int:
         context = RenderContext(
             operator_image=image,
             preload_env_names=seed.PRELOAD_ENV_NAMES,
-            allowed_host_paths=(str(real.hostpath_root),),
+            allowed_host_paths=(str(bench.host_path),),  # the root itself: a path under one is refused
         )
         spec = endpoint_spec(model, real.s3.pod_url, real.s3.region, image, str(bench.host_path))
         manifest, generation = model_deployment(spec, bench.namespace, context)

@@ -39,9 +39,12 @@ from warmstart.localcluster import building, running, versions
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that need KEDA run last: its build (~12 min cold, the slowest) then overlaps the rest of the suite when
-    CI starts it in the background (.ci/run); the tests wait for it through the build lock."""
-    items.sort(key=lambda item: item.get_closest_marker("keda") is not None)
+    """Tests that need a slow build run last, the llama.cpp engine's after KEDA's: each build (~12 min cold) then
+    overlaps the rest of the suite when CI starts it in the background (.ci/run); the tests wait for it through the
+    build lock."""
+    items.sort(
+        key=lambda item: (item.get_closest_marker("engine") is not None, item.get_closest_marker("keda") is not None)
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -32,7 +32,16 @@ VALUES: dict[str, dict[str, Any]] = {
         "image": {"repository": "example.com/ml/warmstart", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
         "serviceAccount": {"roleArn": "arn:aws:iam::123456789012:role/warmstart-operator"},
         "jumpstart": {"region": "us-east-1", "bucket": "my-jumpstart-mirror", "gatedBucket": "my-gated-mirror"},
-        "preload": {"env": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}, "podAnnotations": {"team": "ml"}},
+        "preload": {
+            "endpoints": {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"},
+            "env": {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE"},
+            "podAnnotations": {"team": "ml"},
+        },
+        "fsx": {
+            "allowedFileSystems": {
+                "team-a": [{"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs.fsx.local", "mountName": "abcd"}]
+            }
+        },
         "cache": {
             "allowedHostPaths": ["/opt/dlami/nvme", "/mnt/cache"],
             "extraTolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
@@ -139,7 +148,8 @@ def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(
 ) -> None:
     granted = _rules(documents(template(helm, {}, tmp_path)))
     assert granted[("", "nodes")] == {"get", "list", "watch", "patch"}
-    assert granted[("", "pods")] == {"get", "list", "watch"}
+    # create: only the dry run of a model pod (the dry-run-pods policy refuses any other)
+    assert granted[("", "pods")] == {"get", "list", "watch", "create"}
     full = {"get", "list", "watch", "create", "patch", "update", "delete"}
     for key in [
         ("batch", "jobs"),
@@ -234,13 +244,17 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.render.jumpstart_region == "us-east-1"
     assert settings.render.jumpstart_bucket == "my-jumpstart-mirror"
     assert settings.render.jumpstart_gated_bucket == "my-gated-mirror"
-    assert settings.render.preload_env_names == ("AWS_ENDPOINT_URL_S3",)
+    assert settings.render.preload_env_names == ("AWS_ACCESS_KEY_ID",)
     assert settings.render.preload_env_secret == "warmstart-preload-env"
     # the value reaches tenant namespaces in a Secret only, never the operator's or a pod's spec
-    assert "http://s3.local:9000" not in json.dumps(deployment)
+    assert "AKIAEXAMPLE" not in json.dumps(deployment)
     secrets = by_kind(docs, "Secret")
     assert sorted(s["metadata"]["namespace"] for s in secrets) == ["team-a", "team-b"]
-    assert {s["stringData"]["AWS_ENDPOINT_URL_S3"] for s in secrets} == {"http://s3.local:9000"}
+    assert {s["stringData"]["AWS_ACCESS_KEY_ID"] for s in secrets} == {"AKIAEXAMPLE"}
+    # connection settings are the admin's plain values, in no tenant's Secret
+    assert settings.render.preload_endpoints == {"AWS_ENDPOINT_URL_S3": "http://s3.local:9000"}
+    assert not [s for s in secrets if "AWS_ENDPOINT_URL_S3" in s["stringData"]]
+    assert settings.render.fsx_file_systems["team-a"][0].dns_name == "fs.fsx.local"
     assert settings.render.preload_pod_annotations == {"team": "ml"}
     assert settings.render.cache_sharing_groups == {"ml": ["team-a", "team-b"]}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
@@ -284,6 +298,8 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
         ({"preload": {"env": {"RETRIES": 3}}}, "/preload/env/RETRIES"),
+        ({"preload": {"endpoints": {"AWS_SECRET_ACCESS_KEY": "x"}}}, "invalid propertyName 'AWS_SECRET_ACCESS_KEY'"),
+        ({"fsx": {"allowedFileSystems": {"team-a": [{"fileSystemId": "fs-0123456789abcdef0"}]}}}, "dnsName"),
         ({"cacheSharing": {"namespaceGroups": {"ml": ["Team_A"]}}}, "/cacheSharing/namespaceGroups/ml/0"),
         # the driver's sockets go under it, and a unix socket path has at most 107 characters
         ({"csi": {"kubeletDir": "/" + "k" * 67}}, "/csi/kubeletDir"),
@@ -354,3 +370,40 @@ def test_node_label_policy_matches_only_the_operators_service_account(
     )
     (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
     assert rule["resources"] == ["nodes"] and rule["operations"] == ["UPDATE"]
+
+
+@pytest.mark.parametrize("name", ["HF_ENDPOINT", "AWS_ENDPOINT_URL_S3", "HTTPS_PROXY", "AWS_CA_BUNDLE"])
+def test_a_connection_setting_in_the_tenant_readable_preload_env_is_refused(
+    helm: pathlib.Path, tmp_path: pathlib.Path, name: str
+) -> None:
+    """preload.env reaches pods from a Secret in each tenant namespace: a tenant who may edit it could fill a shared
+    cache from its own mirror. The chart refuses such names and says where they belong."""
+    values_file = tmp_path / "bad.yaml"
+    values_file.write_text(yaml.safe_dump({"preload": {"env": {name: "http://mirror.local"}}}))
+    result = run_helm(
+        helm, "template", "x", str(CHART), "--kube-version", KUBE_VERSION, "--values", str(values_file), check=False
+    )
+    assert result.returncode != 0
+    assert f"preload.env.{name} is a connection setting" in result.stderr and "preload.endpoints" in result.stderr
+
+
+def test_pass_through_and_dry_run_pod_policies_are_installed_and_scoped(
+    helm: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    docs = documents(template(helm, VALUES["ha"], tmp_path))
+    policies = {p["metadata"]["name"]: p for p in by_kind(docs, "ValidatingAdmissionPolicy")}
+    bindings = {b["metadata"]["name"]: b for b in by_kind(docs, "ValidatingAdmissionPolicyBinding")}
+    (passing,) = [p for n, p in policies.items() if n.endswith("-pass-through")]
+    allowed = next(v for v in passing["spec"]["variables"] if v["name"] == "allowed")
+    assert json.loads(allowed["expression"]) == ["/opt/dlami/nvme", "/mnt/cache"]
+    (rule,) = passing["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"inferenceendpointconfigs", "jumpstartmodels"}
+    binding = bindings[passing["metadata"]["name"]]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    (selector,) = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector["values"] == ["team-a", "team-b"]
+    (dry,) = [p for n, p in policies.items() if n.endswith("-dry-run-pods")]
+    (condition,) = dry["spec"]["matchConditions"]
+    assert "request.userInfo.username == 'system:serviceaccount:" in condition["expression"]
+    assert [v["expression"] for v in dry["spec"]["validations"]] == ["request.dryRun == true"]
+    assert bindings[dry["metadata"]["name"]]["spec"]["validationActions"] == ["Deny"]

@@ -265,6 +265,11 @@ def sim_endpoint(
     }
 
 
+#: the cache roots (hostPaths) the e2e endpoints with weights caching use, under the session's directory: each must be
+#: allowed exactly, so the chart lists them all
+CACHE_ROOTS = ("seed", "cold", "kill-preload")
+
+
 def chart_values(
     stack_namespace: str, image: str, suffix: str, s3: objectstore.Endpoint, hostpath_root: pathlib.Path
 ) -> dict[str, Any]:
@@ -272,9 +277,9 @@ def chart_values(
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
         "watchNamespaces": [stack_namespace],
-        # the session's own directory on the real node: endpoints' hostPaths lie under it (the admission policy and
-        # the operator refuse any other root)
-        "cache": {"allowedHostPaths": [str(hostpath_root)]},
+        # the cache roots of the tests, in the session's own directory on the real node (the admission policy and the
+        # operator refuse any other root, and a path under one)
+        "cache": {"allowedHostPaths": [str(hostpath_root / name) for name in CACHE_ROOTS]},
         "operator": {"resyncSeconds": 2},
         "nodeSelector": REAL_SELECTOR,
         "router": {"nodeSelector": REAL_SELECTOR},
@@ -297,6 +302,8 @@ def install(
     bucket = f"e2e-real-{suffix}"
     objectstore.create_bucket(real.s3, bucket)
     hostpath_root = pathlib.Path(real.hostpath_root) / namespace
+    for name in CACHE_ROOTS:  # a cache root exists on the node before any pod mounts it (hostPath type Directory)
+        (hostpath_root / name).mkdir(parents=True, exist_ok=True)
     stack = Stack(cluster, api, namespace, f"ws-{suffix}", image, shellless, bucket, hostpath_root)
     values = work / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values(namespace, image, suffix, real.s3, hostpath_root)))

@@ -95,7 +95,7 @@ def _sha256(path: pathlib.Path) -> str:
 def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
     real_stack: realstack.Stack, created: list[str]
 ) -> None:
-    name = f"kill-preload-{int(time.time()) % 100000}"
+    name = "kill-preload"  # one of realstack.CACHE_ROOTS: the cache root must be an allowed one exactly
     created.append(name)
     model = realstack.upload_model(real_stack.real.s3, real_stack.bucket, f"models/{name}", SIZES, seed=11)
     host_path = str(real_stack.hostpath_root / name)

@@ -41,6 +41,9 @@ PRELOADED = json.dumps(
 )
 
 
+FSX_STORAGE = {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs-0123456789abcdef0.fsx.aws", "mountName": "m1"}
+
+
 def _values(namespace: str, suffix: str) -> dict[str, Any]:
     return {
         "watchNamespaces": [namespace],
@@ -50,6 +53,8 @@ def _values(namespace: str, suffix: str) -> dict[str, Any]:
         "preload": {
             "podAnnotations": {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": PRELOADED}
         },
+        # the FSx file system the FSx check below mounts, allowed in the watched namespace only
+        "fsx": {"allowedFileSystems": {namespace: [FSX_STORAGE]}},
     }
 
 
@@ -171,7 +176,7 @@ def _check_fsx_and_autoscaling(
 ) -> None:
     """Under the chart's RBAC and admission policies: an FSx endpoint's static PV and claim (bound by the PV controller)
     are created and removed, and autoScalingSpec without KEDA says so."""
-    storage = {"fileSystemId": "fs-0123456789abcdef0", "dnsName": "fs-0123456789abcdef0.fsx.aws", "mountName": "m1"}
+    storage = FSX_STORAGE
     body = endpointing.endpoint_manifest(
         "fsx-scaled",
         namespace,

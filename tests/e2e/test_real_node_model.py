@@ -394,7 +394,7 @@ def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
     name = "cold"
     model = realstack.upload_model(real_stack.real.s3, real_stack.bucket, f"models/{name}", COLD_SIZES, 7)
     host_path = real_stack.hostpath_root / name
-    assert not host_path.exists()
+    assert not (host_path / "warmstart").exists()
     toleration = {**COLD_TAINT, "operator": "Equal"}
     manifest = realstack.sim_endpoint(
         name,

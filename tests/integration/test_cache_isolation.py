@@ -132,11 +132,16 @@ def mdcc_names(api: client.ApiClient, namespace: str) -> list[str]:
 
 
 def s3_endpoint_in(api: client.ApiClient, namespaces: list[str], url: str) -> dict[str, Any]:
-    """As the chart does: the S3 endpoint in each namespace's preload Secret; the operator knows only the name."""
+    """As the chart does: the S3 endpoint among the admin's preload endpoints (plain values), the credentials in each
+    namespace's preload Secret (the operator knows only their names)."""
     for ns in namespaces:
-        secret = {"metadata": {"name": PRELOAD_ENV_SECRET}, "stringData": {"AWS_ENDPOINT_URL_S3": url}}
+        secret = {"metadata": {"name": PRELOAD_ENV_SECRET}, "stringData": {"AWS_DEFAULT_REGION": "us-east-1"}}
         client.CoreV1Api(api).create_namespaced_secret(ns, secret)
-    return {"preload_env_names": ["AWS_ENDPOINT_URL_S3"], "preload_env_secret": PRELOAD_ENV_SECRET}
+    return {
+        "preload_endpoints": {"AWS_ENDPOINT_URL_S3": url},
+        "preload_env_names": ["AWS_DEFAULT_REGION"],
+        "preload_env_secret": PRELOAD_ENV_SECRET,
+    }
 
 
 def container_of(api: client.ApiClient, job: Any) -> tuple[list[str], dict[str, str]]:

@@ -2,7 +2,8 @@
 
 - The chart's ValidatingAdmissionPolicy (rendered by the real helm, applied to the real API server) rejects an
   InferenceEndpointConfig, JumpStartModel or ModelDataCacheConfig naming a cache root the values do not allow, at
-  create time, with a message naming the allowed roots; allowed roots and paths under them pass.
+  create time, with a message naming the allowed roots; only the allowed roots themselves pass (a path under one
+  could be another cache's own directory).
 - Without the policy, the operator refuses the same objects itself: a status condition, and no Job ever mounts the root.
 - A cache or an image pre-pull with no targeting at all never puts a pod on a node labelled control-plane, and the
   pods tolerate only the GPU node-pool taints: a node with some other taint gets no pre-pull pod.
@@ -163,12 +164,15 @@ def test_admission_rejects_other_cache_roots_of_every_kind_and_admits_allowed_on
         _iec(namespace, "prefix-trick", "/opt/dlami/nvme-evil"),
         _jsm(namespace, "jsm-escape", "/etc"),
         _mdcc(namespace, "weights-escape", "/home"),
+        _iec(namespace, "under-root", "/opt/dlami/nvme/team-a"),
+        # another cache's own directory under an allowed root: mounting <it>/warmstart would expose that cache
+        _mdcc(namespace, "weights-into-a-cache", "/opt/dlami/nvme/warmstart/weights/0123456789abcdef0123456789abcdef"),
     ):
         error = _create(api_client, manifest)
         assert error is not None and "is not an allowed cache root" in json.loads(error.body)["message"], manifest
     for manifest in (
         _iec(namespace, "default-root", "/opt/dlami/nvme"),
-        _iec(namespace, "under-root", "/opt/dlami/nvme/team-a"),
+        _iec(namespace, "trailing-slash", "/opt/dlami/nvme/"),
         _iec(namespace, "second-root", "/mnt/models"),
         _jsm(namespace, "jsm-ok", "/opt/dlami/nvme"),
         _mdcc(namespace, "weights-defaulted"),  # the CRD default, /opt/dlami/nvme
@@ -186,6 +190,8 @@ def test_the_operator_refuses_other_cache_roots_when_admission_did_not(
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render):
         assert _create(api_client, _mdcc(namespace, "weights-escape", "/var/lib/kubelet"), dry_run=False) is None
         assert _create(api_client, _iec(namespace, "escape", "/etc"), dry_run=False) is None
+        inside = "/opt/dlami/nvme/warmstart/weights/0123456789abcdef0123456789abcdef"
+        assert _create(api_client, _mdcc(namespace, "weights-inside", inside), dry_run=False) is None
 
         def refused(plural: str, name: str) -> dict[str, Any] | None:
             status = (kube.get_custom(api_client, namespace, plural, name) or {}).get("status") or {}
@@ -198,6 +204,9 @@ def test_the_operator_refuses_other_cache_roots_when_admission_did_not(
             lambda: refused("inferenceendpointconfigs", "escape"), TIMEOUT, what="endpoint refused"
         )
         assert "/etc is not an allowed cache root" in endpoint["message"]
+        inside_cache = kube.wait_for(lambda: refused(MDCC_PLURAL, "weights-inside"), TIMEOUT, what="refused")
+        assert "must equal an allowed root" in inside_cache["message"]
+        assert not client.BatchV1Api(api_client).list_namespaced_job(namespace).items, "no Job mounts a refused root"
         state = kube.get_custom(api_client, namespace, "inferenceendpointconfigs", "escape")["status"]["state"]  # type: ignore[index]
         assert state == "DeploymentFailed"
         # nothing was created that mounts the root: no Job, no cache child, no Deployment

@@ -11,6 +11,7 @@ reconciled after the forged Job completed), the first node must still be unlabel
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -109,3 +110,78 @@ def test_a_tenant_job_with_the_operators_labels_does_not_mark_a_node_ready(
         assert status_of(api_client, namespace, name).get("readyNodes") == 1
         nodes = {n["node"]: n["state"] for n in status_of(api_client, namespace, name).get("nodes") or []}
         assert nodes.get(forged_node) != "Ready" and nodes.get(genuine_node) == "Ready"
+
+
+#: the operator's own preloads run for 10 minutes: only a forged Job can finish within a test
+SLOW = render("600s")
+
+
+def test_a_tenant_job_with_the_operators_name_and_a_controller_reference_does_not_mark_a_node_ready(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
+    """The tenant is first: before the operator runs, it creates the Job of attempt 1 under the operator's own field
+    manager name. Its creator, its uid and its template are not the operator's: it never counts, and the operator's
+    apply of that name is refused by the API server (the template is immutable)."""
+    instance_type, (node,) = own_nodes.add(1)
+    batch = client.BatchV1Api(api_client)
+    name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
+    cache = kube.wait_for(lambda: kube.get_custom(api_client, namespace, "modeldatacacheconfigs", name))
+    key = name.removeprefix("weights-")
+    forged = jobs.preload_job_name(key, node, 1)
+    batch.create_namespaced_job(
+        namespace, forged_job(namespace, cache, node, forged, controller=True), field_manager="warmstart"
+    )
+    kube.wait_for(
+        lambda: any(
+            c.type == "Complete" and c.status == "True"
+            for c in batch.read_namespaced_job(forged, namespace).status.conditions or []
+        ),
+        what="the forged Job complete",
+    )
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=SLOW):
+        kube.wait_for(
+            lambda: status_of(api_client, namespace, name).get("nodes"), what="the operator reconciled the cache"
+        )
+        time.sleep(8)  # several resync intervals (2 s) for the operator to (wrongly) act on it
+        assert node not in labeled(api_client, key)
+        assert status_of(api_client, namespace, name).get("readyNodes", 0) == 0
+
+
+def test_a_tenant_job_swapped_in_for_the_operators_running_job_does_not_mark_a_node_ready(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
+    """The tenant deletes the operator's (slow) Job and creates its own of the same name, controller reference and
+    field manager: its uid is not the one the API server gave the operator's Job."""
+    instance_type, (node,) = own_nodes.add(1)
+    batch = client.BatchV1Api(api_client)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=SLOW):
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
+        cache = kube.wait_for(lambda: kube.get_custom(api_client, namespace, "modeldatacacheconfigs", name))
+        key = name.removeprefix("weights-")
+        own = jobs.preload_job_name(key, node, 1)
+        kube.wait_for(lambda: batch.list_namespaced_job(namespace, field_selector=f"metadata.name={own}").items)
+        forged = forged_job(namespace, cache, node, own, controller=True)
+        for _ in range(10):  # the operator re-creates its Job quickly: delete and create back to back until we win
+            try:
+                batch.delete_namespaced_job(own, namespace, propagation_policy="Background")
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+            try:
+                batch.create_namespaced_job(namespace, forged, field_manager="warmstart")
+                break
+            except client.ApiException as error:
+                if error.status != 409:
+                    raise
+        else:
+            pytest.fail("the operator re-created its Job every time before the tenant's")
+        kube.wait_for(
+            lambda: any(
+                c.type == "Complete" and c.status == "True"
+                for c in batch.read_namespaced_job(own, namespace).status.conditions or []
+            ),
+            what="the forged Job complete",
+        )
+        time.sleep(8)
+        assert node not in labeled(api_client, key)
+        assert status_of(api_client, namespace, name).get("readyNodes", 0) == 0

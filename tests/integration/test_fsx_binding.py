@@ -2,8 +2,8 @@
 
 Real here: the API server (PV/PVC validation), kube-controller-manager's PV binder (which binds the claim to the static
 volume) and its PV/PVC protection controllers, the garbage collector, and the operator running in-process. Not real:
-the FSx CSI driver (no node mounts anything; binding needs no driver) and AWS (the DescribeFileSystems path is covered
-with moto's FSx in tests/unit/test_fsx_lookup.py; here the operator has no AWS credentials at all).
+the FSx CSI driver (no node mounts anything; binding needs no driver). The operator mounts only file systems of the
+admin's allowlist for the namespace (FsxNotAllowed otherwise) and never calls AWS.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ STORAGE = {
     "dnsName": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
     "mountName": "abcdefgh",
 }
+
+
+def allowed(namespace: str) -> dict[str, Any]:
+    """The admin's FSx allowlist: STORAGE, for `namespace` only."""
+    return {"fsx_file_systems": {namespace: [STORAGE]}}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -67,7 +72,7 @@ def test_fsx_source_becomes_a_bound_static_volume_the_deployment_mounts_and_is_c
     storage = FsxStorage.model_validate(STORAGE)
     claim, volume = fsx.claim_name(storage), fsx.volume_name(namespace, storage)
     apps = client.AppsV1Api(api_client)
-    with operating.operator(str(cluster.kubeconfig), [namespace]):
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=allowed(namespace)):
         kube.apply(str(cluster.kubeconfig), _manifest(namespace, STORAGE))
         bound = kube.wait_for(
             lambda: (c := _pvc(api_client, namespace, claim)) is not None and c.status.phase == "Bound" and c,
@@ -122,23 +127,41 @@ def test_a_claim_in_another_namespace_cannot_bind_the_volume(api_client: client.
         core.delete_persistent_volume(fsx.volume_name(namespace, storage))
 
 
-def test_without_dns_and_mount_names_and_no_aws_access_the_endpoint_asks_for_them(
-    cluster: Any, api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "storage",
+    [
+        {"fileSystemId": "fs-0fedcba9876543210"},
+        {"fileSystemId": "fs-0fedcba9876543210", "dnsName": "other.fsx.internal", "mountName": "other"},
+        {**STORAGE, "dnsName": "attacker-lustre.internal"},
+    ],
+    ids=["not-listed", "not-listed-with-names", "listed-id-other-server"],
+)
+def test_a_file_system_the_admin_did_not_allow_for_the_namespace_is_never_mounted(
+    cluster: Any, api_client: client.ApiClient, namespace: str, storage: dict[str, str]
 ) -> None:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with operating.operator(str(cluster.kubeconfig), [namespace]):
-        kube.apply(str(cluster.kubeconfig), _manifest(namespace, {"fileSystemId": STORAGE["fileSystemId"]}))
+    """A Lustre mount is authorized by the network: a tenant naming another team's file system (by id, or by DNS and
+    mount name) gets FsxNotAllowed, and no PersistentVolume or claim exists for it."""
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=allowed(namespace)):
+        kube.apply(str(cluster.kubeconfig), _manifest(namespace, storage))
         resolved = kube.wait_for(
             lambda: ep.condition(ep.status(api_client, namespace, "fsx-model"), "Resolved"), what="Resolved"
         )
-    assert resolved["status"] == "False" and resolved["reason"] == "FsxDetailsMissing"
-    assert "dnsName and mountName" in resolved["message"]
+    assert resolved["status"] == "False" and resolved["reason"] == "FsxNotAllowed"
+    assert "fsx.allowedFileSystems" in resolved["message"]
     assert ep.status(api_client, namespace, "fsx-model")["state"] == "DeploymentFailed"
     assert not client.CoreV1Api(api_client).list_namespaced_persistent_volume_claim(namespace).items
+    volumes = client.CoreV1Api(api_client).list_persistent_volume().items
+    assert not [v for v in volumes if (v.spec.claim_ref and v.spec.claim_ref.namespace == namespace)]
+
+
+def test_the_names_come_from_the_allowlist_when_the_spec_leaves_them_out(
+    cluster: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    storage = FsxStorage.model_validate(STORAGE)
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=allowed(namespace)):
+        kube.apply(str(cluster.kubeconfig), _manifest(namespace, {"fileSystemId": STORAGE["fileSystemId"]}))
+        pv = kube.wait_for(lambda: _pv(api_client, fsx.volume_name(namespace, storage)), what="the static PV")
+    assert pv.spec.csi.volume_attributes == {"dnsname": STORAGE["dnsName"], "mountname": STORAGE["mountName"]}
 
 
 def test_an_endpoint_and_its_weights_cache_share_one_claim_and_the_last_to_go_removes_it(
@@ -152,7 +175,7 @@ def test_an_endpoint_and_its_weights_cache_share_one_claim_and_the_last_to_go_re
         operating.operator(
             str(cluster.kubeconfig),
             [namespace],
-            render={"preload_pod_annotations": {"sim.warmstart.io/duration": "2s"}},
+            render={"preload_pod_annotations": {"sim.warmstart.io/duration": "2s"}, **allowed(namespace)},
         ),
     ):
         manifest = _manifest(namespace, STORAGE)

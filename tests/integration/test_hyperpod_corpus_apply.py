@@ -218,6 +218,15 @@ def test_every_corpus_manifest_applies_and_renders_its_children(
         assert _router_strategy(core, namespace, "tinyllama-alpha") == "roundrobin"
         _pod_spec(apps, namespace, "mistral-fsx-alpha")
 
+        # kubernetesVolume as AWS's NVMe sample writes it: the user's hostPath is the model volume, once, read-only,
+        # with no preload (an unlabelled namespace has the cluster's default Pod Security level, privileged here)
+        nvme = _pod_spec(apps, namespace, "nvme-k8s-volume")["spec"]
+        assert [v["name"] for v in nvme["volumes"]] == ["model-weights"] and "hostPath" in nvme["volumes"][0]
+        assert "initContainers" not in nvme
+        assert _worker({"spec": nvme})["volumeMounts"] == [
+            {"name": "model-weights", "mountPath": "/opt/ml/model", "readOnly": True}
+        ]
+
         # JumpStart: the MIG slice, the GPUs of the instance type, the gated-download role in the preload
         mig = _pod_spec(apps, namespace, "llama-mig")
         assert _worker(mig)["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}

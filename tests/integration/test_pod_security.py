@@ -41,6 +41,7 @@ REQUIRED = {
     "image-prepull": "restricted",
     "model-without-cache": "baseline",
     "model-with-cache": "privileged",
+    "model-on-volume": "privileged",
     "preload-job": "privileged",
     "cleanup-job": "privileged",
     # cache access `csi` (render/cache_volumes.py): the cache is the driver's inline volume, baseline admits it
@@ -52,12 +53,20 @@ REQUIRED = {
 CONTEXT = RenderContext(operator_image="warmstart:test")
 CSI_CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key="test-key")
 SEED = kube.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
+NVME = kube.ROOT / "examples" / "09-nvme-volume" / "inference-endpoint-config.yaml"
 
 
 def _endpoint(cache: bool) -> endpoints.Endpoint:
     spec = yaml.safe_load(SEED.read_text())["spec"]
     spec["modelCacheConfig"]["weightsCache"]["enabled"] = cache
     ref = ObjectRef(kind="InferenceEndpointConfig", name="psa", namespace="ns", uid="u-1")
+    return endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(spec))
+
+
+def _on_volume() -> endpoints.Endpoint:
+    """HyperPod's kubernetesVolume manifest: the model is the user's hostPath volume."""
+    spec = yaml.safe_load(NVME.read_text())["spec"]
+    ref = ObjectRef(kind="InferenceEndpointConfig", name="nvme", namespace="ns", uid="u-4")
     return endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(spec))
 
 
@@ -95,6 +104,7 @@ def pod_specs(helm: pathlib.Path) -> dict[str, dict[str, Any]]:
         "image-prepull": _template(daemonsets.daemonset(mic_owner, mic, "k" * 12, CONTEXT)),
         "model-without-cache": _template(deployments.deployment(uncached, generation, CONTEXT)),
         "model-with-cache": _template(deployments.deployment(cached, generation, CONTEXT)),
+        "model-on-volume": _template(deployments.deployment(_on_volume(), generation, CONTEXT)),
         "preload-job": _template(jobs.preload_job(request, mdcc, CONTEXT, sorted(PERMANENT_EXIT_CODES.values()))),
         "cleanup-job": _template(jobs.cleanup_job(owner, "k" * 12, "node-0", mdcc, CONTEXT)),
         "model-with-cache-csi": _template(deployments.deployment(cached, generation, CSI_CONTEXT)),
@@ -148,7 +158,7 @@ def test_each_pod_kind_is_admitted_exactly_down_to_its_documented_level(
         expected = LEVELS.index(level) <= LEVELS.index(REQUIRED[kind])
         assert (rejection is None) == expected, f"{kind} at {level}: {rejection or 'admitted'}"
     # the cache is why caching model pods and Jobs need privileged: baseline refuses hostPath volumes
-    for kind in ("model-with-cache", "preload-job", "cleanup-job"):
+    for kind in ("model-with-cache", "model-on-volume", "preload-job", "cleanup-job"):
         assert "hostPath volumes" in (outcome[(kind, "baseline")] or ""), outcome[(kind, "baseline")]
     # what keeps a model pod from restricted is the hostPath, the CHOWN-only cache owner (with the cache only) and the
     # user's model server, never warmstart's preload: it runs non-root, without capabilities, and cannot escalate

@@ -94,3 +94,18 @@ def test_api_reference_names_every_field_not_acted_on() -> None:
     assert "| no |" in row
     row = next(line for line in text.splitlines() if line.startswith("| `spec.replicas` |"))
     assert "| `1` |" in row and "| yes |" in row and "minimum `0`" in row
+
+
+def test_exclusive_bounds_are_openapi_v3_booleans() -> None:
+    """`gt=0` gives JSON Schema 2020's `exclusiveMinimum: 0`; the API server refuses a CRD with a number there."""
+
+    def bounds(node: object) -> list[object]:
+        if isinstance(node, dict):
+            found = [node[key] for key in ("exclusiveMinimum", "exclusiveMaximum") if key in node]
+            return found + [value for child in node.values() for value in bounds(child)]
+        if isinstance(node, list):
+            return [value for child in node for value in bounds(child)]
+        return []
+
+    found = [value for kind in crds.KINDS for value in bounds(crds.crd(kind))]
+    assert found and all(value is True for value in found)

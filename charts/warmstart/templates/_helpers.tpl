@@ -93,10 +93,12 @@ app.kubernetes.io/component: operator
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create, patch, delete]
-# pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress
+# pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress; create only with
+# dryRun=All, the Pod Security check of a model pod before its Deployment is applied (the dry-run-pods policy in
+# admission.yaml refuses any other create)
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, create]
 # the router's identity: a ServiceAccount and a Role that reads its ConfigMap and the EndpointSlices. Granting a
 # Role requires holding its permissions, hence endpointslices below.
 - apiGroups: [""]
@@ -127,5 +129,15 @@ app.kubernetes.io/component: operator
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
   verbs: [get, list, watch, patch]
+{{- end }}
+{{- end }}
+
+{{- /* Connection settings (mirror endpoints, proxies, CA bundles): only preload.endpoints may set them, never
+preload.env, whose values reach pods from a Secret a tenant may be able to edit (api/preloading.py CONNECTION_ENV). */}}
+{{- define "warmstart.checkPreloadEnv" -}}
+{{- range $name, $_ := .Values.preload.env }}
+{{- if has $name (list "ALL_PROXY" "AWS_CA_BUNDLE" "AWS_CONFIG_FILE" "AWS_ENDPOINT_URL" "AWS_ENDPOINT_URL_S3" "AWS_ENDPOINT_URL_STS" "AWS_PROFILE" "AWS_USE_DUALSTACK_ENDPOINT" "AWS_USE_FIPS_ENDPOINT" "CURL_CA_BUNDLE" "HF_ENDPOINT" "HTTPS_PROXY" "HTTP_PROXY" "NO_PROXY" "REQUESTS_CA_BUNDLE" "SSL_CERT_DIR" "SSL_CERT_FILE" "all_proxy" "http_proxy" "https_proxy" "no_proxy") }}
+{{- fail (printf "preload.env.%s is a connection setting: a tenant who can edit the preload Secret of its namespace could point shared caches at its own mirror; set it in preload.endpoints" $name) }}
+{{- end }}
 {{- end }}
 {{- end }}

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from warmstart.api.autoscaling import AutoScalingSpec
 from warmstart.api.base import ApiModel
+from warmstart.api.routerknobs import RouterKnobs
 from warmstart.api.sources import NO_DOTDOT
 from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
 
@@ -73,6 +74,10 @@ class IntelligentRoutingSpec(ApiModel):
         le=64,
         description="warmstart extension: router pods of this endpoint (default: the operator's, Helm "
         "router.replicas, 2). Each enforces maxConcurrentRequests on its own.",
+    )
+    router_config: RouterKnobs | None = Field(
+        default=None,
+        description="warmstart extension: the router's tuning knobs (docs/router.md); unset knobs keep their defaults.",
     )
 
 
@@ -166,6 +171,10 @@ class DnsConfig(ApiModel):
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
+#: at most this many `kubernetes.volumes`: bounds the cost of the CRD rule that finds the model volume among them
+MAX_POD_VOLUMES = 128
+
+
 class KubernetesSettings(ApiModel):
     """Pod-level Kubernetes settings of the model pods."""
 
@@ -184,7 +193,19 @@ class KubernetesSettings(ApiModel):
         "init container, so they see the model files.",
     )
     volumes: list[dict[str, Any]] | None = Field(
-        default=None, description="Extra volumes (core/v1 Volume) of the model pods, for the init containers."
+        default=None,
+        max_length=MAX_POD_VOLUMES,
+        description="Extra volumes (core/v1 Volume) of the model pods, for the init containers. With modelSourceType "
+        "kubernetesVolume and no kubernetesVolume block, the one named as worker.modelVolumeMount.name is the model "
+        "volume.",
+        # a core/v1 Volume kept as written; its name declared, so the CRD's rules can find the model volume
+        json_schema_extra={
+            "items": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {"name": {"type": "string", "maxLength": 63, "description": "Name of the volume."}},
+            }
+        },
     )
     image_pull_secrets: list[str] | None = Field(
         default=None, description="warmstart extension: image pull secret names."

@@ -6,7 +6,8 @@ cache is complete and whether it may hand the files to the pod asking (see docs/
 - A manifest that is not valid JSON of this shape is a corrupt cache: it is downloaded again, never trusted.
 - `producer` records who downloaded the files: the namespace and service account of the preload pod (from the
   downward API, the env names below; the operator renders them into every preload container). A pod of another
-  identity re-checks its own access to the source (one HEAD) before it uses the files.
+  identity HEADs every file with its own credentials and compares each file's size and fingerprint (the extra keys
+  of `ManifestFile`) before it uses the files.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def parse(raw: Any) -> CacheManifest | None:
     """The manifest if `raw` (decoded JSON) has the right shape and version, else None: a corrupt cache."""
     try:
         manifest = CacheManifest.model_validate(raw)
-    except ValidationError:
+    except (ValidationError, RecursionError):
         return None
     if manifest.format_version != FORMAT_VERSION or manifest.total_bytes != sum(f.size for f in manifest.files):
         return None

@@ -6,10 +6,10 @@ from typing import Any
 
 from pydantic import Field
 
-from warmstart.api.base import ApiModel, Condition, ParentReference, SecretKeyRef, conditions_schema_extra
+from warmstart.api.base import ApiModel, Condition, ParentReference, SecretKeyRef, api_config, conditions_schema_extra
 from warmstart.api.blocks import DEFAULT_HOST_PATH, WeightsCache
 from warmstart.api.scheduling import NodeAffinity
-from warmstart.api.sources import ModelSourceConfig
+from warmstart.api.sources import CACHE_VOLUME_SOURCE_NEEDS_A_CLAIM, ModelSourceConfig
 from warmstart.api.states import CacheState, NodeCacheState
 
 MDCC_KIND = "ModelDataCacheConfig"
@@ -72,6 +72,8 @@ class ModelDataCacheConfigSpec(NodeTargeting):
         description="Endpoints that use this cache; it is deleted when none is left.",
         json_schema_extra=_parents_extra,
     )
+
+    model_config = api_config(CACHE_VOLUME_SOURCE_NEEDS_A_CLAIM)
 
 
 class NodeCacheStatus(ApiModel):

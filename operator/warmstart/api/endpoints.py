@@ -21,7 +21,7 @@ from warmstart.api.blocks import (
     TlsConfig,
 )
 from warmstart.api.scheduling import NodeAffinity
-from warmstart.api.sources import ModelSourceConfig
+from warmstart.api.sources import VOLUME_SOURCE_NEEDS_A_VOLUME, VOLUME_SOURCE_NOT_CACHED, ModelSourceConfig
 from warmstart.api.statuses import EndpointStatus
 from warmstart.api.workers import EnvironmentVariable, Worker
 
@@ -108,7 +108,7 @@ class InferenceEndpointConfigSpec(ApiModel):
         default=None, alias="InitialReplicaCount", ge=0, description="Legacy initial replica count."
     )
 
-    model_config = api_config(TARGETING_EXCLUSIVE)
+    model_config = api_config(TARGETING_EXCLUSIVE, VOLUME_SOURCE_NEEDS_A_VOLUME, VOLUME_SOURCE_NOT_CACHED)
 
 
 class InferenceEndpointConfig(ApiModel):

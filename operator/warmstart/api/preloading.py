@@ -32,6 +32,35 @@ HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
 #: The one directory under the cache root (`--root`) that warmstart writes: `<root>/warmstart/weights/<key>/`.
 CACHE_DIR_NAME = "warmstart"
 
+#: Variables that choose where, or through what, a preload connects: mirror endpoints, proxies, CA bundles, the AWS
+#: config file. Shared caches are keyed without them, so only the cluster admin sets them (Helm `preload.endpoints`,
+#: rendered as plain values); the per-namespace preload Secret, which a tenant may be able to edit, never carries one.
+CONNECTION_ENV = frozenset(
+    {
+        "HF_ENDPOINT",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL_STS",
+        "AWS_USE_FIPS_ENDPOINT",
+        "AWS_USE_DUALSTACK_ENDPOINT",
+        "AWS_CA_BUNDLE",
+        "AWS_CONFIG_FILE",
+        "AWS_PROFILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+    }
+)
+
 #: Sources the preload reads from a mounted volume at SOURCE_MOUNT rather than over the network.
 MOUNTED_SOURCES = frozenset({ModelSourceType.FSX, ModelSourceType.KUBERNETES_VOLUME})
 
@@ -92,6 +121,7 @@ class Reason(StrEnum):
     PATH_ESCAPE = "PathEscape"
     NETWORK_ERROR = "NetworkError"
     SECRET_MISSING = "SecretMissing"
+    CACHE_TAMPERED = "CacheTampered"
     INTERNAL_ERROR = "InternalError"
 
 
@@ -118,7 +148,9 @@ PERMANENT_EXIT_CODES: dict[Reason, int] = {
 #: Reasons worth retrying with the same spec (transient network or server trouble).
 #: DiskFull: the disk filled up mid-download (another writer took the space the capacity check saw); the partial
 #: download is removed, so a retry starts clean once space is back.
-RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR, Reason.DISK_FULL})
+#: CacheTampered: something other than warmstart (a root-owned file or directory) sits at one of warmstart's own
+#: names in the cache and the non-root preload cannot remove it; a retry succeeds once the node's admin removed it.
+RETRYABLE_REASONS: frozenset[Reason] = frozenset({Reason.NETWORK_ERROR, Reason.DISK_FULL, Reason.CACHE_TAMPERED})
 
 SUCCESS_REASONS: frozenset[Reason] = frozenset(
     {Reason.DOWNLOADED, Reason.ALREADY_PRESENT, Reason.DELETED, Reason.RESOLVED}

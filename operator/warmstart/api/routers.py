@@ -154,6 +154,38 @@ class RouterConfig(BaseModel):
     retries: int = Field(default=1, ge=0, le=3)
     """How many further candidates are tried when a replica refuses the connection."""
 
+    kv_events: bool = False
+    """Route ``prefixaware`` from the engines' own truth: follow every replica's KV-cache events (vLLM's
+    ZMQ stream) and read every replica's load from its metrics, so all router replicas decide from the
+    same facts. Replicas that publish no events are routed by the text index, still by engine load."""
+
+    kv_events_port: int = Field(default=5557, ge=-65535, le=65535)
+    """Port of each replica's KV-event PUB socket (vLLM's ``--kv-events-config`` ``endpoint``)."""
+
+    kv_events_replay_port: int | None = Field(default=5558, ge=-65535, le=65535)
+    """Port of each replica's replay ROUTER socket (``replay_endpoint``); none = gaps are not replayed."""
+
+    kv_events_ports_relative: bool = False
+    """The two ports are offsets from each replica's HTTP port (many replicas on one address, as a local sim)."""
+
+    kv_block_size: int = Field(default=16, ge=1, le=4096)
+    """The engines' KV block size in tokens (vLLM's ``--block-size``, 16 by default): events of another
+    size are not indexed."""
+
+    tokenizer_dir: str | None = Field(default=None, max_length=4096)
+    """Directory of the model's ``tokenizer.json`` (and ``tokenizer_config.json`` with its chat template):
+    the router keys requests by the same token ids as the engine. Without it, every request is routed
+    by the text index."""
+
+    speculative_ttl_seconds: float = Field(default=2.0, ge=0.0, le=60.0)
+    """How long this router's own picks count as cached on the picked replica before its events confirm them."""
+
+    engine_metrics_path: str = Field(default="/metrics", pattern=r"^/[A-Za-z0-9_\-./]*$", max_length=256)
+    """Path of each replica's Prometheus metrics (engine-reported load), on the replica's port."""
+
+    engine_load_interval_seconds: float = Field(default=0.2, ge=0.02, le=60.0)
+    """How often each replica's metrics are read."""
+
     @property
     def effective_strategy(self) -> RoutingStrategy:
         """The strategy actually served (``kvaware`` -> ``prefixaware``)."""

@@ -37,6 +37,10 @@ def _unwrap_any_of(node: Schema, defs: dict[str, Schema]) -> Schema:
     return {**rest, "type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
+#: JSON Schema 2020's numeric exclusive bounds and the OpenAPI v3 keyword that carries the bound instead
+_EXCLUSIVE_BOUNDS = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"}
+
+
 def _convert(node: Schema, defs: dict[str, Schema]) -> Schema:
     node = _resolve(node, defs)
     if "anyOf" in node:
@@ -56,6 +60,11 @@ def _convert(node: Schema, defs: dict[str, Schema]) -> Schema:
                 out["x-kubernetes-preserve-unknown-fields"] = True
         elif key == "const":
             out["enum"] = [value]
+        elif key in _EXCLUSIVE_BOUNDS and not isinstance(value, bool):
+            # JSON Schema 2020 (pydantic's `gt`/`lt`) gives the bound itself; OpenAPI v3, which CRDs speak, wants the
+            # bound in minimum/maximum and a boolean flag: the API server refuses a number here
+            out[_EXCLUSIVE_BOUNDS[key]] = value
+            out[key] = True
         elif key == "minItems" or key == "maxItems":
             out[key] = value
         else:

@@ -119,7 +119,9 @@ class ModelSourceConfig(ApiModel):
         default=None, description="Required when modelSourceType is huggingface."
     )
     kubernetes_volume: KubernetesVolume | None = Field(
-        default=None, description="Required when modelSourceType is kubernetesVolume."
+        default=None,
+        description="With modelSourceType kubernetesVolume: the claim holding the model, preloaded like any source. "
+        "Without it, the model volume is the kubernetes.volumes entry named worker.modelVolumeMount.name, used as is.",
     )
     model_location: str | None = Field(
         default=None,
@@ -153,8 +155,31 @@ class ModelSourceConfig(ApiModel):
             "rule": "self.modelSourceType != 'huggingface' || has(self.huggingFaceModel)",
             "message": "modelSourceType huggingface requires huggingFaceModel",
         },
-        {
-            "rule": "self.modelSourceType != 'kubernetesVolume' || has(self.kubernetesVolume)",
-            "message": "modelSourceType kubernetesVolume requires kubernetesVolume",
-        },
     )
+
+
+#: an endpoint's kubernetesVolume source needs a claim to preload from, or (HyperPod's semantics) its own volume
+VOLUME_SOURCE_NEEDS_A_VOLUME = {
+    "rule": "self.modelSourceConfig.modelSourceType != 'kubernetesVolume'"
+    " || has(self.modelSourceConfig.kubernetesVolume)"
+    " || (has(self.kubernetes) && has(self.kubernetes.volumes)"
+    " && self.kubernetes.volumes.exists(v, has(v.name) && v.name == self.worker.modelVolumeMount.name))",
+    "message": "modelSourceType kubernetesVolume requires kubernetesVolume (a claim), or a kubernetes.volumes entry "
+    "named as worker.modelVolumeMount.name (the model volume)",
+}
+#: a model already on the endpoint's own volume has nothing to preload
+VOLUME_SOURCE_NOT_CACHED = {
+    "rule": "self.modelSourceConfig.modelSourceType != 'kubernetesVolume'"
+    " || has(self.modelSourceConfig.kubernetesVolume)"
+    " || !has(self.modelCacheConfig) || !has(self.modelCacheConfig.weightsCache)"
+    " || !has(self.modelCacheConfig.weightsCache.enabled) || !self.modelCacheConfig.weightsCache.enabled",
+    "message": "modelSourceType kubernetesVolume without kubernetesVolume reads the model from the kubernetes.volumes "
+    "entry named worker.modelVolumeMount.name: there is nothing to preload, so modelCacheConfig.weightsCache "
+    "cannot be enabled",
+}
+#: a weights cache (the child) preloads from a claim
+CACHE_VOLUME_SOURCE_NEEDS_A_CLAIM = {
+    "rule": "self.modelSourceConfig.modelSourceType != 'kubernetesVolume'"
+    " || has(self.modelSourceConfig.kubernetesVolume)",
+    "message": "modelSourceType kubernetesVolume requires kubernetesVolume",
+}

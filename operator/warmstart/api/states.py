@@ -47,3 +47,4 @@ class ConditionType(StrEnum):
     RESOLVED = "Resolved"
     UNSUPPORTED_FIELDS = "UnsupportedFields"
     AUTOSCALING = "Autoscaling"
+    KV_EVENTS = "KVEvents"

@@ -1,8 +1,10 @@
-"""FSx sources: complete a file system's DNS and mount names (DescribeFileSystems), attach and release its claim.
+"""FSx sources: check a file system against the admin's allowlist for the namespace, attach and release its claim.
 
-- `completed`: an FSx source without `dnsName` or `mountName` is completed with the operator's AWS identity
-  (fsx:DescribeFileSystems), cached for a few minutes; when that fails the endpoint fails with `FsxDetailsMissing`,
-  whose message asks for the two names.
+- `completed_source`: an FSx source is mounted only if the cluster admin allowed that file system for the endpoint's
+  namespace (Helm value `fsx.allowedFileSystems`; the chart's admission policy applies the same list). A Lustre mount
+  is authorized by the network, not by the tenant's IAM identity, so without the list a tenant could mount any file
+  system the nodes reach. The DNS and mount names come from the list; names in the spec must agree with it. The
+  operator never looks them up with its own AWS identity. Otherwise the endpoint fails with `FsxNotAllowed`.
 - `attach`: apply the static PersistentVolume (the operator's field manager) and the claim, whose owner reference to
   the user is applied with the user's own field manager, so endpoints and caches share one claim without races.
 - `release`: drop the user's owner reference; the last user deletes the claim and its PersistentVolume (cluster
@@ -11,9 +13,7 @@
 
 from __future__ import annotations
 
-import threading
-import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from warmstart.api.sources import FsxStorage, ModelSourceConfig
@@ -23,91 +23,20 @@ from warmstart.render import caches, fsx
 
 Manifest = dict[str, Any]
 
-REASON = "FsxDetailsMissing"
-LOOKUP_TTL_SECONDS = 300.0
+REASON = "FsxNotAllowed"
 
 
-class LookupFailed(Exception):
-    """DescribeFileSystems gave no answer for the file system; `retryable` when it may next time."""
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-@dataclass
-class Lookups:
-    """Completed names by (file system id, region), kept for a few minutes to spare FSx calls."""
-
-    entries: dict[tuple[str, str], tuple[float, tuple[str, str]]]
-    lock: threading.Lock
-
-    @classmethod
-    def empty(cls) -> Lookups:
-        return cls({}, threading.Lock())
-
-
-def describe(file_system_id: str, region: str) -> tuple[str, str]:
-    """(DNS name, Lustre mount name) of a file system, with the operator's credentials."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    try:
-        # a fresh session each time: credentials as they are now (rotated web-identity tokens, no process-wide cache)
-        client = boto3.session.Session().client("fsx", region_name=region)
-        answer = client.describe_file_systems(FileSystemIds=[file_system_id])
-    except ClientError as error:
-        code = str(error.response.get("Error", {}).get("Code", ""))
-        retryable = code in ("ThrottlingException", "InternalServerError", "ServiceUnavailable")
-        raise LookupFailed(f"DescribeFileSystems failed: {code or error}", retryable=retryable) from error
-    except NoCredentialsError as error:
-        raise LookupFailed(
-            "the operator has no AWS credentials to call DescribeFileSystems", retryable=False
-        ) from error
-    except BotoCoreError as error:
-        raise LookupFailed(f"DescribeFileSystems failed: {error}", retryable=True) from error
-    systems = answer.get("FileSystems") or []
-    if not systems:
-        raise LookupFailed(f"no file system {file_system_id} in {region}", retryable=False)
-    system = systems[0]
-    dns, mount = system.get("DNSName"), (system.get("LustreConfiguration") or {}).get("MountName")
-    if not dns or not mount:
-        raise LookupFailed(f"{file_system_id} is not an FSx for Lustre file system with a mount name", retryable=False)
-    return str(dns), str(mount)
-
-
-def complete(fsx_storage: FsxStorage, region: str, lookups: Lookups) -> FsxStorage:
-    """`fsx_storage` with its DNS and mount names filled in (given names are kept); raises `LookupFailed`."""
-    if fsx.complete(fsx_storage):
-        return fsx_storage
-    key = (fsx_storage.file_system_id, region)
-    with lookups.lock:
-        hit = lookups.entries.get(key)
-    if hit is None or time.monotonic() - hit[0] >= LOOKUP_TTL_SECONDS:
-        hit = (time.monotonic(), describe(fsx_storage.file_system_id, region))
-        with lookups.lock:
-            lookups.entries[key] = hit
-    dns, mount = hit[1]
-    return fsx_storage.model_copy(
-        update={"dns_name": fsx_storage.dns_name or dns, "mount_name": fsx_storage.mount_name or mount}
-    )
-
-
-def completed_source(source: ModelSourceConfig, region: str, lookups: Lookups) -> ModelSourceConfig:
-    """The source with a complete FSx block; `ResolutionFailed(FsxDetailsMissing)` when the names cannot be had."""
+def completed_source(
+    source: ModelSourceConfig, namespace: str, allowed: Mapping[str, Sequence[FsxStorage]]
+) -> ModelSourceConfig:
+    """The source with the admin's FSx names for `namespace`; `ResolutionFailed(FsxNotAllowed)` when not allowed."""
     storage = fsx.storage_of(source)
-    if storage is None or fsx.complete(storage):
+    if storage is None:
         return source
-    try:
-        done = complete(storage, region, lookups)
-    except LookupFailed as error:
-        message = (
-            f"FSx file system {storage.file_system_id}: set spec.modelSourceConfig.fsxStorage.dnsName and mountName "
-            f"(the FSx CSI driver needs both), or let the operator's AWS identity call fsx:DescribeFileSystems "
-            f"in {region} ({error})"
-        )
-        raise ResolutionFailed(REASON, message, retryable=error.retryable) from error
-    return source.model_copy(update={"fsx_storage": done})
+    found = fsx.allowed_storage(storage, allowed.get(namespace, ()))
+    if isinstance(found, str):
+        raise ResolutionFailed(REASON, f"namespace {namespace}: {found}", retryable=False)
+    return source.model_copy(update={"fsx_storage": found})
 
 
 def attach(store: Store, namespace: str, storage: FsxStorage, owner: Manifest) -> None:

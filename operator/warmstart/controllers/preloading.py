@@ -24,11 +24,12 @@ from warmstart.api.caches import (
 )
 from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, signing, weights_reporting
 from warmstart.controllers.resolving import ResolutionFailed
-from warmstart.controllers.storage import Invalid, Store
+from warmstart.controllers.storage import FIELD_MANAGER, Invalid, NotFound, StorageError, Store
 from warmstart.render import fsx as render_fsx
 from warmstart.render import hostpaths, keys, names, node_health, nvme_budget, owners, throttling, tolerations
 from warmstart.render import jobs as render_jobs
 from warmstart.render import weights_plans as planning
+from warmstart.render import weights_summaries as summaries
 from warmstart.render.context import RenderContext
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,8 @@ class Memory:
     labelled: dict[str, float] = dataclasses.field(default_factory=dict)
     #: (resourceVersion our last status write was based on, the status written): the watch may not have caught up
     written: tuple[str, ModelDataCacheConfigStatus] | None = None
-    #: DNS and mount names of FSx sources that the spec left out (DescribeFileSystems)
-    fsx_lookups: fsx.Lookups = dataclasses.field(default_factory=fsx.Lookups.empty)
+    #: Job name -> the uid the API server gave the Job this process applied (a tenant cannot make a Job of that uid)
+    job_uids: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 #: node facts, the Jobs by cache, NVMe usage, and the nodes where model pods wait for a cache (weights.py)
@@ -66,9 +67,8 @@ def _with_fsx_claim(
     source = spec.model_source_config
     if render_fsx.storage_of(source) is None:
         return spec
-    region = ctx.aws_region or ctx.jumpstart_region
     try:
-        source = fsx.completed_source(source, region, remembered.fsx_lookups)
+        source = fsx.completed_source(source, str(body["metadata"]["namespace"]), ctx.fsx_file_systems)
     except ResolutionFailed as failure:
         raise kopf.TemporaryError(failure.message, delay=60) from failure
     storage = render_fsx.storage_of(source)
@@ -79,6 +79,14 @@ def _with_fsx_claim(
     return spec.model_copy(update={"model_source_config": source})
 
 
+#: the field manager of the pods the Job controller creates (kube-controller-manager's)
+JOB_CONTROLLER = "kube-controller-manager"
+#: the Warning Event of one node's failed step (the reconcile of the other nodes goes on)
+NODE_STEP_FAILED = summaries.NODE_STEP_FAILED
+#: when a node's step failed, the next reconcile comes this soon
+NODE_RETRY_SECONDS = 30.0
+
+
 def owner(body: Mapping[str, Any]) -> render_jobs.Owner:
     meta = body["metadata"]
     return render_jobs.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
@@ -86,8 +94,34 @@ def owner(body: Mapping[str, Any]) -> render_jobs.Owner:
 
 def own_jobs(index: Mapping[Any, Any], owner: render_jobs.Owner, role: str) -> list[planning.PreloadJob]:
     """This cache's Jobs of one role (preload or cleanup) in the Job index, by name."""
+    return sorted((e.job for e in _entries(index, owner, role)), key=lambda j: j.name)
+
+
+def _entries(index: Mapping[Any, Any], owner: render_jobs.Owner, role: str) -> list[render_jobs.IndexedJob]:
     entries: Iterable[render_jobs.IndexedJob] = index.get((owner.namespace, names.label_value(owner.name)), ())
-    return sorted((e.job for e in entries if e.role == role and e.owner_uid == owner.uid), key=lambda j: j.name)
+    return [e for e in entries if e.role == role and e.owner_uid == owner.uid]
+
+
+def trusted_preloads(
+    index: Mapping[Any, Any], owner: render_jobs.Owner, key: str, job_uids: Mapping[str, str]
+) -> list[planning.PreloadJob]:
+    """This cache's preload Jobs that the operator made, judged by what a tenant cannot forge.
+
+    Labels, annotations, owner references and names are anyone's to write. A Job counts only if the operator's
+    field manager alone wrote it, it has the operator's name for its key, node and attempt, and its uid is the one
+    the API server gave the Job this process applied. A Job of the right name but unknown uid (a restart, or a
+    tenant's Job) is applied again: the operator's own Job is then recognised; a tenant's, whose template differs,
+    is refused by the API server, never counts, and is deleted so that the operator's own Job can take its name."""
+    return sorted(
+        (
+            e.job
+            for e in _entries(index, owner, render_jobs.ROLE_PRELOAD)
+            if e.job.name == render_jobs.preload_job_name(key, e.job.node, e.job.attempt)
+            and e.managers == {FIELD_MANAGER}
+            and job_uids.get(e.job.name) == e.job.uid
+        ),
+        key=lambda j: j.name,
+    )
 
 
 def due(body: Mapping[str, Any], memo: kopf.Memo, jobs_index: Mapping[Any, Any], resync_seconds: float) -> bool:
@@ -116,7 +150,7 @@ def read_results(
     found: dict[str, planning.PreloadResult] = {}
     for job in finished:
         pods = store.list("v1", "Pod", namespace, label_selector=f"batch.kubernetes.io/controller-uid={job.uid}")
-        result = render_jobs.read_result(pods, codes)
+        result = render_jobs.read_result(render_jobs.pods_of(pods, job, JOB_CONTROLLER), codes)
         if result is None:
             reason = "Completed" if job.phase == planning.JobPhase.SUCCEEDED else (job.failure_reason or "JobFailed")
             result = planning.PreloadResult(reason=reason, message="no termination message")
@@ -197,11 +231,7 @@ def _reconcile(
     key = keys.weights_key_in(spec.model_source_config, spec.host_path, meta["namespace"], ctx.cache_sharing_groups)
     cache = owner(body)
     generation = int(meta.get("generation") or 1)
-    preloads = [  # only Jobs named as this operator names them for this key
-        j
-        for j in own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD)
-        if j.name == render_jobs.preload_job_name(key, j.node, j.attempt)
-    ]
+    preloads = trusted_preloads(jobs_index, cache, key, remembered.job_uids)
     clock = time.monotonic()
     label = nodelabels.weights_ready_label(key)
     remembered.labelled = labelling.recent(remembered.labelled, clock)
@@ -226,46 +256,17 @@ def _reconcile(
     )
     now = handling.now()
     plan = planning.plan(observed, now)
-    for node, victim in plan.evict:
-        if nvme_usage.evict(store, ctx, node, victim, now):
-            weights_reporting.event(
-                body,
-                spec,
-                "Normal",
-                "CacheEvicted",
-                f"evicted {victim.namespace}/{victim.name} (no endpoint references it; least recently used"
-                f" {victim.last_used or 'never'}) from node {node} to make room",
-            )
-    for name in plan.delete:
-        store.delete("batch/v1", "Job", name, cache.namespace)
-    size = planning.model_size(spec, plan.status)
-    job_spec = _with_fsx_claim(store, body, spec, ctx, remembered) if plan.create else spec
-    for node, attempt in plan.create:
-        request = render_jobs.PreloadRequest(
-            owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
-        )
-        try:
-            signing.apply_job(
-                store, render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes()), key, node, ctx
-            )
-        except Invalid as error:  # e.g. the Job exists with an older template the index has not shown yet
-            log.warning(
-                "cache %s/%s: preload Job for node %s not applied: %s", cache.namespace, cache.name, node, error
-            )
-    by_name = {n.name: n for n in live}
-    for node in plan.label:
-        if labelling.set_label(store, node, label, nodelabels.READY):
-            remembered.labelled[node] = time.monotonic()
-            nvme_usage.unmark(store, by_name[node], key)
-        # else: the node left; the next reconcile drops it
+    failed = _act_on_nodes(body, spec, store, ctx, remembered, plan, key, live, now)
+    plan.status = summaries.with_failed_steps(observed, plan.status, failed, now)
     if write_status(store, body, old, plan.status):
         remembered.written = (str(meta.get("resourceVersion")), plan.status)
     weights_reporting.report(body, spec, plan, str(old.state) if old.state else None)
     weights_reporting.observe(body, plan.status)
     nvme_usage.export(meta["uid"], plan.status)
     remembered.last_run = clock
-    remembered.fingerprint = tuple(preloads)
-    remembered.due = clock + plan.requeue_after if plan.requeue_after else None
+    remembered.fingerprint = tuple(own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD))
+    requeue = min(filter(None, (plan.requeue_after, NODE_RETRY_SECONDS if failed else None)), default=None)
+    remembered.due = clock + requeue if requeue else None
     if plan.create or plan.delete or plan.label:
         log.info(
             "cache %s/%s: created %d Jobs, deleted %d, labelled %d nodes; %s",
@@ -276,3 +277,87 @@ def _reconcile(
             len(plan.label),
             plan.status.message,
         )
+
+
+class _OnNode:
+    """One node's step of a reconcile: an API error there is reported (log, Warning Event) and the other nodes go on."""
+
+    def __init__(self, body: Mapping[str, Any], spec: ModelDataCacheConfigSpec, node: str, what: str) -> None:
+        self.body, self.spec, self.node, self.what = body, spec, node, what
+        self.failed: str | None = None  # why, when the step failed
+
+    def __enter__(self) -> _OnNode:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
+        if error is None or not isinstance(error, StorageError) or isinstance(error, NotFound):
+            return False
+        meta = self.body["metadata"]
+        message = f"{self.what} on node {self.node} failed ({type(error).__name__}: {error}); the other nodes go on"
+        self.failed = message
+        log.warning("cache %s/%s: %s", meta["namespace"], meta["name"], message)
+        weights_reporting.event(self.body, self.spec, "Warning", NODE_STEP_FAILED, message)
+        return True
+
+
+def _act_on_nodes(
+    body: Mapping[str, Any],
+    spec: ModelDataCacheConfigSpec,
+    store: Store,
+    ctx: RenderContext,
+    remembered: Memory,
+    plan: planning.Plan,
+    key: str,
+    live: list[nodes.NodeFacts],
+    now: Any,
+) -> dict[str, str]:
+    """Carry out the plan node by node: evictions, Job deletes and creates, labels. The nodes whose step failed,
+    with why."""
+    cache = owner(body)
+    generation = int(body["metadata"].get("generation") or 1)
+    failed: dict[str, str] = {}
+    for node, victim in plan.evict:
+        with _OnNode(body, spec, node, f"evicting {victim.namespace}/{victim.name}") as step:
+            if nvme_usage.evict(store, ctx, node, victim, now):
+                weights_reporting.event(
+                    body,
+                    spec,
+                    "Normal",
+                    "CacheEvicted",
+                    f"evicted {victim.namespace}/{victim.name} (no endpoint references it; least recently used"
+                    f" {victim.last_used or 'never'}) from node {node} to make room",
+                )
+        if step.failed:
+            failed[node] = step.failed
+    for name in plan.delete:
+        store.delete("batch/v1", "Job", name, cache.namespace)
+    size = planning.model_size(spec, plan.status)
+    job_spec = _with_fsx_claim(store, body, spec, ctx, remembered) if plan.create else spec
+    for node, attempt in plan.create:
+        request = render_jobs.PreloadRequest(
+            owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
+        )
+        manifest = render_jobs.preload_job(request, job_spec, ctx, permanent_exit_codes())
+        with _OnNode(body, spec, node, "applying the preload Job") as step:
+            try:
+                applied = signing.apply_job(store, manifest, key, node, ctx)
+            except Invalid:
+                # a Job of that name with another template: a tenant's, or one of an older operator. It never
+                # counts; deleting it lets the next reconcile create the operator's own.
+                store.delete("batch/v1", "Job", manifest["metadata"]["name"], cache.namespace)
+                raise
+            if render_jobs.made_by(applied, FIELD_MANAGER):
+                remembered.job_uids[applied["metadata"]["name"]] = applied["metadata"]["uid"]
+        if step.failed:
+            failed[node] = step.failed
+    by_name = {n.name: n for n in live}
+    label = nodelabels.weights_ready_label(key)
+    for node in plan.label:
+        with _OnNode(body, spec, node, "labelling the node cache-ready") as step:
+            if labelling.set_label(store, node, label, nodelabels.READY):
+                remembered.labelled[node] = time.monotonic()
+                nvme_usage.unmark(store, by_name[node], key)
+            # else: the node left; the next reconcile drops it
+        if step.failed:
+            failed[node] = step.failed
+    return failed

@@ -23,7 +23,7 @@ from warmstart.api.statuses import (
     ResolvedModel,
     WarmPlacement,
 )
-from warmstart.controllers import applying, autoscaling, fsx, handling, metrics, routing, sharing
+from warmstart.controllers import applying, autoscaling, fsx, guarding, handling, metrics, routing, sharing
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
@@ -34,6 +34,7 @@ from warmstart.render import (
     gating,
     hyperpod_status,
     keys,
+    kvwiring,
     monitoring,
     names,
     owners,
@@ -52,7 +53,7 @@ from warmstart.render.unsupported import unsupported_fields
 Manifest = dict[str, Any]
 
 #: the reason of an endpoint whose rendered children the API server refused
-RENDER_REJECTED = "RenderRejected"
+RENDER_REJECTED = guarding.RENDER_REJECTED
 
 
 def reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, Any]) -> None:
@@ -72,7 +73,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     unsupported = _unsupported_condition(spec_model, generation)
     try:
         endpoint = resolve(kind, body, context, memo.setdefault("jumpstart", _jumpstart_cache()))
-        endpoint = _with_complete_fsx(endpoint, context, memo.setdefault("fsx_lookups", fsx.Lookups.empty()))
+        endpoint = _with_complete_fsx(endpoint, context)
     except ResolutionFailed as failure:
         conds = [*endpoint_status.failed(generation, failure.reason, failure.message), *unsupported]
         _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
@@ -87,6 +88,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         return
 
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
+    model_deployment = deployments.deployment(endpoint, Generation(wkey, ikey), context)
+    refused = guarding.refusal(store, memo, body, endpoint, model_deployment, context)
+    if refused is not None:  # before anything is applied: the pod this spec renders is not one the namespace admits
+        conds = [*endpoint_status.failed(generation, refused.reason, refused.message), *unsupported]
+        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        return
     weights = (
         _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey))
         if endpoint.weights_enabled
@@ -158,6 +165,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         ),
         *unsupported,
         *scaling.conditions,
+        *_kv_events_condition(endpoint, generation, old_status),
     ]
     conds.append(
         condition(
@@ -216,6 +224,21 @@ def _unsupported_condition(
         return [condition(ConditionType.UNSUPPORTED_FIELDS, False, "AllFieldsSupported", "", generation)]
     message = "accepted but not implemented by warmstart, so they have no effect: " + ", ".join(fields)
     return [condition(ConditionType.UNSUPPORTED_FIELDS, True, "FieldsIgnored", message, generation)]
+
+
+def _kv_events_condition(endpoint: Endpoint, generation: int, old_status: Mapping[str, Any]) -> list[Condition]:
+    """``KVEvents``: whether the model container publishes KV events for the router (only once asked for)."""
+    chosen = kvwiring.knobs(endpoint).kv_events
+    had = any(c.get("type") == ConditionType.KV_EVENTS for c in old_status.get("conditions") or [])
+    if not chosen:
+        message = "the router does not follow KV events (routerConfig.kvEvents is off or routing is off)"
+        return [condition(ConditionType.KV_EVENTS, False, "KVEventsOff", message, generation)] if had else []
+    wired = kvwiring.of(endpoint)
+    if wired.reason is not None:
+        return [condition(ConditionType.KV_EVENTS, False, "CommandNotUnderstood", wired.reason, generation)]
+    ports = ", ".join(f"{name} {number}" for name, number in wired.ports)
+    how = "added --kv-events-config" if wired.args is not None else "the command passes --kv-events-config itself"
+    return [condition(ConditionType.KV_EVENTS, True, "Wired", f"{how}; ports {ports}", generation)]
 
 
 def _jumpstart_cache() -> Any:
@@ -338,9 +361,9 @@ def _plain_ref(endpoint: Endpoint) -> Manifest:
     return owners.owner_reference(ref.kind, ref.name, ref.uid, controller=False)
 
 
-def _with_complete_fsx(endpoint: Endpoint, context: RenderContext, lookups: fsx.Lookups) -> Endpoint:
-    """The endpoint with its FSx source's DNS and mount names (DescribeFileSystems when the spec omits them)."""
-    source = fsx.completed_source(endpoint.source, autoscaling.region(context), lookups)
+def _with_complete_fsx(endpoint: Endpoint, context: RenderContext) -> Endpoint:
+    """The endpoint with its FSx source's DNS and mount names from the admin's allowlist for its namespace."""
+    source = fsx.completed_source(endpoint.source, endpoint.ref.namespace, context.fsx_file_systems)
     return endpoint if source is endpoint.source else endpoint.model_copy(update={"source": source})
 
 
@@ -488,6 +511,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
             sharing.release(store, MIC_KIND, cache_name, ns, uid)
     _forget_metrics(ns, name)
     applying.forget(memo, uid)
+    guarding.forget(memo, uid)
     kopf.info(body, reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
 
 

@@ -15,7 +15,7 @@ from warmstart.api import jumpstartspecs
 from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
-from warmstart.render import endpoints, hostpaths
+from warmstart.render import endpoints, hostpaths, passthrough
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint, JumpStartResolution, ObjectRef
 
@@ -57,6 +57,9 @@ def resolve(kind: str, body: Mapping[str, Any], context: RenderContext, cache: J
     refused = hostpaths.refusal(endpoint.host_path, context.allowed_host_paths) if endpoint.weights_enabled else None
     if refused:
         raise ResolutionFailed(hostpaths.REASON, refused)
+    missing = passthrough.missing_model_volume(endpoint)
+    if missing:
+        raise ResolutionFailed(passthrough.VOLUME_REASON, missing)
     return endpoint
 
 

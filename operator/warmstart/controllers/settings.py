@@ -77,6 +77,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
         render["router_replicas"] = int(env["WARMSTART_ROUTER_REPLICAS"])
     if env.get("WARMSTART_PRELOAD_ENV_NAMES"):
         render["preload_env_names"] = sorted(str(n) for n in _json_list(env["WARMSTART_PRELOAD_ENV_NAMES"]))
+    render["preload_endpoints"] = _json_map(env.get("WARMSTART_PRELOAD_ENDPOINTS"))
     if env.get("WARMSTART_PRELOAD_ENV_SECRET"):
         render["preload_env_secret"] = env["WARMSTART_PRELOAD_ENV_SECRET"]
     if env.get("WARMSTART_ALLOWED_HOST_PATHS"):
@@ -84,6 +85,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     if env.get("WARMSTART_EXTRA_TOLERATIONS"):
         render["extra_tolerations"] = _json_list(env["WARMSTART_EXTRA_TOLERATIONS"])
     render["cache_sharing_groups"] = _json_groups(env.get("WARMSTART_CACHE_SHARING_GROUPS"))
+    if env.get("WARMSTART_FSX_FILE_SYSTEMS"):
+        render["fsx_file_systems"] = json.loads(env["WARMSTART_FSX_FILE_SYSTEMS"])
     for field, var in {
         "preload_concurrency_nodes": "WARMSTART_PRELOAD_CONCURRENCY_NODES",
         "preload_concurrency_percent": "WARMSTART_PRELOAD_CONCURRENCY_PERCENT",

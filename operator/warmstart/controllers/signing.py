@@ -14,13 +14,14 @@ from warmstart.render import cache_volumes, signatures
 from warmstart.render.context import RenderContext
 
 
-def apply_job(store: Store, manifest: dict[str, Any], key: str, node: str, ctx: RenderContext) -> None:
-    applied = store.apply(manifest)
+def apply_job(store: Store, manifest: dict[str, Any], key: str, node: str, ctx: RenderContext) -> dict[str, Any]:
+    applied: dict[str, Any] = store.apply(manifest)
     if ctx.cache_access != cache_volumes.CacheAccess.CSI:
-        return
+        return applied
     meta = applied["metadata"]
     signing_key = ctx.job_signing_key.get_secret_value().encode()
     signature = signatures.sign(signing_key, meta["namespace"], meta["name"], meta["uid"], key, node)
     if (meta.get("annotations") or {}).get(signatures.ANNOTATION) != signature:
         patch = {"metadata": {"annotations": {signatures.ANNOTATION: signature}}}
         store.merge_patch("batch/v1", "Job", meta["name"], patch, meta["namespace"])
+    return applied

@@ -183,6 +183,14 @@ class Store:
         )
         return result
 
+    def dry_run_create(self, manifest: Manifest) -> Manifest:
+        """Create with `dryRun=All`: every admission step decides, nothing is stored."""
+        meta = manifest["metadata"]
+        path = collection_path(manifest["apiVersion"], manifest["kind"], meta.get("namespace"))
+        query = [("dryRun", "All"), ("fieldManager", self.field_manager)]
+        result: Manifest = self._call("POST", path, query=query, body=manifest)
+        return result
+
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest | None:
         try:
             result: Manifest = self._call("GET", object_path(api_version, kind, name, namespace))

@@ -8,9 +8,13 @@
 4. the seed endpoint on the real node: the preload Job really downloads the model into the node's hostPath, the
    gate opens, the model pod's `--if-missing` init container finds the weights and `warmstart sim --model-dir`
    reads them before it reports Ready; the facts printed are read from the cluster;
-5. scale-out beyond the warm fleet: kwok nodes of the same type join, the endpoint scales 1 -> 3; warm and cold
+5. a real model: llama.cpp's server (images/llamacpp, compiled once) serves SmolLM2-135M from the node cache
+   (examples/09-llamacpp): one real completion, the same long prompt cold and warm in the engine's prompt cache, and
+   the replica's creation-to-Ready time on a warm and on a cold node cache; then random vs prefixaware in front of
+   two engine processes on the host (the same binary), with the hit ratio the engines report;
+6. scale-out beyond the warm fleet: kwok nodes of the same type join, the endpoint scales 1 -> 3; warm and cold
    pod counts from the endpoint's status;
-6. `random` vs `prefixaware` routing on simulated replicas (bench/routing.py --quick).
+7. `random` vs `prefixaware` routing on simulated replicas (bench/routing.py --quick).
 
 `--dir` of a running cluster with one real node reuses it (nothing of it is stopped); the demo then works in its own
 namespace and removes what it added (namespace, kwok nodes, cache directory) at the end.
@@ -39,7 +43,7 @@ from kubernetes import client
 from warmstart.api import API_VERSION, nodelabels
 from warmstart.api.crds import KINDS, crd
 from warmstart.controllers.storage import Store, load_api_client
-from warmstart.demo import facts, seed
+from warmstart.demo import facts, realengine, seed
 from warmstart.demo.table import Table
 from warmstart.localcluster import building, imaging, models, nodes, pushing, running
 from warmstart.render import labels
@@ -185,7 +189,8 @@ def run(args: argparse.Namespace) -> None:
                 demo.core.create_namespace({"metadata": {"name": namespace}})
             install_crds(demo.store)
             demo.store.apply(seed.preload_secret(namespace, real.s3.access_key, real.s3.secret_key))
-            env = seed.operator_env(image, namespace, str(real.hostpath_root), PRELOAD_SECONDS)
+            host_path.mkdir(parents=True, exist_ok=True)  # a cache root must exist on the node (hostPath Directory)
+            env = seed.operator_env(image, namespace, str(host_path), PRELOAD_SECONDS)
             demo.operator = start_operator(cluster.kubeconfig, demo.operator_log, env)
             print(f"    log: {demo.operator_log}")
         manifest = seed.real_seed(
@@ -210,6 +215,8 @@ def run(args: argparse.Namespace) -> None:
             found = demo.report_pods()
             if not any(f.real and f.init_reason == "AlreadyPresent" for f in found):
                 raise StepFailed("demo: the model pod on the real node did not find its weights warm")
+        if args.engine:  # before kwok nodes of the same type join: its one replica stays on the real node
+            run_engine(demo, real, namespace, host_path)
         with step(f"scale-out beyond the warm fleet: 2 kwok {real.instance_type} nodes join, 1 -> {SCALE_TO} replicas"):
             demo.kwok_nodes = nodes.create_nodes(
                 demo.api, f"{real.instance_type}=2", prefix="demo" if namespace == "default" else namespace
@@ -247,6 +254,42 @@ def run(args: argparse.Namespace) -> None:
     )
 
 
+def run_engine(demo: Demo, real: Any, namespace: str, host_path: pathlib.Path) -> None:
+    """The real engine on the real node (examples/09-llamacpp): see :mod:`warmstart.demo.realengine`."""
+    with step("the llama.cpp engine image (compiled once from pinned source, see docs/engine.md), pushed"):
+        engine_image = realengine.image(real.registry)
+        print(f"    {engine_image}")
+    with step(f"a real model on the real node: llama.cpp serves SmolLM2-135M from the node cache ({realengine.NAME})"):
+        realengine.deploy(demo.store, real, namespace, engine_image, host_path)
+
+        def state() -> str:
+            body = demo.store.get(API_VERSION, "InferenceEndpointConfig", realengine.NAME, namespace) or {}
+            return str((body.get("status") or {}).get("state", ""))
+
+        wait(lambda: state() == "DeploymentComplete", 600, f"{realengine.NAME} DeploymentComplete", tick=demo.tick)
+        url = realengine.service_url(demo.core, namespace)
+        print(f"    through the endpoint's Service and its prefix-aware router, {url}:")
+        realengine.show_completion(url)
+        realengine.show_prompt_cache(url)
+    with step("the engine replica's start: creation to Ready on a warm, then on a cold node cache"):
+        body = demo.store.get(API_VERSION, "InferenceEndpointConfig", realengine.NAME, namespace) or {}
+        key = ((body.get("status") or {}).get("resolved") or {}).get("weightsCacheKey", "")
+        waiter = functools.partial(_wait_ticking, demo)
+        warm = realengine.pod_to_ready(demo.store, namespace, waiter, None)
+        cold = realengine.pod_to_ready(demo.store, namespace, waiter, host_path / "warmstart" / "weights" / key)
+        print(f"    warm node: {warm:.0f} s; cold node (the pod downloads the model first): {cold:.0f} s")
+    with step("random vs prefixaware on 2 real engines (host processes; bench/routing.py --fleet llamacpp, small)"):
+        bench = [sys.executable, str(ROOT / "bench" / "routing.py"), "--fleet", "llamacpp", "--runs", "1"]
+        bench += ["--groups", "4", "--per-group", "3", "--llamacpp-workloads", "documents", "--skip-calibration"]
+        bench += ["--routers", "warmstart prefixaware", "warmstart random"]
+        bench += ["--results", str(ROOT / "bench" / "out" / "demo" / "routing-llamacpp.json")]
+        subprocess.run(bench, check=True)
+
+
+def _wait_ticking(demo: Demo, probe: Callable[[], Any], timeout: float, what: str) -> Any:
+    return wait(probe, timeout, what, tick=demo.tick)
+
+
 def facts_state(demo: Demo) -> str:
     return str((demo.endpoint().get("status") or {}).get("state", ""))
 
@@ -263,10 +306,15 @@ def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
     removes its finalizers and the node's cache), then the namespace, the kwok nodes, the cache directory and the
     node label that advertised it."""
     key = ((demo.endpoint().get("status") or {}).get("resolved") or {}).get("weightsCacheKey", "")
+    keys = [key, _weights_key(demo, realengine.NAME)]
     if reused and demo.operator is not None and demo.operator.poll() is None:
-        demo.store.delete(API_VERSION, "InferenceEndpointConfig", NAME, demo.namespace)
+        for name in (NAME, realengine.NAME):
+            demo.store.delete(API_VERSION, "InferenceEndpointConfig", name, demo.namespace)
         deadline = time.monotonic() + 120
-        while (demo.endpoint() or demo.pods()) and time.monotonic() < deadline:
+        while (
+            demo.store.list(API_VERSION, "InferenceEndpointConfig", demo.namespace)
+            or demo.store.list("v1", "Pod", demo.namespace)
+        ) and time.monotonic() < deadline:
             time.sleep(1)
     if demo.operator is not None:
         demo.operator.terminate()
@@ -283,10 +331,15 @@ def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
             demo.core.delete_namespace(demo.namespace, propagation_policy="Background")
     nodes.delete_nodes(demo.api, demo.kwok_nodes)
     shutil.rmtree(host_path, ignore_errors=True)
-    if key:  # the node's label for a cache that is gone with the directory
-        label = nodelabels.weights_ready_label(key)
+    for found in filter(None, keys):  # the node's label for a cache that is gone with the directory
+        label = nodelabels.weights_ready_label(found)
         for node in demo.store.list("v1", "Node", label_selector=label):
             demo.store.merge_patch("v1", "Node", node["metadata"]["name"], {"metadata": {"labels": {label: None}}})
+
+
+def _weights_key(demo: Demo, name: str) -> str:
+    body = demo.store.get(API_VERSION, "InferenceEndpointConfig", name, demo.namespace) or {}
+    return str(((body.get("status") or {}).get("resolved") or {}).get("weightsCacheKey", ""))
 
 
 def main(argv: list[str]) -> int:
@@ -296,6 +349,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--namespace", default="", help="default: 'default', or a fresh one on a reused cluster")
     parser.add_argument("--model-gib", type=float, default=1.0, help="size of the synthetic model (default 1)")
     parser.add_argument("--skip-bench", action="store_true", help="skip the real node's warm vs cold measurement")
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="also serve the real llama.cpp engine on the real node (compiles its image first: docs/engine.md)",
+    )
     parser.add_argument("--skip-routing", action="store_true", help="skip the router comparison")
     args = parser.parse_args(argv)
     progress = logging.getLogger("warmstart.localcluster")  # builds report component and elapsed time here

@@ -34,14 +34,15 @@ def main(argv: list[str]) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warmstart cluster image", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    kinds = ",".join(kind.value for kind in imaging.Kind)
+    kinds = ",".join(kind.value for kind in imaging.DEFAULT_KINDS)
+    every = ",".join(kind.value for kind in imaging.Kind)
     build = commands.add_parser(
         "build",
         help="build the project image (from the Dockerfile), the pause and the shell-less image; "
         "first time ~5 min, then seconds",
         description="Prints one line per image: KIND REFERENCE (the pushed reference with --push).",
     )
-    build.add_argument("--only", default=kinds, help=f"comma-separated subset of {kinds} (default: all)")
+    build.add_argument("--only", default=kinds, help=f"comma-separated subset of {every} (default: {kinds})")
     build.add_argument(
         "--push", metavar="HOST:PORT", help="also push to this plain-HTTP registry (e.g. 127.0.0.1:5000)"
     )

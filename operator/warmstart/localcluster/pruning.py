@@ -22,12 +22,25 @@ from warmstart.localcluster import imagestore, stepping
 logger = logging.getLogger(__name__)
 
 KEEP = 3
+#: build logs whose layers every sweep keeps: the engine image's compile takes long, and its layers let a build that
+#: stopped halfway resume (an untagged layer would otherwise look like a leftover to a project build's sweep)
+KEPT_LOGS = ("llamacpp-*.log",)
 _STEP_IMAGE = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})\s*$", re.MULTILINE)
 
 
 def used_image_ids(build_log: str) -> set[str]:
     """ID prefixes of every image a ``buildah bud --layers`` run reused or committed, from its output."""
     return set(_STEP_IMAGE.findall(build_log))
+
+
+def kept_image_ids(logs: pathlib.Path) -> set[str]:
+    """ID prefixes of the layers that the builds logged as :data:`KEPT_LOGS` in ``logs`` reused or committed."""
+    return {
+        image
+        for pattern in KEPT_LOGS
+        for log in logs.glob(pattern)
+        for image in used_image_ids(log.read_text(errors="replace"))
+    }
 
 
 def stale_tags(tags: list[tuple[str, int]], current: str, newest: int) -> list[str]:
@@ -38,8 +51,9 @@ def stale_tags(tags: list[tuple[str, int]], current: str, newest: int) -> list[s
     return [name for name, _ in mine if name != current and name not in recent]
 
 
-def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Path) -> int:
-    """Untag stale tags of each current reference's repository, then drop unused dangling images; count them."""
+def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Path, sweep: bool = True) -> int:
+    """Untag stale tags of each current reference's repository, then (``sweep``) drop unused dangling images; count
+    them."""
     buildah = store.buildah()
     tags = _tags(store)
     removed = 0
@@ -48,7 +62,8 @@ def prune(store: imagestore.Store, current: Iterable[str], build_log: pathlib.Pa
             if stepping.succeeds([*buildah, "rmi", name]):
                 removed += 1
     used = used_image_ids(build_log.read_text(errors="replace")) if build_log.is_file() else set()
-    progress = True
+    used |= kept_image_ids(build_log.parent)
+    progress = sweep
     while progress:  # an image a container still uses (an ongoing `image run`) stays; its rmi fails alone
         dangling = stepping.output([*buildah, "images", "--filter", "dangling=true", "--quiet", "--no-trunc"]).split()
         doomed = [image for image in dangling if not any(image.removeprefix("sha256:").startswith(u) for u in used)]

@@ -91,6 +91,17 @@ def regular_size(base: str, rel: str) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
+def check_dir(path: str) -> None:
+    """Open the directory `path` with O_NOFOLLOW | O_DIRECTORY: it is a real directory right now, not a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _escape(path, "it is a symlink or not a directory") from exc
+        raise
+    os.close(fd)
+
+
 def is_real_dir(path: str) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)

@@ -55,13 +55,13 @@ def _entries(lines: list[str], header: Header) -> list[dict[str, Any]]:
     try:
         if not lines or json.loads(lines[0]) != header.to_json():
             return []
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     entries = []
     for line in lines[1:]:
         try:
             entry = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # torn by a kill: that part is fetched again
         if isinstance(entry, dict):
             entries.append(entry)

@@ -26,27 +26,40 @@ def same_producer(manifest: CacheManifest, identity: Identity | None) -> bool:
     return identity is not None and manifest.producer == identity
 
 
-def accept(manifest: CacheManifest, source: Source, identity: Identity | None) -> str:
-    """Check this pod may read the source before it gets files another identity downloaded; a note for the message.
+def accept(manifest: CacheManifest, source: Source, identity: Identity | None) -> str | None:
+    """Check this pod may read, and still sees, every cached file before it gets files another identity downloaded.
 
-    Raises the source's PreloadError (AccessDenied, NotFound, ...) when it may not."""
+    Returns a note for the message, or None when the source's files (as this pod reaches them, with its own
+    credentials and endpoints) are not the cached ones: then the cache is downloaded again, never handed out.
+    Raises the source's PreloadError (AccessDenied, ...) when this pod may not read the source."""
     if same_producer(manifest, identity):
         return ""
-    source.authorize([f.path for f in manifest.files])
-    return "; access re-checked with this pod's identity"
+    differing = source.authorize(manifest.files)
+    if differing:
+        log.warning(
+            "the cached files differ from the source as this pod reaches it (%d of %d, e.g. %s): downloading again",
+            len(differing),
+            len(manifest.files),
+            differing[0],
+        )
+        return None
+    return f"; access and content of its {len(manifest.files)} files re-checked with this pod's identity"
 
 
 def present(
     lay: store.Layout, started: float, identity: Identity | None, source: Source | None = None
 ) -> Result | None:
     """AlreadyPresent if a complete cache of the key exists (manifest + file sizes; no data is read) that this pod
-    may use: produced under its own identity, or (given the source) after its access was re-checked."""
+    may use: produced under its own identity, or (given the source) after its access and the files' fingerprints
+    were re-checked against the source."""
     manifest = store.read_manifest(lay)
     if manifest is None:
         return None
     if source is None and not same_producer(manifest, identity):
         return None  # the caller opens the source and asks again
     note = accept(manifest, source, identity) if source is not None else ""
+    if note is None:
+        return None
     return Result(
         Reason.ALREADY_PRESENT,
         f"{lay.final} is complete (manifest of {manifest.completed_at}){note}",
@@ -77,19 +90,21 @@ def preload(
         if if_missing and (result := present(lay, started, identity, source)) is not None:
             return result  # another preload finished it while we waited for the lock
         listing = source.listing()
+        store.check_tree(f.path for f in listing.files)
         log.info("source lists %d files, %s", len(listing.files), progress.human(listing.total_bytes))
         existing = store.read_manifest(lay)
         if existing is not None and store.manifest_files(existing) == sorted(
             (manifest_entry(f) for f in listing.files), key=lambda e: e["path"]
         ):
             note = accept(existing, source, identity)
-            return Result(
-                Reason.ALREADY_PRESENT,
-                f"{lay.final} is complete and matches the source{note}",
-                bytes=listing.total_bytes,
-                seconds=time.monotonic() - started,
-                files=len(listing.files),
-            )
+            if note is not None:
+                return Result(
+                    Reason.ALREADY_PRESENT,
+                    f"{lay.final} is complete and matches the source{note}",
+                    bytes=listing.total_bytes,
+                    seconds=time.monotonic() - started,
+                    files=len(listing.files),
+                )
         try:
             return _download(source, lay, listing, identity, expected_bytes, statvfs, progress_interval, started)
         except OSError as exc:
@@ -117,7 +132,8 @@ def _download(
     staging = store.Staging(lay)
     kept = _resume(source, staging, listing)
     todo = [f for f in listing.files if f not in kept]
-    staging.sweep(keep={f.path for f in kept} | {f.path + store.PART_SUFFIX for f in todo})  # parts may resume
+    with store.guarded(staging.dir):
+        staging.sweep(keep={f.path for f in kept} | {f.path + store.PART_SUFFIX for f in todo})  # parts may resume
     kept_bytes = sum(f.size for f in kept)
     needed = max(listing.total_bytes, expected_bytes) - kept_bytes
     capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
@@ -134,7 +150,8 @@ def _download(
         extra["commit"] = listing.commit
     mark = time.monotonic()
     entries = [manifest_entry(f) for f in listing.files]
-    staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
+    with store.guarded(lay.weights_dir):
+        staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
     phases["publish"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
@@ -173,6 +190,8 @@ def _classified(exc: Exception, what: str) -> PreloadError:
         return exc
     if isinstance(exc, OSError) and store.is_enospc(exc):
         return store.disk_full(what, exc)
+    if isinstance(exc, OSError) and exc.errno in store.TAMPER_ERRNOS:
+        return store.cache_tampered(what, exc)  # committing a verified file into staging
     return PreloadError(Reason.INTERNAL_ERROR, f"{what}: {exc}")
 
 

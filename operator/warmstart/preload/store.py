@@ -22,7 +22,8 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from warmstart.api import cachemanifests
@@ -63,6 +64,21 @@ def safe_relpath(path: str) -> str:
     if parts[0].startswith(".warmstart") or parts[-1].endswith(PART_SUFFIX):
         raise PreloadError(Reason.PATH_ESCAPE, f"refusing source path {path!r}: it collides with warmstart's own files")
     return "/".join(parts)
+
+
+def check_tree(paths: Iterable[str]) -> None:
+    """Refuse a listing where one path is a file and also a directory of another (`a` and `a/b`): no tree holds both."""
+    files = set(paths)
+    for path in sorted(files):
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            if parent in files:
+                raise PreloadError(
+                    Reason.INVALID_SOURCE,
+                    f"the source holds both a file {parent!r} and a file under it ({path!r}); a directory cannot also "
+                    "be a file: rename or remove one of them at the source",
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,10 +154,49 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
+#: errors of a step at one of warmstart's own names that mean someone else (root) put something there
+TAMPER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.ENOTEMPTY})
+
+
+def cache_tampered(path: str, error: OSError) -> PreloadError:
+    """The retryable CacheTampered failure of a step the non-root preload cannot take at one of its own names."""
+    target = str(error.filename or path)
+    found = ""
+    for candidate, what in ((target, "found {kind} owned by uid {uid}"), (os.path.dirname(target), "in {kind}")):
+        try:
+            st = os.lstat(candidate)
+        except OSError:
+            continue
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a file or link"
+        if candidate != target:
+            kind = f"a directory owned by uid {st.st_uid} that the preload's uid {os.geteuid()} cannot write"
+        found = " (" + what.format(kind=kind, uid=st.st_uid) + ")"
+        break
+    return PreloadError(
+        Reason.CACHE_TAMPERED,
+        f"{target}: {error.strerror}{found}: something other than warmstart put it in the cache and the preload "
+        "cannot remove it; the node's admin should remove it. Retrying.",
+    )
+
+
+@contextlib.contextmanager
+def guarded(path: str) -> Iterator[None]:
+    """Turn a permission or type error at warmstart's own names under `path` into CacheTampered (retryable)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in TAMPER_ERRNOS:
+            raise cache_tampered(path, exc) from exc
+        raise
+
+
 def ensure_weights_dir(lay: Layout) -> None:
-    """Create `<root>/warmstart/weights` as real directories; a symlink at either level is refused (PathEscape)."""
-    os.makedirs(lay.root, exist_ok=True)
-    nofollow.makedirs_inside(lay.root, lay.weights_dir, replace_link=False)
+    """Create `<root>/warmstart/weights` as real directories, none reached through a link: a symlink at either level
+    is refused (PathEscape); a root-owned directory there that refuses the writer is CacheTampered."""
+    os.makedirs(lay.root, exist_ok=True)  # the admin's root (in a pod: the parent of the mounted `warmstart/`)
+    with guarded(lay.weights_dir):
+        nofollow.makedirs_inside(lay.root, lay.weights_dir, replace_link=False)
+        nofollow.check_dir(os.path.join(lay.root, CACHE_DIR_NAME))
 
 
 # --- locking --------------------------------------------------------------------------------------------------------
@@ -151,15 +206,17 @@ def ensure_weights_dir(lay: Layout) -> None:
 def locked(lay: Layout) -> Iterator[None]:
     """Hold the key's lock; a second preload of the same key waits here for the first one."""
     ensure_weights_dir(lay)
-    nofollow.drop_link(lay.lock_path)
-    fd = nofollow.open_fd(lay.lock_path, os.O_RDWR | os.O_CREAT)
+    with guarded(lay.lock_path):
+        nofollow.drop_link(lay.lock_path)
+        fd = nofollow.open_fd(lay.lock_path, os.O_RDWR | os.O_CREAT)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("another preload of %s holds the lock; waiting for it", lay.key)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        sweep_leftovers(lay)
+        with guarded(lay.weights_dir):
+            sweep_leftovers(lay)
         yield
     finally:
         os.close(fd)  # closing releases the flock; the lock file stays, so no unlink race
@@ -187,8 +244,8 @@ def read_manifest(lay: Layout) -> CacheManifest | None:
     try:
         with os.fdopen(nofollow.open_fd(lay.manifest_path, os.O_RDONLY), encoding="utf-8") as f:
             raw = json.load(f)
-    except (OSError, ValueError, PreloadError):
-        return None
+    except (OSError, ValueError, RecursionError, PreloadError):
+        return None  # RecursionError: JSON nested past the parser's depth is a corrupt manifest too
     manifest = cachemanifests.parse(raw)
     if manifest is None or manifest.key != lay.key:
         return None
@@ -237,7 +294,8 @@ class Staging:
         self.lay = lay
         self.dir = lay.staging
         ensure_weights_dir(lay)
-        nofollow.real_dir(self.dir, replace_link=True)  # a planted .staging-<key> link is dropped, never followed
+        with guarded(self.dir):
+            nofollow.real_dir(self.dir, replace_link=True)  # a planted .staging-<key> link is dropped, never followed
         self._journal: dict[str, dict[str, Any]] = self._read_journal()
 
     def _read_journal(self) -> dict[str, dict[str, Any]]:
@@ -248,7 +306,7 @@ class Staging:
                     try:
                         entry = json.loads(line)
                         entries[entry["path"]] = entry
-                    except (ValueError, KeyError, TypeError):
+                    except (ValueError, KeyError, TypeError, RecursionError):
                         continue  # a line torn by a kill: that file is simply fetched again
         except (FileNotFoundError, PreloadError):
             pass  # no journal, or a symlink in its place: nothing to resume
@@ -267,7 +325,8 @@ class Staging:
 
     def make_parent(self, rel: str) -> None:
         """Create the directories of `rel` inside staging, as real directories (links there are replaced)."""
-        nofollow.makedirs_inside(self.dir, os.path.dirname(self.part_path(rel)))
+        with guarded(self.dir):
+            nofollow.makedirs_inside(self.dir, os.path.dirname(self.part_path(rel)))
 
     def journaled(self, rel: str, fingerprint: dict[str, Any]) -> bool:
         """Whether `rel` was verified in an earlier run for the same remote version and is still on disk whole."""
@@ -361,7 +420,7 @@ def delete(root: str, key: str) -> bool:
             Reason.PATH_ESCAPE, f"refusing to delete under {lay.weights_dir}: it resolves outside {lay.root}"
         )
     removed = False
-    with locked(lay):
+    with locked(lay), guarded(lay.weights_dir):
         for path in (lay.final, lay.staging):
             if not os.path.lexists(path):
                 continue

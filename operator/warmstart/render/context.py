@@ -6,7 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from warmstart.api import preloading
 from warmstart.api.blocks import DEFAULT_HOST_PATH
+from warmstart.api.sources import FsxStorage
 from warmstart.render import cache_volumes, nvme_budget, throttling, tolerations
 
 
@@ -25,9 +27,17 @@ class RenderContext(BaseModel):
     preload_env_names: tuple[str, ...] = Field(
         default=(),
         description=(
-            "Environment variables of preload containers (e.g. AWS_ENDPOINT_URL_S3, HF_ENDPOINT for mirrors), each"
-            " read from the key of that name in the Secret `preload_env_secret` of the pod's namespace: values never"
-            " appear in a pod spec."
+            "Environment variables of preload containers (e.g. credentials), each read from the key of that name in the"
+            " Secret `preload_env_secret` of the pod's namespace: values never appear in a pod spec. Never a"
+            " connection setting (api.preloading.CONNECTION_ENV): a tenant may be able to edit that Secret."
+        ),
+    )
+    preload_endpoints: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Connection settings of every preload container (mirror endpoints such as HF_ENDPOINT or"
+            " AWS_ENDPOINT_URL_S3, proxies, CA bundles), as plain values the cluster admin chose: tenants cannot"
+            " change them, so a shared cache is never filled through a tenant's mirror."
         ),
     )
     preload_env_secret: str = Field(
@@ -76,8 +86,7 @@ class RenderContext(BaseModel):
     )
     aws_region: str | None = Field(
         default=None,
-        description="The operator's AWS region (FSx DescribeFileSystems, CloudWatch triggers); "
-        "unset: the JumpStart region.",
+        description="The operator's AWS region (CloudWatch triggers); unset: the JumpStart region.",
     )
     extra_tolerations: tuple[dict[str, Any], ...] = Field(
         default=(),
@@ -92,6 +101,18 @@ class RenderContext(BaseModel):
         description="The PodMonitor CRD (monitoring.coreos.com) is installed: endpoint metrics get a PodMonitor "
         "instead of prometheus.io scrape annotations. Detected at operator start-up.",
     )
+    fsx_file_systems: dict[str, tuple[FsxStorage, ...]] = Field(
+        default_factory=dict,
+        description=(
+            "FSx file systems each namespace may mount (namespace -> file systems with id, DNS and mount name): the"
+            " cluster admin's allowlist (Helm fsx.allowedFileSystems). Any other file system is refused."
+        ),
+    )
+    resource_claims: bool = Field(
+        default=False,
+        description="The API server serves resource.k8s.io/v1 (dynamic resource allocation): model pods may use "
+        "worker.resources.claims. Detected at operator start-up.",
+    )
     cache_access: cache_volumes.CacheAccess = Field(
         default=cache_volumes.CacheAccess.HOST_PATH,
         description="How pods reach the node cache (Helm cache.access): `csi` (the warmstart CSI driver; tenant pods"
@@ -101,11 +122,6 @@ class RenderContext(BaseModel):
         default=SecretStr(""),
         description="Key of the operator's signature on its cache-writing Jobs, which the CSI driver checks"
         " (render/signatures.py); required with cache access `csi`. Never rendered into a manifest.",
-    )
-    resource_claims: bool = Field(
-        default=False,
-        description="The API server serves resource.k8s.io/v1 (dynamic resource allocation): model pods may use "
-        "worker.resources.claims. Detected at operator start-up.",
     )
     cache_sharing_groups: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -122,6 +138,42 @@ class RenderContext(BaseModel):
                     " cache pods must leave nodes that went away; give a key"
                 )
         return extra
+
+    @field_validator("preload_env_names")
+    @classmethod
+    def _no_connection_from_secrets(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        chosen = sorted(set(names) & preloading.CONNECTION_ENV)
+        if chosen:
+            raise ValueError(
+                f"preload.env may not set {', '.join(chosen)}: its values reach pods from a Secret in each tenant"
+                " namespace, so a tenant could point a shared cache at its own mirror; set them in preload.endpoints"
+            )
+        return names
+
+    @field_validator("preload_endpoints")
+    @classmethod
+    def _connection_only(cls, endpoints: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(endpoints) - preloading.CONNECTION_ENV)
+        if unknown:
+            raise ValueError(
+                f"preload.endpoints may set only connection settings ({', '.join(sorted(preloading.CONNECTION_ENV))});"
+                f" not {', '.join(unknown)} (put those in preload.env)"
+            )
+        for name, value in endpoints.items():
+            if preloading.redact(value) != value:
+                raise ValueError(f"preload.endpoints.{name} carries credentials in its URL; use preload.env for them")
+        return endpoints
+
+    @field_validator("fsx_file_systems")
+    @classmethod
+    def _complete_file_systems(cls, allowed: dict[str, tuple[FsxStorage, ...]]) -> dict[str, tuple[FsxStorage, ...]]:
+        for namespace, systems in allowed.items():
+            for system in systems:
+                if not (system.dns_name and system.mount_name):
+                    raise ValueError(
+                        f"fsx.allowedFileSystems.{namespace}: {system.file_system_id} needs dnsName and mountName"
+                    )
+        return allowed
 
     @model_validator(mode="after")
     def _csi_needs_a_key(self) -> RenderContext:

@@ -12,7 +12,7 @@ from typing import Any
 from warmstart.api import nodelabels, preloading
 from warmstart.api.blocks import DEFAULT_HEALTH_CHECK_PATH
 from warmstart.api.workers import Worker
-from warmstart.render import cache_volumes, labels, owners, preload_containers, resource_claims, tolerations
+from warmstart.render import cache_volumes, kvwiring, labels, owners, preload_containers, resource_claims, tolerations
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -148,19 +148,26 @@ def through_csi(endpoint: Endpoint, context: RenderContext) -> bool:
 
 
 def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str, context: RenderContext) -> Manifest:
-    """The model files (this generation's cache directory), read-only."""
+    """The model files (this generation's cache directory, or the user's own model volume), read-only."""
     mount: Manifest = {"name": endpoint.worker.model_volume_mount.name, "mountPath": mount_path, "readOnly": True}
-    if not through_csi(endpoint, context):  # the CSI volume is the key's directory itself
-        mount["subPath"] = f"weights/{generation.weights_key}"
+    if through_csi(endpoint, context) or endpoint.model_on_volume:  # the CSI volume is the key's directory itself
+        return mount
+    # the hostPath volume is the admin's root (its `warmstart` holds the weights); the emptyDir holds `weights` itself
+    prefix = f"{preloading.CACHE_DIR_NAME}/" if endpoint.weights_enabled else ""
+    mount["subPath"] = f"{prefix}weights/{generation.weights_key}"
     return mount
 
 
 def user_init_containers(endpoint: Endpoint, generation: Generation, context: RenderContext) -> list[Manifest]:
     """`kubernetes.initContainers`, to run after the preload: a mount of the model volume shows the model files,
-    read-only, as the model container sees them (never the node's whole cache directory)."""
+    read-only, as the model container sees them (never the node's whole cache directory). With the model on the
+    user's own volume, they are kept as written (render/passthrough.py decides whether they may be)."""
     model_volume = endpoint.worker.model_volume_mount.name
     rendered = []
     for container in (endpoint.kubernetes.init_containers or []) if endpoint.kubernetes else []:
+        if endpoint.model_on_volume:
+            rendered.append(dict(container))
+            continue
         mounts = [
             _model_mount(endpoint, generation, str(m.get("mountPath", "")), context)
             if m.get("name") == model_volume
@@ -179,6 +186,8 @@ def _worker_container(endpoint: Endpoint, generation: Generation, context: Rende
         name, number, _ = metrics_port(endpoint)
         if number != port.container_port:
             ports.append({"name": name, "containerPort": number, "protocol": "TCP"})
+    events = kvwiring.of(endpoint)
+    ports += [{"name": name, "containerPort": number, "protocol": "TCP"} for name, number in events.ports]
     container: Manifest = {
         "name": "worker",
         "image": worker.image,
@@ -186,7 +195,8 @@ def _worker_container(endpoint: Endpoint, generation: Generation, context: Rende
         "volumeMounts": [_model_mount(endpoint, generation, worker.model_volume_mount.mount_path, context)],
         "resources": worker.resources.to_api(),
     }
-    for key, value in (("args", worker.args), ("command", worker.command), ("workingDir", worker.working_dir)):
+    args = events.args if events.args is not None else worker.args
+    for key, value in (("args", args), ("command", worker.command), ("workingDir", worker.working_dir)):
         if value:
             container[key] = value
     env = _env(worker)
@@ -223,7 +233,9 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
     }
     kube = endpoint.kubernetes
     user_steps = user_init_containers(endpoint, generation, context)
-    if through_csi(endpoint, context):
+    if endpoint.model_on_volume:  # HyperPod's kubernetesVolume: the user's volume, as written; nothing to preload
+        init_containers, volumes = user_steps, []
+    elif through_csi(endpoint, context):
         # the driver mounts the cache read-only once the node's preload Job filled it: nothing to run before
         model = cache_volumes.csi_volume(endpoint.worker.model_volume_mount.name, generation.weights_key, write=False)
         init_containers, volumes = user_steps, [model]
@@ -239,6 +251,8 @@ def deployment(endpoint: Endpoint, generation: Generation, context: RenderContex
     }
     if not init_containers:
         del pod_spec["initContainers"]
+    if not pod_spec["volumes"]:
+        del pod_spec["volumes"]
     if kube and kube.service_account_name:
         pod_spec["serviceAccountName"] = kube.service_account_name
     if kube and kube.scheduler_name:

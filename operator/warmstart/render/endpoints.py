@@ -25,7 +25,7 @@ from warmstart.api.caches import NodeTargeting
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.api.scheduling import NodeAffinity
-from warmstart.api.sources import ModelSourceConfig
+from warmstart.api.sources import ModelSourceConfig, ModelSourceType
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.api.workers import (
     EnvironmentVariable,
@@ -90,8 +90,15 @@ class Endpoint(BaseModel):
         return names.label_value(self.ref.name)
 
     @property
+    def model_on_volume(self) -> bool:
+        """HyperPod's kubernetesVolume without a claim: the model volume is the user's `kubernetes.volumes` entry
+        named `worker.modelVolumeMount.name`, mounted as it is (nothing to preload, nothing to cache)."""
+        source = self.source
+        return source.model_source_type == ModelSourceType.KUBERNETES_VOLUME and source.kubernetes_volume is None
+
+    @property
     def weights_enabled(self) -> bool:
-        return bool(self.weights_cache and self.weights_cache.enabled)
+        return bool(self.weights_cache and self.weights_cache.enabled) and not self.model_on_volume
 
     @property
     def host_path(self) -> str:

@@ -15,6 +15,7 @@ The FSx CSI driver does not take inline ephemeral volumes; it documents static p
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from warmstart.api import GROUP
@@ -41,6 +42,29 @@ def _digest(*parts: str, length: int) -> str:
 def complete(fsx: FsxStorage) -> bool:
     """Whether the driver has all it needs: the DNS name and the mount name besides the id."""
     return bool(fsx.dns_name and fsx.mount_name)
+
+
+def allowed_storage(storage: FsxStorage, allowed: Sequence[FsxStorage]) -> FsxStorage | str:
+    """The allowlist's entry for `storage` (complete: id, DNS and mount name), or why it is refused.
+
+    Names the spec gives must equal the entry's: a spec cannot point an allowed id at another server or mount."""
+    entry = next((a for a in allowed if a.file_system_id == storage.file_system_id), None)
+    if entry is None:
+        listed = ", ".join(a.file_system_id for a in allowed) or "none"
+        return (
+            f"FSx file system {storage.file_system_id} is not allowed here (allowed: {listed}); the cluster admin "
+            "lists file systems per namespace in the Helm value fsx.allowedFileSystems"
+        )
+    for field, given, kept in (
+        ("dnsName", storage.dns_name, entry.dns_name),
+        ("mountName", storage.mount_name, entry.mount_name),
+    ):
+        if given and given != kept:
+            return (
+                f"FSx file system {storage.file_system_id}: spec {field} {given!r} differs from the allowed one "
+                f"{kept!r} (Helm value fsx.allowedFileSystems); leave it out or use the allowed value"
+            )
+    return entry
 
 
 def storage_of(source: ModelSourceConfig | None) -> FsxStorage | None:

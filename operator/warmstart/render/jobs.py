@@ -204,6 +204,32 @@ class IndexedJob:
     role: str
     owner_uid: str
     job: PreloadJob
+    #: field managers that wrote the Job's metadata or spec (status subresources left out): who made it
+    managers: frozenset[str] = frozenset()
+
+
+def writers(body: Mapping[str, Any]) -> frozenset[str]:
+    """The field managers of an object's metadata and spec (managedFields entries without a subresource)."""
+    entries = (body.get("metadata") or {}).get("managedFields") or []
+    return frozenset(str(e.get("manager", "")) for e in entries if not e.get("subresource"))
+
+
+def made_by(body: Mapping[str, Any], manager: str) -> bool:
+    """Whether `manager` alone wrote the object (every non-status managedFields entry is its)."""
+    return writers(body) == {manager}
+
+
+def pods_of(pods: Iterable[Mapping[str, Any]], job: PreloadJob, manager: str) -> list[Mapping[str, Any]]:
+    """The pods that can speak for `job`: made by the Job controller (`manager` alone), controlled by the Job's uid,
+    and run on the Job's node. A pod a tenant made with the Job's labels is none of these."""
+    found = []
+    for pod in pods:
+        refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+        controlled = any(r.get("controller") is True and r.get("uid") == job.uid for r in refs)
+        on_node = (pod.get("spec") or {}).get("nodeName") == job.node
+        if controlled and on_node and made_by(pod, manager):
+            found.append(pod)
+    return found
 
 
 def parse_time(raw: str | None) -> dt.datetime | None:
@@ -260,7 +286,7 @@ def read_job(body: Mapping[str, Any]) -> IndexedJob:
     owner_uid = (
         owner_uids[0] if owner_uids else (annotations.get(OWNER_UID_ANNOTATION, "") if role == ROLE_CLEANUP else "")
     )
-    return IndexedJob(role=role, owner_uid=owner_uid, job=job)
+    return IndexedJob(role=role, owner_uid=owner_uid, job=job, managers=writers(body))
 
 
 def read_result(pods: Iterable[Mapping[str, Any]], reason_by_exit_code: Mapping[int, str]) -> PreloadResult | None:

@@ -9,12 +9,15 @@ cache volume (its name, and an emptyDir in its place when a model pod does not c
   with caching on) hands the cache directory to that uid first (`ownership_container`, root with CAP_CHOWN only):
   a model pod on a cold node, which no Job has prepared, must be able to fill it.
 - Writable: the cache directory `<hostPath>/warmstart`, mounted at the same path as on the node (so messages and logs
-  name the node's paths), and an emptyDir at /tmp, which is also HOME. The kubelet creates the directory when it is
-  missing (`DirectoryOrCreate`, root-owned 0755); `ownership_container` then gives it to 65532.
+  name the node's paths), and an emptyDir at /tmp, which is also HOME. The volume is the admin's root itself
+  (`type: Directory`: it must exist, the kubelet never creates it) and only its `warmstart` subPath is mounted; the
+  kubelet creates that directory when it is missing (root-owned, without following links) and `ownership_container`
+  gives a fresh, empty one to 65532.
 - Read-only: a mounted source (the FSx claim of render/fsx.py, a kubernetesVolume claim) at /mnt/source, and the Hub
   token Secret.
 - The pod's namespace and service account reach the preload through the downward API: the manifest records who
-  downloaded the files, and a pod of another identity re-checks its access to the source before using them.
+  downloaded the files, and a pod of another identity checks its access to, and the content of, every file before
+  using them.
 - The command is explicit, so a mirrored operator image with another entrypoint still works.
 - Volumes the preload adds are prefixed `warmstart-`, so they cannot clash with the model volume a user names.
 """
@@ -42,12 +45,18 @@ HF_TOKEN_MODE = 0o444
 #: the operator image's static busybox (see render/daemonsets.py)
 BUSYBOX = "/usr/local/bin/busybox"
 OWNERSHIP_CONTAINER = "warmstart-cache-owner"
-#: give `<hostPath>/warmstart` ($1) to the cache uid. Recursive only while root still owns it: then nothing but root
-#: (an older warmstart) has written below it, so the walk cannot meet a link planted by the non-root writer.
+#: give `<hostPath>/warmstart` ($1, the kubelet's subPath mount) to the cache uid: only the directory itself (never
+#: recursive, `-h`), and only while it is fresh: a real directory, owned by root and empty (what the kubelet creates).
+#: Anything else is refused (a clear message, exit 1): a directory someone else prepared is never handed over.
 OWNERSHIP_SCRIPT = (
-    f'owner=$({BUSYBOX} stat -c %u:%g "$1") && '
-    f'{{ [ "$owner" = {security.CACHE_UID}:{security.CACHE_UID} ] || '
-    f'{BUSYBOX} chown -R -h {security.CACHE_UID}:{security.CACHE_UID} "$1"; }}'
+    f'd="$1"; u={security.CACHE_UID}:{security.CACHE_UID}; '
+    f'refuse() {{ echo "warmstart-cache-owner: refusing $d: $1" | {BUSYBOX} tee /dev/termination-log >&2; exit 1; }}; '
+    f'{{ [ -d "$d" ] && [ ! -L "$d" ]; }} || refuse "not a real directory"; '
+    f'owner=$({BUSYBOX} stat -c %u:%g "$d") || refuse "cannot stat it"; '
+    f'[ "$owner" = "$u" ] && exit 0; '
+    f'[ "$owner" = 0:0 ] || refuse "owned by $owner, neither root (fresh) nor $u (warmstart)"; '
+    f'[ -z "$({BUSYBOX} ls -A "$d")" ] || refuse "root-owned and not empty: not a fresh directory"; '
+    f'{BUSYBOX} chown -h "$u" "$d"'
 )
 #: downloads stream to disk: small requests fit beside the GPU workload; the limit stops a runaway on a shared node
 RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "4Gi"}}
@@ -75,15 +84,17 @@ def cache_volume(name: str, host_path: str, *, on_node: bool = True, csi_key: st
     """The node's `<hostPath>/warmstart`, or an emptyDir; mounted at that path.
 
     On the node: through the CSI driver, writable for cache `csi_key` (render/cache_volumes.py), or, without a key, as
-    a hostPath (created if missing).
+    the admin's root (which must exist: `type: Directory`) of which only the subPath `warmstart` is mounted; the
+    kubelet resolves and creates the subPath without following links (a link planted at `<hostPath>/warmstart` is
+    refused).
     """
     path = preloading.cache_dir(host_path)
-    volume: Manifest = {"name": name, "emptyDir": {}}
     if on_node and csi_key is not None:
-        volume = cache_volumes.csi_volume(name, csi_key, write=True)
-    elif on_node:
-        volume = {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
-    return Mounted(volume, {"name": name, "mountPath": path})
+        return Mounted(cache_volumes.csi_volume(name, csi_key, write=True), {"name": name, "mountPath": path})
+    if not on_node:
+        return Mounted({"name": name, "emptyDir": {}}, {"name": name, "mountPath": path})
+    volume = {"name": name, "hostPath": {"path": host_path.rstrip("/") or "/", "type": "Directory"}}
+    return Mounted(volume, {"name": name, "mountPath": path, "subPath": preloading.CACHE_DIR_NAME})
 
 
 def ownership_container(cache: Mounted, ctx: RenderContext) -> Manifest:
@@ -129,10 +140,14 @@ def source_volumes(source: ModelSourceConfig) -> list[Mounted]:
 
 
 def preload_env(ctx: RenderContext) -> list[Manifest]:
-    """The operator-wide preload variables as Secret references: their values never appear in a pod spec."""
+    """The operator-wide preload variables: connection settings (the admin's mirror endpoints, proxies) as plain
+    values no tenant can change, then the others as Secret references (their values never appear in a pod spec)."""
     return [
-        {"name": n, "valueFrom": {"secretKeyRef": {"name": ctx.preload_env_secret, "key": n}}}
-        for n in sorted(ctx.preload_env_names)
+        *({"name": n, "value": v} for n, v in sorted(ctx.preload_endpoints.items())),
+        *(
+            {"name": n, "valueFrom": {"secretKeyRef": {"name": ctx.preload_env_secret, "key": n}}}
+            for n in sorted(ctx.preload_env_names)
+        ),
     ]
 
 

@@ -56,6 +56,8 @@ def config(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None) -> Route
     """The router configuration rendered from the endpoint spec and, with a weights cache, its warm nodes."""
     limits = endpoint.worker.request_limits
     knobs: dict[str, Any] = {"strategy": endpoint.routing_strategy.value}
+    if endpoint.routing and endpoint.routing.router_config:
+        knobs.update(endpoint.routing.router_config.chosen())
     if warm_nodes is not None:
         knobs["warmNodes"] = sorted(set(warm_nodes))
     if limits and limits.max_concurrent_requests:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from warmstart import placement
 from warmstart.api import nodelabels
@@ -131,3 +131,32 @@ def deleting(
 
 def timestamp(now: dt.datetime) -> str:
     return now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: a node whose step (label, Job, eviction) the API server refused: it is not ready, whatever its Job said
+NODE_STEP_FAILED = "NodeStepFailed"
+
+
+def with_failed_steps(
+    observed: Observed, status: ModelDataCacheConfigStatus, failed: Mapping[str, str], now: dt.datetime
+) -> ModelDataCacheConfigStatus:
+    """`status` with each node of `failed` (node -> why) marked NodeStepFailed, never ready, and the counts and state
+    to match. A node planned as ready whose label write was refused has no label: status must not count it."""
+    if not failed:
+        return status
+    entries = [
+        e.model_copy(
+            update={
+                "state": NodeCacheState.DOWNLOADING if e.state == NodeCacheState.READY else e.state,
+                "reason": NODE_STEP_FAILED,
+                "message": failed[e.node],
+            }
+        )
+        if e.node in failed
+        else e
+        for e in status.nodes or []
+    ]
+    size = observed.spec.model_size_bytes or status.model_size_bytes
+    redone = summarize(observed, entries, status.model_size_bytes, size, now, len(status.unavailable_nodes or []))
+    kept = ("unavailable_nodes", "queued_nodes", "preload_concurrency", "last_used_time")
+    return redone.model_copy(update={field: getattr(status, field) for field in kept})

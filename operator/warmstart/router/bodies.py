@@ -20,6 +20,7 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from typing import Any
 
 from warmstart.router.prefixes import rendered_head
 
@@ -44,8 +45,11 @@ class ParsedBody:
     session: str | None
     """The body's session field, when it is a string or an integer."""
 
+    request: dict[str, Any] | None = None
+    """The parsed body, kept for bodies parsed inline (for tokenization); None for large bodies."""
 
-def parse_body(raw: bytes, limit: int, session_field: str) -> ParsedBody:
+
+def parse_body(raw: bytes, limit: int, session_field: str, keep: bool = False) -> ParsedBody:
     """Parse ``raw`` and reduce it to a :class:`ParsedBody`; :class:`BadBody` if it is not a JSON object."""
     try:
         body = json.loads(_text(raw))
@@ -58,7 +62,7 @@ def parse_body(raw: bytes, limit: int, session_field: str) -> ParsedBody:
     head, chars = rendered_head(body, limit)
     value = body.get(session_field)
     session = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else None
-    return ParsedBody(head, chars, session)
+    return ParsedBody(head, chars, session, body if keep else None)
 
 
 def _text(raw: bytes) -> str | bytes:
@@ -101,7 +105,7 @@ class BodyParser:
 
     async def parse(self, raw: bytes, limit: int, session_field: str, client: str | None = None) -> ParsedBody:
         if len(raw) <= INLINE_BYTES:
-            return parse_body(raw, limit, session_field)
+            return parse_body(raw, limit, session_field, keep=True)
         job = _Job(raw, limit, session_field, asyncio.get_running_loop().create_future())
         queue = self._queue_of(client)
         queue.append(job)

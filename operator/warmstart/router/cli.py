@@ -84,6 +84,7 @@ async def run(args: argparse.Namespace) -> int:
     sources = build_sources(args)
     for source in sources:
         await source.start(router)
+    router.start()
     traffic = await proxying.serve(router, args.host, args.port, header_timeout=args.header_timeout)
     admin_runner, admin_port = await admin.serve(admin.make_admin_app(router), args.host, args.admin_port)
     log.info(
@@ -103,6 +104,7 @@ async def run(args: argparse.Namespace) -> int:
     await admin_runner.cleanup()
     for source in sources:
         await source.stop()
+    await router.stop()
     return 0
 
 

@@ -42,6 +42,10 @@ class PromptKey:
     """Where the anchor ends in the rendering (characters); the prompt continues the conversation
     past its first user message when ``chars`` is larger."""
 
+    token_blocks: tuple[int, ...] | None = None
+    """The router's keys of the request's token-id blocks (:mod:`warmstart.router.kvindex`), when the
+    router follows the engines' KV events and could tokenize the request; None otherwise."""
+
     @property
     def fresh(self) -> bool:
         """The first turn of a conversation: nothing follows the anchor."""

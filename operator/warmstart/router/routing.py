@@ -10,7 +10,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from warmstart.api.routers import RouterConfig
@@ -18,6 +18,8 @@ from warmstart.api.strategies import RoutingStrategy
 from warmstart.router import strategies
 from warmstart.router.admission import Admission
 from warmstart.router.bodies import ParsedBody
+from warmstart.router.enginemetrics import EngineMetrics
+from warmstart.router.enginerouting import EngineAwarePolicy, EngineState
 from warmstart.router.metrics import CHARS_PER_TOKEN, RouterMetrics
 from warmstart.router.prefixes import PromptKey, key_of
 from warmstart.router.replicas import Fleet, Replica
@@ -47,7 +49,10 @@ class Router:
         self.fleet = Fleet()
         self._rng = rng or random.Random()
         self.config = config or RouterConfig()
-        self.policy: strategies.Policy = strategies.build(self.config, self._rng)
+        self.engine_metrics = EngineMetrics(self.metrics.registry)
+        self.engines = EngineState(self.config, observer=self.engine_metrics.observe)
+        """The engines' KV events and load (used when ``kvEvents`` is on); started by :meth:`start`."""
+        self.policy: strategies.Policy = self._build_policy(self.config)
         self._note_kvaware(self.config)
         self.admission = Admission(self.free_slots)
         self.config_error: dict[str, str] | None = None
@@ -55,6 +60,18 @@ class Router:
         self.metrics.queue_depth.set_function(lambda: self.admission.depth)
         self.metrics.config_valid.set(1)
         self.set_backends(backends or [])
+
+    def _build_policy(self, config: RouterConfig) -> strategies.Policy:
+        if config.kv_events and config.effective_strategy is RoutingStrategy.PREFIXAWARE:
+            return EngineAwarePolicy(config, self.engines)
+        return strategies.build(config, self._rng)
+
+    def start(self) -> None:
+        """Start following the engines (on the event loop; a no-op while ``kvEvents`` is off)."""
+        self.engines.start()
+
+    async def stop(self) -> None:
+        await self.engines.stop()
 
     @property
     def strategy(self) -> RoutingStrategy:
@@ -98,9 +115,13 @@ class Router:
             "balance_window",
             "balance_slack",
             "max_concurrent_requests",
+            "kv_events",
+            "speculative_ttl_seconds",
+            "kv_block_size",
         }
+        self.engines.configure(config)
         if any(getattr(old, knob) != getattr(config, knob) for knob in policy_knobs):
-            self.policy = strategies.build(config, self._rng)
+            self.policy = self._build_policy(config)
             if isinstance(self.policy, strategies.PrefixAwarePolicy):
                 # a fresh index only costs a little locality; the engines' caches are still warm
                 log.info("prefix index reset by configuration change")
@@ -123,6 +144,7 @@ class Router:
         for url in added:
             self.metrics.inflight_of(url).set(0)
         self.metrics.replicas.set(len(self.fleet))
+        self.engines.set_replicas(self.fleet.urls())
         self.admission.wake()  # new replicas bring free slots
         if added or removed:
             log.info("replicas changed: +%d -%d, now %d", len(added), len(removed), len(self.fleet))
@@ -134,14 +156,24 @@ class Router:
         key = key_of(
             parsed.head, parsed.chars, block_chars=config.block_chars, max_blocks=config.max_blocks, session=session
         )
-        decision = self.policy.choose(self.fleet.snapshot(), key)
+        policy = self.policy
+        if isinstance(policy, EngineAwarePolicy):
+            token_keys = self.engines.token_keys(parsed.request)
+            if token_keys is None:
+                self.engine_metrics.untokenized.inc()
+            key = replace(key, token_blocks=token_keys)
+        decision = policy.choose(self.fleet.snapshot(), key)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.candidates:
             if decision.spilled:
-                self.metrics.spill(self.policy.strategy.value).inc()
+                self.metrics.spill(policy.strategy.value).inc()
             self.metrics.prompt_tokens.inc(key.chars / CHARS_PER_TOKEN)
-            matched_chars = min(decision.matched_blocks * config.block_chars, key.chars)
-            self.metrics.matched_tokens.inc(matched_chars / CHARS_PER_TOKEN)
+            if isinstance(policy, EngineAwarePolicy):
+                self.engine_metrics.routed.labels("events" if policy.last.by_events else "text").inc()
+                self.metrics.matched_tokens.inc(min(policy.last.tokens, key.chars / CHARS_PER_TOKEN))
+            else:
+                matched_chars = min(decision.matched_blocks * config.block_chars, key.chars)
+                self.metrics.matched_tokens.inc(matched_chars / CHARS_PER_TOKEN)
         return Routed(key, decision)
 
     def placement(self, replica: Replica) -> str:
@@ -158,6 +190,8 @@ class Router:
         index_entries = None
         if isinstance(self.policy, strategies.PrefixAwarePolicy):
             index_entries = self.policy.index.total_entries()
+        elif isinstance(self.policy, EngineAwarePolicy):
+            index_entries = self.policy.text.total_entries()
         return {
             "strategy": self.config.strategy.value,
             "effectiveStrategy": self.config.effective_strategy.value,
@@ -167,6 +201,7 @@ class Router:
             "indexEntries": index_entries,
             "queued": self.admission.depth,
             "configError": self.config_error,
+            "engines": self.engines.status() if self.config.kv_events else None,
         }
 
     @staticmethod

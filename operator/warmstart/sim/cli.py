@@ -1,10 +1,14 @@
 """`warmstart sim`: run N simulated vLLM replicas as asyncio servers in one process.
 
     warmstart sim --replicas 8 --base-port 9000 [--time-scale 0.25] [--cache-tokens 65536] [--model-dir DIR]
+                  [--tokenizer DIR] [--kv-events-config '{"enable_kv_cache_events": true, ...}']
 
 Replica i listens on base-port + i and is named ``r<i>``. With ``--model-dir``, the replicas listen at once but
 answer ``/health`` with 503 until every weight file has been read (see :mod:`warmstart.sim.loading`); a missing or
 incomplete model directory ends the process with exit code 1, as a real server that cannot load its model.
+``--kv-events-config`` takes vLLM's JSON and publishes each replica's KV-cache events (replica i adds i to the
+ports, as vLLM's data-parallel ranks do); ``--tokenizer`` makes the replicas tokenize with a model's
+``tokenizer.json`` and chat template instead of the built-in 4-characters-per-token tokenizer.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import logging
 import pathlib
 import signal
 
+from warmstart.router.tokenizing import ModelTokenizer
 from warmstart.sim import loading
 from warmstart.sim.engine import EngineParams
+from warmstart.sim.kvpublishing import KVEventsConfig, Publisher
 from warmstart.sim.server import SimReplica, serve
 
 log = logging.getLogger("warmstart.sim")
@@ -54,6 +60,14 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="read every weight file here before reporting ready (checked against the preload manifest)",
     )
+    p.add_argument(
+        "--kv-events-config",
+        type=KVEventsConfig.from_json,
+        default=None,
+        help="vLLM's KV events JSON, e.g. "
+        '\'{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558"}\'',
+    )
+    p.add_argument("--tokenizer", type=pathlib.Path, default=None, help="directory with tokenizer.json")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -73,9 +87,24 @@ def params_from(args: argparse.Namespace) -> EngineParams:
 
 async def run(args: argparse.Namespace) -> int:
     params = params_from(args)
-    runners, replicas = [], []
+    runners, replicas, publishers = [], [], []
+    tokenizer = ModelTokenizer.from_dir(args.tokenizer) if args.tokenizer is not None else None
+    events: KVEventsConfig | None = args.kv_events_config
     for i in range(args.replicas):
-        replica = SimReplica(f"{args.name_prefix}{i}", params, stream_chunk_tokens=args.stream_chunk_tokens)
+        publisher = Publisher(events, offset=i) if events is not None and events.publishing else None
+        if publisher is not None:
+            publisher.start()
+            publishers.append(publisher)
+            log.info(
+                "replica %d publishes KV events on %s (replay %s)", i, publisher.endpoint, publisher.replay_endpoint
+            )
+        replica = SimReplica(
+            f"{args.name_prefix}{i}",
+            params,
+            stream_chunk_tokens=args.stream_chunk_tokens,
+            tokenizer=tokenizer,
+            publisher=publisher,
+        )
         replica.ready = args.model_dir is None
         runner, port = await serve(replica, args.host, args.base_port + i)
         runners.append(runner)
@@ -109,6 +138,8 @@ async def run(args: argparse.Namespace) -> int:
     await stop.wait()
     for runner in runners:
         await runner.cleanup()
+    for publisher in publishers:
+        await publisher.close()
     return 0
 
 

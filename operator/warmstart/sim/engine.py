@@ -24,13 +24,16 @@ traffic with thousands of prefixes does.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 CHARS_PER_TOKEN = 4
+_U64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -68,44 +71,111 @@ def count_tokens(text: str) -> int:
 
 
 class BlockCache:
-    """LRU set of chained block hashes: the replica's KV prefix cache."""
+    """LRU set of chained block hashes: the replica's KV prefix cache.
 
-    def __init__(self, capacity_blocks: int) -> None:
+    With a :class:`Listener`, every change is reported as vLLM reports it: the blocks newly
+    stored (with their parent's hash and token ids) and the blocks evicted.
+    """
+
+    def __init__(self, capacity_blocks: int, listener: Listener | None = None) -> None:
         self.capacity_blocks = capacity_blocks
+        self.listener = listener
         self._blocks: OrderedDict[int, None] = OrderedDict()
 
-    def lookup_and_fill(self, blocks: list[int]) -> int:
+    def lookup_and_fill(self, blocks: list[int], tokens: Sequence[int] = (), block_tokens: int = 0) -> int:
         """Number of leading blocks already cached; then cache all ``blocks`` (most recent last)."""
         hit = 0
         for block in blocks:
             if block not in self._blocks:
                 break
             hit += 1
+        new: list[int] = []
         for block in blocks:
             if block in self._blocks:
                 self._blocks.move_to_end(block)
             else:
                 self._blocks[block] = None
+                new.append(block)
+        evicted: list[int] = []
         while len(self._blocks) > self.capacity_blocks:
-            self._blocks.popitem(last=False)
+            evicted.append(self._blocks.popitem(last=False)[0])
+        if self.listener is not None and (new or evicted):
+            self.listener.changed(_runs(blocks, set(new), tokens, block_tokens), evicted)
         return hit
 
     def clear(self) -> None:
         self._blocks.clear()
+        if self.listener is not None:
+            self.listener.cleared()
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._blocks
 
     def __len__(self) -> int:
         return len(self._blocks)
 
+    def blocks(self) -> set[int]:
+        """The cached block hashes (a copy)."""
+        return set(self._blocks)
 
-def prompt_blocks(text: str, block_tokens: int) -> list[int]:
-    """Chained hashes of the prompt's full blocks (in-process ``hash`` is enough here)."""
-    size = block_tokens * CHARS_PER_TOKEN
+
+class Listener(Protocol):
+    """Receives the cache's changes (the KV event publisher)."""
+
+    def changed(self, stored: list[StoredRun], evicted: list[int]) -> None: ...
+
+    def cleared(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """Consecutive blocks newly stored: their hashes, the parent's hash (None: the first block), token ids."""
+
+    hashes: list[int]
+    parent: int | None
+    token_ids: list[int]
+
+
+def _runs(blocks: list[int], new: set[int], tokens: Sequence[int], block_tokens: int) -> list[StoredRun]:
+    runs: list[StoredRun] = []
+    for position, block in enumerate(blocks):
+        if block not in new:
+            continue
+        chunk = list(tokens[position * block_tokens : (position + 1) * block_tokens])
+        if runs and runs[-1].hashes[-1] == (blocks[position - 1] if position else None):
+            runs[-1].hashes.append(block)
+            runs[-1].token_ids.extend(chunk)
+        else:
+            runs.append(StoredRun([block], blocks[position - 1] if position else None, chunk))
+    return runs
+
+
+def sim_token_ids(text: str) -> list[int]:
+    """The sim's built-in tokenizer: one token per 4 characters, its id a 24-bit digest of them."""
+    ids = []
+    for start in range(0, len(text), CHARS_PER_TOKEN):
+        chunk = text[start : start + CHARS_PER_TOKEN].encode("utf-8", "surrogatepass")
+        ids.append(int.from_bytes(hashlib.blake2b(chunk, digest_size=3).digest(), "big"))
+    return ids or [0]
+
+
+def token_blocks(token_ids: Sequence[int], block_tokens: int) -> list[int]:
+    """The engine's chained hashes of the full blocks, as vLLM: ``hash((parent, tokens))``.
+
+    Python's ``hash`` of a tuple depends on ``PYTHONHASHSEED`` (random per process unless set),
+    as vLLM's ``NONE_HASH`` does: a router must never rely on these values, only on token ids.
+    """
     hashes: list[int] = []
-    previous = 0
-    for start in range(0, len(text) - size + 1, size):
-        previous = hash((previous, text[start : start + size]))
+    previous: int | None = None
+    for start in range(0, len(token_ids) - block_tokens + 1, block_tokens):
+        previous = hash((previous, tuple(token_ids[start : start + block_tokens]))) & _U64
         hashes.append(previous)
     return hashes
+
+
+def prompt_blocks(text: str, block_tokens: int) -> list[int]:
+    """Chained hashes of the prompt's full blocks under the built-in tokenizer (offline replays)."""
+    return token_blocks(sim_token_ids(text), block_tokens)
 
 
 @dataclass
@@ -133,9 +203,9 @@ class Admitted:
 class Engine:
     """One replica's scheduler state. Everything runs on the event loop."""
 
-    def __init__(self, params: EngineParams) -> None:
+    def __init__(self, params: EngineParams, listener: Listener | None = None) -> None:
         self.params = params
-        self.cache = BlockCache(params.cache_blocks)
+        self.cache = BlockCache(params.cache_blocks, listener)
         self.counters = Counters()
         self.running = 0
         self.waiting = 0
@@ -152,7 +222,7 @@ class Engine:
             await asyncio.sleep(model_seconds * self.params.time_scale)
 
     @asynccontextmanager
-    async def sequence(self, prompt: str) -> AsyncIterator[Admitted]:
+    async def sequence(self, prompt: str, token_ids: Sequence[int] | None = None) -> AsyncIterator[Admitted]:
         """Hold a running slot: wait for one, prefill, yield; the slot is freed on exit."""
         loop = asyncio.get_running_loop()
         arrived = loop.time()
@@ -163,7 +233,7 @@ class Engine:
             self.waiting -= 1
         self.running += 1
         try:
-            admitted = self._lookup(prompt)
+            admitted = self._lookup(prompt if token_ids is None else token_ids)
             work = (admitted.prompt_tokens - admitted.cached_tokens) / self.params.prefill_tokens_per_s
             scale = self.params.time_scale
             now = loop.time()
@@ -182,11 +252,13 @@ class Engine:
             self.running -= 1
             self._slots.release()
 
-    def _lookup(self, prompt: str) -> Admitted:
-        tokens = count_tokens(prompt)
-        blocks = prompt_blocks(prompt, self.params.block_tokens)
-        hit_blocks = self.cache.lookup_and_fill(blocks)
-        cached = min(hit_blocks * self.params.block_tokens, tokens - 1)
+    def _lookup(self, prompt: str | Sequence[int]) -> Admitted:
+        token_ids = sim_token_ids(prompt) if isinstance(prompt, str) else prompt
+        tokens = max(1, len(token_ids))
+        block_tokens = self.params.block_tokens
+        blocks = token_blocks(token_ids, block_tokens)
+        hit_blocks = self.cache.lookup_and_fill(blocks, token_ids, block_tokens)
+        cached = min(hit_blocks * block_tokens, tokens - 1)
         self.counters.requests += 1
         self.counters.prompt_tokens += tokens
         self.counters.prefix_queries += tokens

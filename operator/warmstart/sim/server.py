@@ -21,7 +21,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from warmstart.router.tokenizing import ModelTokenizer
 from warmstart.sim.engine import Engine, EngineParams
+from warmstart.sim.kvpublishing import CacheEvents, Publisher
+
+#: Tokens of a prompt the sim tokenizes (all of them).
+_ALL = 1 << 40
+Tokens = tuple[int, ...] | None
 
 _WORDS = ("the", "and", "for", "you", "can", "not", "but", "all", "any", "one", "out", "use", "new", "now", "way")
 
@@ -67,12 +73,15 @@ class _EngineCollector(Collector):
             family = CounterMetricFamily(metric, doc, labels=["model_name"])
             family.add_metric([name], value)
             yield family
-        for metric, doc, value in (
+        usage = len(engine.cache) / engine.cache.capacity_blocks
+        gauges: tuple[tuple[str, str, float], ...] = (
             ("vllm:num_requests_running", "Sequences running.", engine.running),
             ("vllm:num_requests_waiting", "Sequences waiting for a slot.", engine.waiting),
-        ):
-            gauge = GaugeMetricFamily(metric, doc, labels=["model_name"])
-            gauge.add_metric([name], value)
+            ("vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", usage),
+        )
+        for gauge_name, gauge_doc, gauge_value in gauges:
+            gauge = GaugeMetricFamily(gauge_name, gauge_doc, labels=["model_name"])
+            gauge.add_metric([name], gauge_value)
             yield gauge
 
 
@@ -80,11 +89,23 @@ class SimReplica:
     """One simulated vLLM replica: engine + aiohttp application."""
 
     def __init__(
-        self, name: str, params: EngineParams | None = None, stream_chunk_tokens: int = 1, model: str = "sim-llm"
+        self,
+        name: str,
+        params: EngineParams | None = None,
+        stream_chunk_tokens: int = 1,
+        model: str = "sim-llm",
+        tokenizer: ModelTokenizer | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
         self.name = name
         self.model = model
-        self.engine = Engine(params or EngineParams())
+        self.tokenizer = tokenizer
+        """The model's tokenizer (token ids and counts); without it, the sim's 4-characters-per-token one."""
+        self.publisher = publisher
+        """Where the KV-cache events go (vLLM's ``--kv-events-config``), if anywhere."""
+        params = params or EngineParams()
+        listener = CacheEvents(publisher, params.block_tokens) if publisher is not None else None
+        self.engine = Engine(params, listener)
         self.stream_chunk_tokens = max(1, stream_chunk_tokens)
         self.registry = CollectorRegistry()
         self.registry.register(_EngineCollector(self))
@@ -125,20 +146,23 @@ class SimReplica:
             return web.json_response({"error": {"message": "body must be an object", "code": 400}}, status=400)
         chat = request.path.endswith("/chat/completions")
         prompt = render_prompt(body)
+        token_ids = self.tokenizer.request_tokens(request.path, body, _ALL) if self.tokenizer is not None else None
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         rid = f"cmpl-{self.name}-{next(self._ids)}"
         self._open[id(request)] = request
         self.open_requests.inc()
         try:
             if body.get("stream"):
-                return await self._stream(request, body, chat, prompt, max_tokens, rid)
-            return await self._complete(body, chat, prompt, max_tokens, rid)
+                return await self._stream(request, body, chat, prompt, token_ids, max_tokens, rid)
+            return await self._complete(body, chat, prompt, token_ids, max_tokens, rid)
         finally:
             self._open.pop(id(request), None)
             self.open_requests.dec()
 
-    async def _complete(self, body: dict[str, Any], chat: bool, prompt: str, max_tokens: int, rid: str) -> web.Response:
-        async with self.engine.sequence(prompt) as admitted:
+    async def _complete(
+        self, body: dict[str, Any], chat: bool, prompt: str, token_ids: Tokens, max_tokens: int, rid: str
+    ) -> web.Response:
+        async with self.engine.sequence(prompt, token_ids) as admitted:
             await self.engine.sleep((max_tokens - 1) / self.engine.params.decode_tokens_per_s)
             self.engine.counters.generation_tokens += max_tokens
         text = "".join(_output_tokens(prompt, max_tokens))
@@ -158,7 +182,14 @@ class SimReplica:
         return web.json_response(payload, headers={"x-sim-replica": self.name})
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], chat: bool, prompt: str, max_tokens: int, rid: str
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        chat: bool,
+        prompt: str,
+        token_ids: Tokens,
+        max_tokens: int,
+        rid: str,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "x-sim-replica": self.name}
@@ -180,7 +211,7 @@ class SimReplica:
                 data["sim_ttft_s"] = round(ttft_s, 6)
             return b"data: " + json.dumps(data).encode() + b"\n\n"
 
-        async with self.engine.sequence(prompt) as admitted:
+        async with self.engine.sequence(prompt, token_ids) as admitted:
             await response.write(chunk(tokens[0], "length" if max_tokens == 1 else None, admitted.ttft_s))
             sent = 1
             while sent < max_tokens:

@@ -48,7 +48,7 @@ def test_no_termination_log_outside_a_pod(tmp_path: Path) -> None:
     )
 
 
-def test_retryable_is_only_network_trouble_and_a_disk_that_filled_up() -> None:
-    retryable = {Reason.NETWORK_ERROR, Reason.DISK_FULL}
+def test_retryable_is_only_network_trouble_a_disk_that_filled_up_and_a_tampered_cache() -> None:
+    retryable = {Reason.NETWORK_ERROR, Reason.DISK_FULL, Reason.CACHE_TAMPERED}
     assert all(preloading.is_retryable(r.value) for r in retryable)
     assert not any(preloading.is_retryable(r.value) for r in Reason if r not in retryable)

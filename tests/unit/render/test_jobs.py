@@ -20,7 +20,8 @@ from warmstart.render.weights_plans import JobPhase
 GOLDEN = Path(__file__).parent / "golden" / "jobs"
 CONTEXT = RenderContext(
     operator_image="warmstart:test",
-    preload_env_names=("AWS_ENDPOINT_URL_S3",),
+    preload_env_names=("AWS_ACCESS_KEY_ID",),
+    preload_endpoints={"AWS_ENDPOINT_URL_S3": "https://s3-mirror.internal"},
     preload_pod_annotations={"sim.warmstart.io/duration": "2s", "team": "operator"},
 )
 CODES = sorted(preloading.PERMANENT_EXIT_CODES.values())
@@ -120,7 +121,7 @@ def test_job_is_pinned_tolerant_restricted_and_owned() -> None:
         {"key": "aws.amazon.com/neuron", "operator": "Exists", "effect": "NoSchedule"},
     ]  # the GPU node-pool taints only, never every taint
     host_paths = [v["hostPath"] for v in pod["volumes"] if "hostPath" in v]
-    assert host_paths == [{"path": "/opt/dlami/nvme/warmstart", "type": "DirectoryOrCreate"}]
+    assert host_paths == [{"path": "/opt/dlami/nvme", "type": "Directory"}]  # only its `warmstart` subPath is mounted
     owner = job["metadata"]["ownerReferences"][0]
     assert owner["kind"] == "ModelDataCacheConfig" and owner["controller"] is True
     assert job["metadata"]["labels"][labels.NODE_LABEL] == NODE
@@ -223,3 +224,42 @@ def test_a_preload_job_without_the_caches_controller_reference_belongs_to_no_cac
     body["metadata"]["ownerReferences"] = forged["ownerReferences"]
     body["metadata"]["annotations"].update(forged.get("annotations", {}))
     assert jobs.read_job(body).owner_uid == ""
+
+
+def _pod(uid: str, node: str, managers: list[tuple[str, str | None]]) -> dict[str, Any]:
+    fields = [{"manager": m, "operation": "Update", **({"subresource": s} if s else {})} for m, s in managers]
+    return {
+        "metadata": {
+            "name": f"p-{uid}-{node}",
+            "ownerReferences": [{"kind": "Job", "uid": uid, "controller": True}],
+            "managedFields": fields,
+        },
+        "spec": {"nodeName": node},
+    }
+
+
+def test_only_pods_the_job_controller_made_for_the_job_on_its_node_speak_for_it() -> None:
+    job = jobs.read_job({"metadata": {"name": "j", "uid": "job-uid", "labels": {labels.NODE_LABEL: NODE}}}).job
+    controller = [("kube-controller-manager", None), ("kubelet", "status"), ("kube-scheduler", "binding")]
+    genuine = _pod("job-uid", NODE, controller)
+    forged = [
+        _pod("job-uid", NODE, [("kubectl-create", None)]),  # a tenant's pod with the Job's labels and owner
+        _pod("job-uid", NODE, [*controller, ("kubectl-edit", None)]),  # edited by someone else afterwards
+        _pod("other-uid", NODE, controller),  # controlled by another Job
+        _pod("job-uid", "another-node", controller),  # ran elsewhere
+    ]
+    assert jobs.pods_of([genuine, *forged], job, "kube-controller-manager") == [genuine]
+
+
+def test_a_job_records_who_wrote_it_status_writers_left_out() -> None:
+    body = {
+        "metadata": {
+            "name": "j",
+            "managedFields": [
+                {"manager": "warmstart", "operation": "Apply"},
+                {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"},
+            ],
+        }
+    }
+    assert jobs.read_job(body).managers == frozenset({"warmstart"})
+    assert jobs.made_by(body, "warmstart") and not jobs.made_by(body, "kubectl")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +18,11 @@ from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import ObjectRef
 
-CONTEXT = RenderContext(operator_image="warmstart:test", preload_env_names=("HF_ENDPOINT",))
+CONTEXT = RenderContext(
+    operator_image="warmstart:test",
+    preload_env_names=("AWS_ACCESS_KEY_ID",),
+    preload_endpoints={"HF_ENDPOINT": "https://hub-mirror.internal"},
+)
 HOST_PATH = "/mnt/nvme0"
 SIZE = 20_000_000_000
 
@@ -87,8 +95,9 @@ def test_init_container_is_the_job_container_for_every_source(source: str) -> No
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_model_pod_declares_the_job_volumes_with_the_model_volume_as_cache(source: str) -> None:
     model_volumes, job_volumes = model_pod(SOURCES[source])["volumes"], job_pod(SOURCES[source])["volumes"]
-    # a model pod on a cold node (no Job ever ran there) must not wait for a directory that never appears
-    assert job_volumes[0]["hostPath"]["type"] == "DirectoryOrCreate"
+    # the admin's root, which exists; a cold node's `warmstart/` is created by the kubelet (subPath), so a model pod
+    # on a node no Job ever reached does not wait for a directory that never appears
+    assert job_volumes[0]["hostPath"] == {"path": HOST_PATH, "type": "Directory"}
     assert model_volumes[0] == {**job_volumes[0], "name": "model-weights"}
     assert model_volumes[1:] == job_volumes[1:]
 
@@ -101,7 +110,9 @@ def test_only_the_cache_owner_step_runs_as_root_and_it_holds_chown_alone() -> No
             assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
             assert owner["securityContext"]["allowPrivilegeEscalation"] is False
             assert owner["command"][-1] == f"{HOST_PATH}/warmstart"  # an argument, never spliced into the script
-            assert [m["mountPath"] for m in owner["volumeMounts"]] == [f"{HOST_PATH}/warmstart"]
+            assert owner["volumeMounts"] == [
+                {"name": pod["volumes"][0]["name"], "mountPath": f"{HOST_PATH}/warmstart", "subPath": "warmstart"}
+            ]
             (writer,) = [c for c in rest if c["name"] == preload]
             assert writer["securityContext"]["runAsNonRoot"] is True and writer["securityContext"]["runAsUser"] != 0
             assert writer["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -131,6 +142,23 @@ def test_preload_is_non_root_without_rights_on_a_read_only_root_with_tmp_as_home
         "/dev/termination-log",
         "File",
     )
+
+
+def test_cache_volume_is_the_existing_admin_root_of_which_only_warmstart_is_mounted() -> None:
+    """`type: Directory`: the kubelet never creates the root; the subPath `warmstart` is resolved by the kubelet
+    without following links, so a link planted at `<root>/warmstart` is never mounted."""
+    for pod in (model_pod(SOURCES["s3"]), job_pod(SOURCES["s3"])):
+        assert pod["volumes"][0]["hostPath"] == {"path": HOST_PATH, "type": "Directory"}
+        for container in pod.get("initContainers", []) + pod["containers"]:
+            for mount in container["volumeMounts"]:
+                if mount["name"] == pod["volumes"][0]["name"]:
+                    assert mount["subPath"].startswith("warmstart"), (container["name"], mount)
+
+
+def test_cache_owner_step_never_recurses_and_hands_over_only_a_fresh_empty_root_owned_directory() -> None:
+    script = preload_containers.OWNERSHIP_SCRIPT
+    assert "-R" not in script and "chown -h" in script
+    assert '[ "$owner" = 0:0 ]' in script and "ls -A" in script and '[ ! -L "$d" ]' in script
 
 
 def test_cache_is_mounted_at_its_node_path_and_is_an_empty_dir_when_caching_is_off() -> None:
@@ -181,9 +209,84 @@ def test_a_model_volume_with_a_plain_name_does_not_clash_with_the_preload_volume
 def test_operator_wide_preload_environment_reaches_pods_as_secret_references_only() -> None:
     for pod in (model_pod(SOURCES["s3"]), job_pod(SOURCES["s3"])):
         preload = next(c for c in pod.get("initContainers", []) + pod["containers"] if c["command"] == ["warmstart"])
-        (hub,) = [e for e in preload["env"] if e["name"] == "HF_ENDPOINT"]
-        assert hub == {
-            "name": "HF_ENDPOINT",
-            "valueFrom": {"secretKeyRef": {"name": "warmstart-preload-env", "key": "HF_ENDPOINT"}},
+        (key,) = [e for e in preload["env"] if e["name"] == "AWS_ACCESS_KEY_ID"]
+        assert key == {
+            "name": "AWS_ACCESS_KEY_ID",
+            "valueFrom": {"secretKeyRef": {"name": "warmstart-preload-env", "key": "AWS_ACCESS_KEY_ID"}},
         }
-        assert "value" not in hub
+
+
+def test_mirror_endpoints_are_the_admins_plain_values_never_a_tenant_secrets() -> None:
+    """A tenant may edit the preload Secret of its namespace: an endpoint taken from there could fill a shared cache
+    from the tenant's own mirror. Endpoints are plain values of the operator's settings."""
+    for pod in (model_pod(SOURCES["huggingface"]), job_pod(SOURCES["huggingface"])):
+        preload = next(c for c in pod.get("initContainers", []) + pod["containers"] if c["command"] == ["warmstart"])
+        (hub,) = [e for e in preload["env"] if e["name"] == "HF_ENDPOINT"]
+        assert hub == {"name": "HF_ENDPOINT", "value": "https://hub-mirror.internal"}
+
+
+@pytest.mark.parametrize(
+    "name", ["HF_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "AWS_CA_BUNDLE"]
+)
+def test_a_connection_setting_from_the_tenant_secret_is_refused_at_start(name: str) -> None:
+    with pytest.raises(ValueError, match=f"preload.env may not set {name}"):
+        RenderContext(preload_env_names=(name,))
+
+
+def test_preload_endpoints_take_connection_settings_only_and_no_credentials() -> None:
+    with pytest.raises(ValueError, match="not AWS_SECRET_ACCESS_KEY"):
+        RenderContext(preload_endpoints={"AWS_SECRET_ACCESS_KEY": "x"})
+    with pytest.raises(ValueError, match="credentials in its URL"):
+        RenderContext(preload_endpoints={"HF_ENDPOINT": "https://user:secret@mirror"})
+
+
+def _run_owner_step(tmp_path: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """The rendered script under the host's busybox (the image's is the same program), as root."""
+    script = preload_containers.OWNERSHIP_SCRIPT.replace(preload_containers.BUSYBOX, BUSYBOX)
+    script = script.replace("/dev/termination-log", str(tmp_path / "termination-log"))
+    return subprocess.run([BUSYBOX, "sh", "-c", script, "sh", str(target)], capture_output=True, text=True, check=False)
+
+
+BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
+needs_root_and_busybox = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists(BUSYBOX), reason="runs the root step: needs root and busybox"
+)
+
+
+@needs_root_and_busybox
+def test_owner_step_hands_a_fresh_directory_to_the_cache_uid_and_nothing_below_it(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert _run_owner_step(tmp_path, fresh).returncode == 0
+    assert (fresh.stat().st_uid, fresh.stat().st_gid) == (65532, 65532)
+    assert _run_owner_step(tmp_path, fresh).returncode == 0  # already handed over: nothing to do
+
+
+@needs_root_and_busybox
+@pytest.mark.parametrize("planted", ["file", "link"])
+def test_owner_step_refuses_a_root_owned_directory_with_something_in_it(tmp_path: Path, planted: str) -> None:
+    """The old step ran `chown -R` on a root-owned tree: whatever root (a tenant's privileged pod) planted there, a
+    link to /etc/shadow included, became the cache uid's. Now it refuses, and changes nothing."""
+    target, secret = tmp_path / "warmstart", tmp_path / "secret"
+    target.mkdir()
+    secret.write_text("root's")
+    if planted == "link":
+        (target / "weights").symlink_to(secret)
+    else:
+        (target / "weights").mkdir()
+    done = _run_owner_step(tmp_path, target)
+    assert done.returncode == 1 and "not empty" in done.stderr
+    assert target.stat().st_uid == 0 and secret.stat().st_uid == 0 and os.lstat(target / "weights").st_uid == 0
+    assert "refusing" in (tmp_path / "termination-log").read_text()
+
+
+@needs_root_and_busybox
+def test_owner_step_refuses_a_link_and_a_directory_of_another_owner(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert _run_owner_step(tmp_path, link).returncode == 1 and real.stat().st_uid == 0
+    os.chown(real, 1000, 1000)
+    done = _run_owner_step(tmp_path, real)
+    assert done.returncode == 1 and "owned by 1000:1000" in done.stderr and real.stat().st_uid == 1000

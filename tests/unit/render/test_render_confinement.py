@@ -16,18 +16,35 @@ from warmstart.render import weights_plans as planning
 ROOTS = ("/opt/dlami/nvme", "/mnt/cache")
 
 
-@pytest.mark.parametrize("path", ["/opt/dlami/nvme", "/opt/dlami/nvme/", "/opt/dlami/nvme/team-a", "/mnt/cache"])
-def test_allowed_roots_and_paths_under_them_pass(path: str) -> None:
+@pytest.mark.parametrize("path", ["/opt/dlami/nvme", "/opt/dlami/nvme/", "/opt//dlami/nvme", "/mnt/cache"])
+def test_allowed_roots_pass_written_with_extra_slashes_too(path: str) -> None:
     assert hostpaths.refusal(path, ROOTS) is None
 
 
 @pytest.mark.parametrize(
-    "path", ["/", "/etc", "/var/lib/kubelet", "/opt/dlami", "/opt/dlami/nvme-other", "/opt/dlami/nvmex/warmstart"]
+    "path",
+    [
+        "/",
+        "/etc",
+        "/var/lib/kubelet",
+        "/opt/dlami",
+        "/opt/dlami/nvme-other",
+        "/opt/dlami/nvmex/warmstart",
+        "/opt/dlami/nvme/team-a",
+        # another cache's own directory: mounting <it>/warmstart would expose and let a tenant write that cache
+        "/opt/dlami/nvme/warmstart/weights/0123456789abcdef0123456789abcdef",
+    ],
 )
-def test_every_other_root_is_refused_with_the_allowed_list(path: str) -> None:
+def test_every_other_root_and_every_path_under_an_allowed_root_is_refused(path: str) -> None:
     message = hostpaths.refusal(path, ROOTS)
     assert message is not None
     assert path in message and "/opt/dlami/nvme, /mnt/cache" in message and "cache.allowedHostPaths" in message
+
+
+@pytest.mark.parametrize("path", ["/opt/dlami/nvme/.", "/opt/dlami/nvme/x/..", "/opt/dlami/./nvme", "opt/dlami/nvme"])
+def test_dot_segments_and_relative_paths_are_refused_even_when_they_normalize_to_a_root(path: str) -> None:
+    message = hostpaths.refusal(path, ROOTS)
+    assert message is not None and path in message
 
 
 def test_a_refused_cache_fails_without_touching_a_node() -> None:

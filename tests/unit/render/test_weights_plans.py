@@ -12,6 +12,7 @@ from warmstart.api.states import CacheState, NodeCacheState
 from warmstart.placement import GB, instance_type_affinity
 from warmstart.render import nvme_budget
 from warmstart.render import weights_plans as planning
+from warmstart.render import weights_summaries as summaries
 from warmstart.render.weights_plans import JobPhase, PreloadJob, PreloadResult
 
 KEY = "0123456789ab"
@@ -322,3 +323,25 @@ def test_last_used_time_is_refreshed_hourly_while_referenced_and_frozen_after() 
     stale = ModelDataCacheConfigStatus(last_used_time="2026-01-01T10:00:00Z")
     assert run([node("a")], status=stale, parentReferences=parent).status.last_used_time == "2026-01-01T12:00:00Z"
     assert run([node("a")], status=stale).status.last_used_time == "2026-01-01T10:00:00Z"
+
+
+def test_a_node_whose_label_write_failed_is_not_counted_ready() -> None:
+    nodes = [node("a", ready=True), node("b", ready=True)]
+    observed = planning.Observed(
+        generation=1,
+        key=KEY,
+        spec=spec(),
+        status=ModelDataCacheConfigStatus(),
+        nodes=nodes,
+        jobs=[],
+        results={},
+        retryable_reasons=RETRYABLE,
+    )
+    plan = planning.plan(observed, NOW)
+    assert plan.status.ready_nodes == 2
+    fixed = summaries.with_failed_steps(observed, plan.status, {"a": "labelling node a failed (Forbidden)"}, NOW)
+    assert (fixed.ready_nodes, fixed.target_nodes, fixed.state) == (1, 2, CacheState.DOWNLOADING)
+    by_node = {e.node: e for e in fixed.nodes or []}
+    assert (by_node["a"].state, by_node["a"].reason) == (NodeCacheState.DOWNLOADING, "NodeStepFailed")
+    assert by_node["b"].state == NodeCacheState.READY
+    assert summaries.with_failed_steps(observed, plan.status, {}, NOW) is plan.status

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from warmstart.api import preloading
+from warmstart.api.cachemanifests import ManifestFile
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
 from warmstart.preload.results import PreloadError
@@ -33,6 +34,9 @@ class RemoteFile:
     git_sha1: str | None = None  # Hub git blob id of a non-LFS file
     mtime_ns: int | None = None  # local sources: to notice a file changing under the copy
     checksum_algorithms: tuple[str, ...] = ()  # S3: the additional checksums the listing names (values need a HEAD)
+    #: local sources: (st_dev, st_ino, st_ctime_ns) at listing; the opened file must be this very one (a reused inode
+    #: number has a new ctime, which no one can set)
+    inode: tuple[int, int, int] | None = None
 
     def fingerprint(self) -> dict[str, Any]:
         """What identifies this version of the file: recorded in the journal and the manifest."""
@@ -42,6 +46,11 @@ class RemoteFile:
             if value is not None:
                 body[name] = value
         return body
+
+
+def recorded(file: ManifestFile) -> dict[str, Any]:
+    """The fingerprint a manifest recorded for a file (what `RemoteFile.fingerprint` gave at download)."""
+    return {"size": file.size, **(file.model_extra or {})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +107,12 @@ class Source(Protocol):
         """A check of a downloaded file at a path; raises PreloadError(ChecksumMismatch)."""
         ...
 
-    def authorize(self, paths: Sequence[str]) -> None:
-        """Check, cheaply (one request or stat), that this pod may read the source; `paths` are the cached files.
+    def authorize(self, files: Sequence[ManifestFile]) -> list[str]:
+        """Check that this pod may read every cached file, and which of them the source now holds otherwise.
 
-        Raises PreloadError (AccessDenied, NotFound, SecretMissing, ...) when it may not."""
+        One HEAD (or stat) per file, with this pod's own credentials and endpoints; its size and fingerprint
+        (ETag, Hub LFS sha256 or git blob id, mtime) are compared with the manifest's. Returns the paths that differ
+        or are gone. Raises PreloadError (AccessDenied, SecretMissing, NetworkError, ...) when it may not read them."""
         ...
 
 

@@ -4,7 +4,8 @@ The listing is `HfApi.list_repo_tree` at the commit (the tree API gives sizes, L
 each file is fetched by `hf_hub_download` pinned to that commit, several at a time, into a scratch
 `local_dir` inside the staging directory. huggingface_hub checks only sizes, so sha256 (LFS files) and the
 git blob id (small files) are verified here. Xet is disabled: plain HTTP is what mirrors and tests speak.
-The token is passed to huggingface_hub and never logged.
+The token is passed to huggingface_hub and never logged. A cache another identity made is checked file by file
+(`authorize`: a HEAD of each, whose ETag is the LFS sha256 or the git blob id) before this pod uses it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from huggingface_hub import errors as hf_errors
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import filter_repo_objects  # type: ignore[attr-defined]
 
+from warmstart.api.cachemanifests import ManifestFile
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import HuggingFaceModel, ModelSourceConfig
-from warmstart.preload import store, verifying
+from warmstart.preload import sources, store, verifying
 from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile
 
@@ -212,17 +214,27 @@ class HubSource:
 
         return verify
 
-    def authorize(self, paths: Sequence[str]) -> None:
-        """A model without a token Secret is public: nothing to check. Otherwise HEAD one file with this pod's token."""
-        if self.model.token_secret_ref is None or not paths:
-            return
+    def authorize(self, files: Sequence[ManifestFile]) -> list[str]:
+        """HEAD every cached file with this pod's token (anonymously for a public model) at the pinned commit (else
+        main); the paths whose size or content id (LFS sha256, else git blob id) differ from the manifest's."""
         revision = self.commit or "main"
-        what = f"huggingface {self.repo}@{revision}/{paths[0]}"
+        workers = max(1, min(self.options.concurrency, MAX_PARALLEL_FILES))
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="hf-head") as pool:
+            same = list(pool.map(lambda f: self._still_cached(f, revision), files))
+        return [f.path for f, ok in zip(files, same, strict=True) if not ok]
+
+    def _still_cached(self, file: ManifestFile, revision: str) -> bool:
+        what = f"huggingface {self.repo}@{revision}/{file.path}"
+        expected = sources.recorded(file)
         try:
-            url = hf_hub_url(self.repo, paths[0], revision=revision, endpoint=self.endpoint)
-            get_hf_file_metadata(url, token=self.token or False)
+            url = hf_hub_url(self.repo, file.path, revision=revision, endpoint=self.endpoint)
+            meta = get_hf_file_metadata(url, token=self.token or False)
+        except hf_errors.EntryNotFoundError:
+            return False  # gone at this revision: the cache is not what the source holds
         except Exception as exc:
             raise error(exc, what, bool(self.token)) from exc
+        content_id = expected.get("sha256") or expected.get("git_sha1")
+        return bool(meta.size == expected["size"] and content_id and meta.etag == content_id)
 
 
 def _counter_class(on_bytes: OnBytes) -> type:

@@ -2,7 +2,10 @@
 
 The Job mounts the volume at `mount_root`; the model is `<mount_root>/<modelLocation>`. Symlinks are
 followed only when they resolve inside the mount (a cycle is walked once); one that points outside is
-refused with PathEscape. Large files are copied in `part_size` ranges by several workers with
+refused with PathEscape. Each file is opened with O_NOFOLLOW and the opened file (fstat) must be the one listed
+(device, inode, ctime, size, mtime), so a link or another file swapped in after the listing is refused, never
+copied.
+Large files are copied in `part_size` ranges by several workers with
 copy_file_range(2) (pread/pwrite where the kernel refuses), so one big shard uses every worker.
 """
 
@@ -11,13 +14,15 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import os
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from warmstart.api.cachemanifests import ManifestFile
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload import nofollow, store, verifying
+from warmstart.preload import nofollow, sources, store, verifying
 from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import Listing, OnBytes, Options, RemoteFile, model_location
 
@@ -65,9 +70,8 @@ class LocalSource:
             raise PreloadError(Reason.NOT_FOUND, f"{self.kind}: {self.location or '/'} does not exist on the volume")
         base = self._resolve(self.base, mount)
         if os.path.isfile(base):
-            st = os.stat(base)
             name = store.safe_relpath(os.path.basename(self.base))
-            return Listing(files=(RemoteFile(name, st.st_size, base, mtime_ns=st.st_mtime_ns),))
+            return Listing(files=(_listed(name, base),))
         files: list[RemoteFile] = []
         seen: set[str] = set()
         stack = [(base, "")]
@@ -84,8 +88,7 @@ class LocalSource:
                 if os.path.isdir(real):
                     stack.append((real, rel + "/"))
                 elif os.path.isfile(real):
-                    st = os.stat(real)
-                    files.append(RemoteFile(store.safe_relpath(rel), st.st_size, real, mtime_ns=st.st_mtime_ns))
+                    files.append(_listed(store.safe_relpath(rel), real))
         if not files:
             raise PreloadError(Reason.NOT_FOUND, f"{self.kind}: {self.location or '/'} holds no files")
         return Listing(files=tuple(files))
@@ -112,7 +115,7 @@ class LocalSource:
 
         def copy(file: RemoteFile, offset: int, length: int) -> None:
             try:
-                _copy_range(file.ref, part_path(file), offset, length, on_bytes)
+                _copy_range(file, self.kind, part_path(file), offset, length, on_bytes)
             except OSError as exc:
                 if store.is_enospc(exc):
                     raise store.disk_full(f"{self.kind}: {file.path}", exc) from exc
@@ -135,29 +138,66 @@ class LocalSource:
     def verifier(self, file: RemoteFile) -> Callable[[str], None]:
         def verify(path: str) -> None:
             verifying.check_size(path, file.size, f"{self.kind}: {file.path}")
-            st = os.stat(file.ref)
-            if st.st_size != file.size or st.st_mtime_ns != file.mtime_ns:
-                raise PreloadError(Reason.NETWORK_ERROR, f"{self.kind}: {file.path} changed during the copy; retry")
+            os.close(open_listed(file, self.kind))  # still the very file listed, unchanged, after the copy
 
         return verify
 
-    def authorize(self, paths: Sequence[str]) -> None:
-        """The volume is mounted in this pod (the kubelet mounted it for this namespace): stat one cached file."""
+    def authorize(self, files: Sequence[ManifestFile]) -> list[str]:
+        """The volume is mounted in this pod (the kubelet mounted it for this namespace): stat every cached file on it;
+        the paths whose size or mtime differ from the manifest's, or that are gone."""
         mount = os.path.realpath(self.mount_root)
-        if not os.path.isdir(mount) or not paths:
+        if not os.path.isdir(mount) or not files:
             raise PreloadError(Reason.NOT_FOUND, f"{self.kind}: nothing is mounted at {self.mount_root}")
         base = self._resolve(self.base, mount) if os.path.lexists(self.base) else self.base
-        candidate = base if os.path.isfile(base) else os.path.join(base, paths[0])
-        try:
-            os.stat(self._resolve(candidate, mount))
-        except OSError as exc:
+        single = os.path.isfile(base)
+        differing: list[str] = []
+        for file in files:
+            expected = sources.recorded(file)
+            try:
+                st = os.stat(self._resolve(base if single else os.path.join(base, file.path), mount))
+            except OSError:
+                differing.append(file.path)
+                continue
+            if st.st_size != expected["size"] or st.st_mtime_ns != expected.get("mtime_ns"):
+                differing.append(file.path)
+        return differing
+
+
+def _listed(rel: str, real: str) -> RemoteFile:
+    st = os.stat(real)
+    return RemoteFile(rel, st.st_size, real, mtime_ns=st.st_mtime_ns, inode=(st.st_dev, st.st_ino, st.st_ctime_ns))
+
+
+def open_listed(file: RemoteFile, kind: str) -> int:
+    """The listed file opened for reading: O_NOFOLLOW, and fstat must show the very file the listing saw."""
+    try:
+        fd = os.open(file.ref, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
             raise PreloadError(
-                Reason.NOT_FOUND, f"{self.kind}: {paths[0]} is not readable on this pod's volume: {exc.strerror}"
+                Reason.PATH_ESCAPE, f"{kind}: {file.path} was replaced by a link after the listing; refusing it"
             ) from exc
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or (
+        file.inode is not None and (st.st_dev, st.st_ino, st.st_ctime_ns) != file.inode
+    ):
+        os.close(fd)
+        raise PreloadError(
+            Reason.PATH_ESCAPE, f"{kind}: {file.path} is not the file listed (replaced after the listing); refusing it"
+        )
+    if st.st_size != file.size or st.st_mtime_ns != file.mtime_ns:
+        os.close(fd)
+        raise PreloadError(Reason.NETWORK_ERROR, f"{kind}: {file.path} changed during the copy; retry")
+    return fd
 
 
-def _copy_range(src: str, dst: str, offset: int, length: int, on_bytes: OnBytes) -> None:
-    with open(src, "rb", buffering=0) as fin, os.fdopen(nofollow.open_fd(dst, os.O_RDWR), "r+b", buffering=0) as fout:
+def _copy_range(file: RemoteFile, kind: str, dst: str, offset: int, length: int, on_bytes: OnBytes) -> None:
+    src = file.ref
+    with (
+        os.fdopen(open_listed(file, kind), "rb", buffering=0) as fin,
+        os.fdopen(nofollow.open_fd(dst, os.O_RDWR), "r+b", buffering=0) as fout,
+    ):
         done = 0
         try:
             while done < length:

@@ -24,9 +24,10 @@ import botocore.credentials
 import botocore.exceptions
 import botocore.session
 
+from warmstart.api.cachemanifests import ManifestFile
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.preload import nofollow, partdigests, partjournal, s3checksums, store, verifying
+from warmstart.preload import nofollow, partdigests, partjournal, s3checksums, sources, store, verifying
 from warmstart.preload.results import PreloadError
 from warmstart.preload.sources import (
     Listing,
@@ -41,6 +42,9 @@ from warmstart.preload.sources import (
 )
 
 log = logging.getLogger(__name__)
+
+#: HEADs in flight when a pod checks a cache another identity downloaded (one per cached object)
+AUTHORIZE_WORKERS = 16
 
 NOT_FOUND_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
 DENIED_CODES = {
@@ -354,25 +358,35 @@ class S3Source:
             )
         return answer["Body"]
 
-    def authorize(self, paths: Sequence[str]) -> None:
-        """HEAD one cached object with this pod's credentials (s3:GetObject, what a download needs)."""
-        if not paths:
+    def authorize(self, files: Sequence[ManifestFile]) -> list[str]:
+        """HEAD every cached object with this pod's credentials (s3:GetObject, what a download needs); the paths
+        whose size or ETag differ from the manifest's, or that are gone."""
+        if not files:
             raise PreloadError(Reason.NOT_FOUND, f"{self.uri()}: nothing to check access against")
+        workers = max(1, min(self.options.concurrency, AUTHORIZE_WORKERS))
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="head") as pool:
+            same = list(pool.map(self._still_cached, files))
+        return [f.path for f, ok in zip(files, same, strict=True) if not ok]
+
+    def _still_cached(self, file: ManifestFile) -> bool:
         prefix = self.location + "/" if self.location and not self.location.endswith("/") else self.location
-        candidates = [prefix + paths[0]]
-        if self.location and not self.location.endswith("/") and posixpath.basename(self.location) == paths[0]:
+        candidates = [prefix + file.path]
+        if self.location and not self.location.endswith("/") and posixpath.basename(self.location) == file.path:
             candidates.insert(0, self.location)  # modelLocation may name the one object
-        found: PreloadError | None = None
+        expected = sources.recorded(file)
         for key in candidates:
             try:
-                self.client.head_object(Bucket=self.bucket, Key=key)
-                return
+                head = self.client.head_object(Bucket=self.bucket, Key=key)
             except Exception as exc:
                 found = error(exc, self.uri(key))
                 if found.reason != Reason.NOT_FOUND:
                     raise found from exc
-        assert found is not None
-        raise found
+                continue
+            return bool(
+                int(head.get("ContentLength", -1)) == expected["size"]
+                and str(head.get("ETag", "")).strip('"') == expected.get("etag")
+            )
+        return False
 
     def part_size_hint(self, file: RemoteFile) -> int | None:
         """The size of part 1 of a multipart object, as the store reports it (None if it does not)."""

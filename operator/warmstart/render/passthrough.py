@@ -1,0 +1,93 @@
+"""Pass-through rules: what `kubernetes.volumes` and `kubernetes.initContainers` may put into a model pod.
+
+Both are core/v1 objects a tenant writes and warmstart renders into the model pod as they are. Pod Security (checked
+on the real API server before anything is applied, controllers/guarding.py) filters them like any pod the tenant
+creates; these rules add what Pod Security cannot know:
+
+- a `hostPath` volume must be a normalized absolute path (no empty, `.` or `..` segment, no trailing `/`) strictly
+  under a root the cluster admin allows (Helm value `cache.allowedHostPaths`), and outside warmstart's own cache
+  directories (`<root>/.../warmstart`), whose per-namespace isolation a direct mount would bypass;
+- every container that mounts a `hostPath` volume mounts it `readOnly: true`: a tenant never writes a node directory.
+
+The chart's ValidatingAdmissionPolicy (`<release>-pass-through`, charts/warmstart/templates/admission.yaml) applies
+the same rules at admission, with the same strings; the operator applies them again, so an object that got past
+admission (policy not installed, or roots changed since) is still refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from warmstart.api.preloading import CACHE_DIR_NAME
+from warmstart.render import hostpaths
+from warmstart.render.endpoints import Endpoint
+
+#: the status reason of an endpoint whose pass-through volumes break these rules (the cache roots' reason too)
+REASON = hostpaths.REASON
+#: HyperPod's reason for a kubernetesVolume source without the volume it names
+VOLUME_REASON = "KubernetesVolumeValidationFailed"
+
+
+def host_path_refusal(path: object, roots: Sequence[str]) -> str | None:
+    """Why a tenant's hostPath `path` is refused (None when allowed)."""
+    allowed = ", ".join(roots) or "(none)"
+    if (
+        not isinstance(path, str)
+        or not path.startswith("/")
+        or (path != "/" and any(segment in ("", ".", "..") for segment in path.split("/")[1:]))
+    ):
+        return f"hostPath {path!r} must be a normalized absolute path (no empty, '.' or '..' segment, no trailing '/')"
+    under = [root for root in roots if path.startswith(root.rstrip("/") + "/")]
+    if not under:
+        return f"hostPath {path} is not under an allowed root ({allowed}; Helm value cache.allowedHostPaths)"
+    below = path[len(under[0].rstrip("/")) :].split("/")
+    if CACHE_DIR_NAME in below:
+        return (
+            f"hostPath {path} is inside warmstart's cache ({CACHE_DIR_NAME}/): caches reach pods only through warmstart"
+        )
+    return None
+
+
+def _host_volumes(volumes: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {str(v.get("name")) for v in volumes if isinstance(v, Mapping) and "hostPath" in v}
+
+
+def refusals(endpoint: Endpoint, roots: Sequence[str]) -> list[str]:
+    """Every breach of the rules by the endpoint's `kubernetes` block, each naming its field; [] when none."""
+    kube = endpoint.kubernetes
+    if kube is None:
+        return []
+    volumes = kube.volumes or []
+    found: list[str] = []
+    for index, volume in enumerate(volumes):
+        host = volume.get("hostPath") if isinstance(volume, Mapping) else None
+        if host is None:
+            continue
+        path = host.get("path") if isinstance(host, Mapping) else None
+        why = host_path_refusal(path, roots)
+        if why is not None:
+            found.append(f"kubernetes.volumes[{index}] ({volume.get('name')}): {why}")
+    host_volumes = _host_volumes(volumes)
+    for index, container in enumerate(kube.init_containers or []):
+        for position, mount in enumerate(container.get("volumeMounts") or []):
+            if isinstance(mount, Mapping) and mount.get("name") in host_volumes and mount.get("readOnly") is not True:
+                found.append(
+                    f"kubernetes.initContainers[{index}] ({container.get('name')}).volumeMounts[{position}]: "
+                    f"hostPath volume {mount.get('name')} must be mounted readOnly: true"
+                )
+    return found
+
+
+def missing_model_volume(endpoint: Endpoint) -> str | None:
+    """Why a kubernetesVolume source without a claim has no model volume (None when `kubernetes.volumes` has it)."""
+    if not endpoint.model_on_volume:
+        return None
+    name = endpoint.worker.model_volume_mount.name
+    volumes = (endpoint.kubernetes.volumes or []) if endpoint.kubernetes else []
+    if any(isinstance(v, Mapping) and v.get("name") == name for v in volumes):
+        return None
+    return (
+        f"modelSourceType kubernetesVolume without kubernetesVolume reads the model from the kubernetes.volumes entry "
+        f"named {name} (worker.modelVolumeMount.name), and there is none"
+    )

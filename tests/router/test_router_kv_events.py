@@ -1,0 +1,194 @@
+"""Two routers follow the same simulated vLLM replicas' KV events and agree, end to end over real sockets.
+
+Real: the sim replicas (HTTP and their ZMQ publishers in vLLM's wire format), the routers' traffic
+servers and admin apps, their ZMQ subscriptions and metrics scrapes, a real tokenizer. Not used:
+Kubernetes (the fleet is given as backends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from warmstart.api.routers import RouterConfig
+from warmstart.router import admin, proxying
+from warmstart.router.routing import Router
+from warmstart.router.tokenizing import ModelTokenizer
+from warmstart.sim import tinytokenizer
+from warmstart.sim.engine import EngineParams
+from warmstart.sim.kvpublishing import KVEventsConfig, Publisher
+from warmstart.sim.server import SimReplica
+from warmstart.sim.server import serve as serve_replica
+from warmstart.sim.workloads import words
+
+FAST = EngineParams(time_scale=0.002, cache_tokens=64 * 16)
+EVENTS, REPLAY = 1, 2  # the publisher's ports, relative to each replica's HTTP port
+
+
+def _port_triple() -> int:
+    """An HTTP port whose next two ports are free too."""
+    for _ in range(100):
+        socks = [socket.socket() for _ in range(3)]
+        try:
+            socks[0].bind(("127.0.0.1", 0))
+            port = int(socks[0].getsockname()[1])
+            socks[1].bind(("127.0.0.1", port + EVENTS))
+            socks[2].bind(("127.0.0.1", port + REPLAY))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free ports")
+
+
+@pytest.fixture
+async def fleet(tmp_path: Path) -> AsyncIterator[tuple[Path, list[tuple[SimReplica, str]]]]:
+    tokenizer_dir = tinytokenizer.build(tmp_path / "tokenizer")
+    tokenizer = ModelTokenizer.from_dir(tokenizer_dir)
+    started = []
+    for i in range(3):
+        port = _port_triple()
+        publisher = None
+        if i < 2:  # the third replica publishes nothing (an engine without events)
+            config = KVEventsConfig(True, "zmq", f"tcp://*:{port + EVENTS}", f"tcp://*:{port + REPLAY}")
+            publisher = Publisher(config)
+            publisher.start()
+        replica = SimReplica(f"r{i}", FAST, tokenizer=tokenizer, publisher=publisher)
+        runner, _ = await serve_replica(replica, "127.0.0.1", port)
+        started.append((replica, f"http://127.0.0.1:{port}", runner))
+    yield tokenizer_dir, [(replica, url) for replica, url, _ in started]
+    for replica, _, runner in started:
+        await runner.cleanup()
+        if replica.publisher is not None:
+            await replica.publisher.close()
+
+
+async def _router(config: RouterConfig, backends: list[str]) -> tuple[Router, str, Any, Any, str]:
+    router = Router(config, backends)
+    router.start()
+    traffic = await proxying.serve(router, "127.0.0.1", 0)
+    admin_runner, admin_port = await admin.serve(admin.make_admin_app(router), "127.0.0.1", 0)
+    return router, f"http://127.0.0.1:{traffic.port}", traffic, admin_runner, f"http://127.0.0.1:{admin_port}"
+
+
+async def _eventually(check: Any, timeout_steps: int = 100) -> None:
+    for _ in range(timeout_steps):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    assert check()
+
+
+async def test_two_routers_hold_the_engines_caches_and_agree(
+    fleet: tuple[Path, list[tuple[SimReplica, str]]],
+) -> None:
+    tokenizer_dir, replicas = fleet
+    urls = [url for _, url in replicas]
+    config = RouterConfig(
+        strategy="prefixaware",
+        kv_events=True,
+        kv_events_port=EVENTS,
+        kv_events_replay_port=REPLAY,
+        kv_events_ports_relative=True,
+        tokenizer_dir=str(tokenizer_dir),
+        engine_load_interval_seconds=0.05,
+    )
+    a = await _router(config, urls)
+    b = await _router(config, urls)
+    rng = random.Random(3)
+    systems = [words(rng, 100) for _ in range(6)]
+    try:
+        await asyncio.sleep(0.3)  # subscriptions reach the publishers
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            # router a routes everything; router b routes nothing and must still know where each prefix is
+            for _round in range(3):
+                for system in systems:
+                    body = {
+                        "messages": [
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": words(rng, 20)},
+                        ],
+                        "max_tokens": 2,
+                    }
+                    async with session.post(a[1] + "/v1/chat/completions", json=body) as response:
+                        assert response.status == 200, await response.text()
+            publishing = [(replica, url) for replica, url in replicas if replica.publisher is not None]
+
+            def converged() -> bool:
+                return all(
+                    router.engines.index.engine_hashes(url) == replica.engine.cache.blocks()
+                    for router in (a[0], b[0])
+                    for replica, url in publishing
+                )
+
+            await _eventually(converged)
+            for _, url in publishing:
+                assert a[0].engines.index.keys(url) == b[0].engines.index.keys(url)
+            assert sum(len(replica.engine.cache) for replica, _ in publishing) > 0
+            # router b sends a known conversation where the engines hold it, although it never routed it
+            placed = 0
+            for system in systems:
+                body = {
+                    "messages": [{"role": "system", "content": system}, {"role": "user", "content": "abc"}],
+                    "max_tokens": 1,
+                }
+                async with session.post(b[1] + "/v1/chat/completions", json=body) as response:
+                    assert response.status == 200
+                    usage = (await response.json())["usage"]
+                    placed += usage["prompt_tokens_details"]["cached_tokens"] >= 96
+            # the non-publishing replica is matched by b's text index, which has not seen these prompts
+            assert placed >= 4
+            async with session.get(b[4] + "/router/status") as response:
+                status = await response.json()
+            engines = status["engines"]
+            assert engines["tokenizer"] == "loaded"
+            live = {url: r["events"]["live"] for url, r in engines["replicas"].items()}
+            assert live == {urls[0]: True, urls[1]: True, urls[2]: False}
+            assert all(r["engineLoad"] is not None for r in engines["replicas"].values())
+            async with session.get(b[4] + "/metrics") as response:
+                metrics = await response.text()
+            assert 'warmstart_router_kv_routed_total{source="events"}' in metrics
+            assert "warmstart_router_kv_event_lag_seconds_count" in metrics
+    finally:
+        for router, _, traffic, admin_runner, _ in (a, b):
+            await traffic.cleanup()
+            await admin_runner.cleanup()
+            await router.stop()
+
+
+async def test_an_untokenizable_request_is_routed_by_text_never_failed(
+    fleet: tuple[Path, list[tuple[SimReplica, str]]],
+) -> None:
+    tokenizer_dir, replicas = fleet
+    config = RouterConfig(
+        strategy="prefixaware",
+        kv_events=True,
+        kv_events_port=EVENTS,
+        kv_events_replay_port=REPLAY,
+        kv_events_ports_relative=True,
+        tokenizer_dir=str(tokenizer_dir),
+    )
+    router, url, traffic, admin_runner, admin_url = await _router(config, [u for _, u in replicas])
+    try:
+        body = {
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}],
+            "max_tokens": 1,
+        }
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url + "/v1/chat/completions", json=body) as response:
+                assert response.status == 200
+            async with session.get(admin_url + "/metrics") as response:
+                assert "warmstart_router_kv_untokenized_total 1.0" in await response.text()
+    finally:
+        await traffic.cleanup()
+        await admin_runner.cleanup()
+        await router.stop()

@@ -1,0 +1,135 @@
+"""Pass-through rules: tenants' hostPath volumes stay under the admin's roots, out of the cache, and read-only; and
+HyperPod's kubernetesVolume without a claim renders the user's volume as the model volume."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.controllers import guarding
+from warmstart.render import deployments, endpoints, passthrough
+from warmstart.render.context import RenderContext
+from warmstart.render.deployments import Generation
+from warmstart.render.endpoints import ObjectRef
+
+ROOTS = ("/opt/dlami/nvme", "/mnt/cache/")
+CORPUS = pathlib.Path(__file__).resolve().parents[2] / "hyperpod-corpus"
+NVME = yaml.safe_load((CORPUS / "iec-v1-nvme-volume.yaml").read_text())
+CONTEXT = RenderContext(operator_image="warmstart:test")
+
+
+def _endpoint(spec: dict[str, Any]) -> endpoints.Endpoint:
+    ref = ObjectRef(kind="InferenceEndpointConfig", name="nvme", namespace="ns", uid="u-1")
+    return endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(spec))
+
+
+def _with(volumes: list[dict[str, Any]], inits: list[dict[str, Any]] | None = None) -> endpoints.Endpoint:
+    spec = copy.deepcopy(NVME["spec"])
+    spec["kubernetes"] = {"volumes": volumes, **({"initContainers": inits} if inits else {})}
+    return _endpoint(spec)
+
+
+def _host(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "hostPath": {"path": path, "type": "Directory"}}
+
+
+@pytest.mark.parametrize(
+    "path", ["/opt/dlami/nvme/qwen", "/opt/dlami/nvme/team-a/qwen/v1", "/mnt/cache/model", "/opt/dlami/nvme/warmstarts"]
+)
+def test_paths_strictly_under_an_allowed_root_pass(path: str) -> None:
+    assert passthrough.host_path_refusal(path, ROOTS) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("/", "not under an allowed root"),
+        ("/etc", "not under an allowed root"),
+        ("/var/lib/kubelet/pods", "not under an allowed root"),
+        ("/opt/dlami/nvme", "not under an allowed root"),  # the root itself holds warmstart's cache
+        ("/opt/dlami/nvme-other/x", "not under an allowed root"),
+        ("/opt/dlami/nvme/../../etc", "normalized"),
+        ("/opt/dlami/nvme/./x", "normalized"),
+        ("/opt/dlami/nvme//x", "normalized"),
+        ("/opt/dlami/nvme/x/", "normalized"),
+        ("opt/dlami/nvme/x", "normalized"),
+        ("", "normalized"),
+        ("/opt/dlami/nvme/warmstart", "inside warmstart's cache"),
+        ("/opt/dlami/nvme/warmstart/weights/k", "inside warmstart's cache"),
+        ("/opt/dlami/nvme/team-a/warmstart/weights", "inside warmstart's cache"),
+    ],
+)
+def test_every_other_path_is_refused_with_why(path: str, why: str) -> None:
+    message = passthrough.host_path_refusal(path, ROOTS)
+    assert message is not None and why in message, message
+
+
+def test_a_refusal_names_the_field_the_volume_and_the_allowed_roots() -> None:
+    (message,) = passthrough.refusals(_with([{"name": "cfg", "emptyDir": {}}, _host("root", "/")]), ROOTS)
+    assert message.startswith("kubernetes.volumes[1] (root): hostPath / is not under an allowed root")
+    assert "/opt/dlami/nvme, /mnt/cache/" in message and "cache.allowedHostPaths" in message
+
+
+def test_init_containers_must_mount_host_paths_read_only_other_volumes_as_they_like() -> None:
+    loader = {
+        "name": "loader",
+        "image": "busybox",
+        "volumeMounts": [
+            {"name": "scratch", "mountPath": "/scratch"},
+            {"name": "model-weights", "mountPath": "/model"},
+        ],
+    }
+    volumes = [_host("model-weights", "/opt/dlami/nvme/qwen"), {"name": "scratch", "emptyDir": {}}]
+    (message,) = passthrough.refusals(_with(volumes, [loader]), ROOTS)
+    assert message == (
+        "kubernetes.initContainers[0] (loader).volumeMounts[1]: hostPath volume model-weights must be mounted "
+        "readOnly: true"
+    )
+    loader["volumeMounts"][1]["readOnly"] = True
+    assert passthrough.refusals(_with(volumes, [loader]), ROOTS) == []
+
+
+def test_hyperpods_nvme_volume_is_the_model_volume_read_only_without_a_preload() -> None:
+    endpoint = _endpoint(NVME["spec"])
+    assert endpoint.model_on_volume and not endpoint.weights_enabled
+    manifest = deployments.deployment(endpoint, Generation(endpoint.weights_key({}), endpoint.image_key()), CONTEXT)
+    pod = manifest["spec"]["template"]["spec"]
+    assert pod["volumes"] == NVME["spec"]["kubernetes"]["volumes"]  # the user's volume, once, as written
+    assert "initContainers" not in pod  # no preload, no cache owner: nothing to download, nothing root
+    (worker,) = pod["containers"]
+    assert worker["volumeMounts"] == [{"name": "model-weights", "mountPath": "/opt/ml/model", "readOnly": True}]
+    assert passthrough.refusals(endpoint, ROOTS) == []
+
+
+def test_a_claim_source_still_preloads_from_the_claim() -> None:
+    spec = copy.deepcopy(NVME["spec"])
+    spec["modelSourceConfig"]["kubernetesVolume"] = {"claimName": "weights"}
+    del spec["kubernetes"]
+    endpoint = _endpoint(spec)
+    assert not endpoint.model_on_volume
+    pod = deployments.deployment(endpoint, Generation("k", "i"), CONTEXT)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == [deployments.INIT_CONTAINER]
+    assert {"claimName": "weights", "readOnly": True} in [v.get("persistentVolumeClaim") for v in pod["volumes"]]
+
+
+def test_the_dry_run_pod_is_the_replica_sets_pod() -> None:
+    endpoint = _endpoint(NVME["spec"])
+    manifest = deployments.deployment(endpoint, Generation("k", "i"), CONTEXT)
+    pod = guarding.dry_run_pod(manifest)
+    assert pod["kind"] == "Pod" and pod["metadata"]["namespace"] == "ns"
+    assert pod["metadata"]["generateName"] == f"{endpoint.child_name}-"
+    assert pod["spec"] == manifest["spec"]["template"]["spec"]
+    assert pod["metadata"]["labels"] == manifest["spec"]["template"]["metadata"]["labels"]
+    assert "ownerReferences" not in pod["metadata"]
+
+
+def test_a_volume_source_without_its_volume_is_named_as_hyperpod_does() -> None:
+    assert passthrough.missing_model_volume(_endpoint(NVME["spec"])) is None
+    message = passthrough.missing_model_volume(_with([{"name": "other", "emptyDir": {}}]))
+    assert message is not None and "named model-weights (worker.modelVolumeMount.name)" in message
+    assert passthrough.VOLUME_REASON == "KubernetesVolumeValidationFailed"
