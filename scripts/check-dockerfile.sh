@@ -60,11 +60,11 @@ run "$image"
 expect 0 "the image's default command (warmstart --help)"
 grep -q '^usage: warmstart' "$work/out" || fail "the image's default command did not print warmstart's usage"
 echo "default command: warmstart --help ok"
-for role in operator preload router sim; do
+for role in operator preload router sim csi; do  # csi: the driver's grpcio and generated protos import
     run "$image" -- "$role" --help
     expect 0 "warmstart $role --help in the image"
 done
-echo "warmstart operator|preload|router|sim --help: ok"
+echo "warmstart operator|preload|router|sim|csi --help: ok"
 run "$image" -- crds --stdout
 expect 0 "warmstart crds --stdout in the image"
 cp "$work/out" "$work/crds.yaml"

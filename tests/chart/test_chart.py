@@ -301,6 +301,8 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"preload": {"endpoints": {"AWS_SECRET_ACCESS_KEY": "x"}}}, "invalid propertyName 'AWS_SECRET_ACCESS_KEY'"),
         ({"fsx": {"allowedFileSystems": {"team-a": [{"fileSystemId": "fs-0123456789abcdef0"}]}}}, "dnsName"),
         ({"cacheSharing": {"namespaceGroups": {"ml": ["Team_A"]}}}, "/cacheSharing/namespaceGroups/ml/0"),
+        # the driver's sockets go under it, and a unix socket path has at most 107 characters
+        ({"csi": {"kubeletDir": "/" + "k" * 67}}, "/csi/kubeletDir"),
     ],
 )
 def test_bad_values_fail_with_a_clear_message(

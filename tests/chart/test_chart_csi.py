@@ -39,11 +39,10 @@ def test_the_driver_is_the_only_privileged_pod_and_registers_under_the_kubelet_d
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["securityContext"]["privileged"] is True
-    plugin = f"/var/lib/k8s/kubelet/plugins/{cache_volumes.DRIVER}"
     assert container["args"] == [
         "csi",
-        f"--csi-socket={plugin}/csi.sock",
-        f"--registration-socket=/var/lib/k8s/kubelet/plugins_registry/{cache_volumes.DRIVER}-reg.sock",
+        "--csi-socket=/var/lib/k8s/kubelet/plugins/warmstart-csi/csi.sock",
+        "--registration-socket=/var/lib/k8s/kubelet/plugins_registry/warmstart-csi-reg.sock",
     ]
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/var/lib/k8s/kubelet/pods"]["mountPropagation"] == "Bidirectional"

@@ -46,6 +46,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+#: sun_path holds 108 bytes with the terminating NUL: a longer socket path cannot be bound or dialled
+MAX_SOCKET_PATH = 107
+
+
+def socket_path_error(path: str) -> str:
+    """Why `path` cannot be a unix socket, or "" when it can."""
+    if len(path) > MAX_SOCKET_PATH:
+        return (
+            f"socket path {path} has {len(path)} characters; a unix socket path has at most {MAX_SOCKET_PATH}"
+            " (a shorter kubelet root dir, Helm value csi.kubeletDir, fixes it)"
+        )
+    return ""
+
+
 def _listen(path: str) -> str:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
@@ -60,6 +74,11 @@ def main(argv: list[str]) -> int:
     if not args.node_name:
         logger.error("no node name: pass --node-name or set NODE_NAME")
         return 2
+    for path in (args.csi_socket, args.registration_socket):
+        problem = socket_path_error(path)
+        if problem:
+            logger.error("%s", problem)
+            return 2
     signing_key = os.environ.get(SIGNING_KEY_ENV, "").encode()
     if not signing_key:
         logger.warning("no %s: no Job will be allowed to write a cache", SIGNING_KEY_ENV)

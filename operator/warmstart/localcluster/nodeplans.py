@@ -92,7 +92,9 @@ class NodePlan:
 
     @property
     def kubelet_root(self) -> pathlib.Path:
-        return self.directory / "kubelet"
+        """Under the short run dir, not the cluster dir: plugins put unix sockets under it (``plugins_registry/``,
+        ``plugins/<driver>/``), and a socket path has at most 107 characters."""
+        return self.state_dir / "kubelet"
 
     @property
     def kubelet_config(self) -> pathlib.Path:

@@ -60,3 +60,17 @@ def test_the_driver_process_registers_serves_and_stops_on_sigterm(tmp_path: path
         output, _ = process.communicate(timeout=60)
     assert process.returncode == 0, output.decode()
     assert b"no WARMSTART_JOB_SIGNING_KEY" in output  # said plainly: without the key no Job may write
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_is_named_before_anything_starts(tmp_path: pathlib.Path) -> None:
+    long_root = tmp_path / ("k" * 80) / "kubelet"
+    csi_socket = long_root / "plugins" / "warmstart-csi" / "csi.sock"
+    command = [
+        sys.executable, "-m", "warmstart.cli", "csi", "--node-name", "gpu-1", "--csi-socket", str(csi_socket),
+        "--kubeconfig", str(_kubeconfig(tmp_path / "kubeconfig")),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, timeout=120, check=False)
+    assert done.returncode == 2, done
+    assert f"socket path {csi_socket} has {len(str(csi_socket))} characters" in done.stderr.decode()
+    assert "csi.kubeletDir" in done.stderr.decode()
+    assert not csi_socket.exists()

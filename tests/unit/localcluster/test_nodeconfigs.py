@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from warmstart.csi import cli
 from warmstart.localcluster import nodeconfigs, nodeplans, serviceconfigs
 
 PORTS = {
@@ -56,6 +57,15 @@ def test_two_nodes_share_no_socket_root_state_bridge_subnet_or_cgroup(plan: node
     for field in ("bridge", "pod_subnet", "cgroup_root", "kubelet_root", "state_dir"):
         assert getattr(a, field) != getattr(b, field), field
     assert len(str(a.containerd_socket)) < 100  # unix socket path limit, whatever the cluster directory
+
+
+def test_a_csi_plugins_sockets_under_the_kubelet_root_fit_a_unix_socket_whatever_the_cluster_directory(
+    tmp_path: pathlib.Path,
+) -> None:
+    deep = nodeplans.plan(tmp_path / ("d" * 120) / "cluster", 2, "192.0.2.7", PORTS)
+    for node in deep.nodes:
+        for socket in ("plugins_registry/warmstart-csi-reg.sock", "plugins/warmstart-csi/csi.sock"):
+            assert len(f"{node.kubelet_root}/{socket}") <= cli.MAX_SOCKET_PATH, node.kubelet_root
 
 
 def test_kubelet_runs_on_cgroup_v1_with_cgroupfs_and_its_own_root(plan: nodeplans.RealNodesPlan) -> None:
