@@ -237,7 +237,12 @@ class Store:
         path = object_path(api_version, kind, name, namespace)
         if subresource:
             path = f"{path}/{subresource}"
-        result: Manifest = self._call("PATCH", path, body=patch, content_type="application/merge-patch+json")
+        # under the operator's one field manager, like its applies: a preload Job the operator signs after creating
+        # it (cache access `csi`) must still read as written by the operator alone (render/jobs.made_by)
+        query = [("fieldManager", self.field_manager)]
+        result: Manifest = self._call(
+            "PATCH", path, query=query, body=patch, content_type="application/merge-patch+json"
+        )
         return result
 
     def delete(
