@@ -15,7 +15,6 @@ Nothing is simulated: the kubelet registers the driver through its plugin watche
 
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
 import uuid
@@ -36,11 +35,6 @@ from warmstart.render import cache_volumes, labels
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.realnode,
-    pytest.mark.skipif(
-        os.environ.get("WARMSTART_CSI_E2E") != "1",
-        reason="passed on the real node before the merge of main's exact cache roots, not yet after it: run with"
-        " WARMSTART_CSI_E2E=1",
-    ),
 ]
 
 SIZES = {"config.json": 4096, "model.safetensors": 16 * realstack.MiB}
