@@ -53,7 +53,7 @@ REQUIRED = {
 CONTEXT = RenderContext(operator_image="warmstart:test")
 CSI_CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key="test-key")
 SEED = kube.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
-NVME = kube.ROOT / "examples" / "09-nvme-volume" / "inference-endpoint-config.yaml"
+NVME = kube.ROOT / "examples" / "10-nvme-volume" / "inference-endpoint-config.yaml"
 
 
 def _endpoint(cache: bool) -> endpoints.Endpoint:
