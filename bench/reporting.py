@@ -221,7 +221,7 @@ def plot_workload(workload: str, rows: list[Row], out: Path) -> list[Path]:
 
 
 def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
-    """Each goal of issue 7 with the measured value and whether it is met."""
+    """Each routing goal with the measured value and whether it is met."""
     out: list[dict[str, Any]] = []
 
     def row(workload: str, router: str) -> Row | None:
@@ -274,7 +274,7 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
     if "cpu_ms_sequential" in ws_over and "cpu_ms_sequential" in old_over:
         ours, before = ws_over["cpu_ms_sequential"], old_over["cpu_ms_sequential"]
         add(
-            "router CPU per request < before (issue 14)",
+            "router CPU per request < before",
             f"{ours:.3f} vs {before:.3f} ms (x{_div(ours, before)})",
             ours < before,
         )
@@ -289,7 +289,7 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
         if f"p50@{rate}" in ws_over and f"p50@{rate}" in sgl_over:
             ours, theirs = ws_over[f"p50@{rate}"], sgl_over[f"p50@{rate}"]
             add(
-                f"added latency p50 <= SGLang's @{rate}/s (issue 14)",
+                f"added latency p50 <= SGLang's @{rate}/s ",
                 f"{ours:.3f} vs {theirs:.3f} ms (x{_div(ours, theirs)})",
                 ours <= theirs,
             )
@@ -310,7 +310,7 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
     return out
 
 
-#: Workloads of issue 14's balance goal, at high and low load.
+#: Workloads of the balance goal, at high and low load.
 BALANCE_WORKLOADS = ("shared_prefix", "multi_turn", "hot_prefix")
 #: Per-replica concurrency limit of the simulated engine (max running sequences).
 REPLICA_CAP = 64

@@ -68,7 +68,7 @@ def plan(quick: bool, scale: float) -> dict[str, object]:
     }
 
 
-#: The router before issue 14's balance change (in-flight floor of 8, no request-share bound):
+#: The router before the request-share balance change (in-flight floor of 8, no request-share bound):
 #: run from its own source in the same run, as "warmstart prefixaware before".
 BASELINE_REF = "9738fd3"
 
@@ -591,7 +591,7 @@ def main() -> int:
     p.add_argument(
         "--baseline-ref",
         default=BASELINE_REF,
-        help="git commit whose router runs as 'warmstart prefixaware before' (default: before issue 14's balance)",
+        help="git commit whose router runs as 'warmstart prefixaware before' (default: before the request-share balance)",
     )
     routing_llamacpp.add_arguments(p)
     args = p.parse_args()

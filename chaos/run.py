@@ -3,7 +3,7 @@
     .venv/bin/python chaos/run.py [--budget 1200] [--only preload,router,operator,nodes,controlplane,realnode]
                                   [--dir CLUSTER_DIR] [--real-kubeconfig /tmp/shared-real/kubeconfig] [--quick]
 
-Scenario groups (issue 17): operator SIGKILL (seed / rollout / deletion), kube-apiserver and etcd restarts, node faults
+Scenario groups: operator SIGKILL (seed / rollout / deletion), kube-apiserver and etcd restarts, node faults
 mid-preload, preload faults (kill -9, ENOSPC, S3 5xx/slow/cut), router faults (10,000 requests), and the real node
 (preload container and operator killed). Groups on kwok use the cluster of --dir if one runs there, else start one
 in a temporary directory and stop it at the end. The real-node group reuses the shared real-node cluster under the
