@@ -591,7 +591,7 @@ def main() -> int:
     p.add_argument(
         "--baseline-ref",
         default=BASELINE_REF,
-        help="git commit whose router runs as 'warmstart prefixaware before' (default: before the request-share balance)",
+        help="git commit whose router runs as 'warmstart prefixaware before' (default: before the share bound)",
     )
     routing_llamacpp.add_arguments(p)
     args = p.parse_args()
