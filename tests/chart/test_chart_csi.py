@@ -60,7 +60,7 @@ def test_the_driver_is_the_only_privileged_pod_and_registers_under_the_kubelet_d
     assert _container_env(container)["WARMSTART_ALLOWED_HOST_PATHS"] == '["/opt/dlami/nvme","/mnt/cache"]'
     assert _container_env(container)["WARMSTART_CACHE_SHARING_GROUPS"] == '{"ml":["team-a","team-b"]}'
     env = {k: v for k, v in _container_env(operator).items() if isinstance(v, str)}
-    settings = settings_module.from_env({**env, "WARMSTART_JOB_SIGNING_KEY": "from-the-secret"})
+    settings = settings_module.from_env({**env, "WARMSTART_JOB_SIGNING_KEY": "from-the-secret-" * 3})
     assert settings.render.cache_access == cache_volumes.CacheAccess.CSI
 
 
@@ -79,5 +79,26 @@ def test_the_driver_reads_pods_jobs_and_caches_and_nothing_else(helm: pathlib.Pa
 
 
 def test_hostpath_access_installs_no_driver(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    docs = documents(template(helm, {}, tmp_path))
+    docs = documents(template(helm, {"cache": {"access": "hostPath"}}, tmp_path))
     assert by_kind(docs, "CSIDriver") == [] and by_kind(docs, "DaemonSet") == []
+
+
+def test_an_admins_signing_key_secret_makes_the_render_repeatable(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """Argo CD renders without helm's lookup: the chart's generated key would change on every sync, so that the
+    operator (which signs) and the driver (which checks) could restart with different keys. The admin's Secret fixes it."""
+    values = {**CSI_VALUES, "csi": {"signingKeySecret": "my-signing-key"}}
+    first, second = template(helm, values, tmp_path), template(helm, values, tmp_path)
+    assert first == second
+    docs = documents(first)
+    assert [
+        s
+        for s in by_kind(docs, "Secret")
+        if s["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "csi"
+    ] == []
+    (deployment,) = by_kind(docs, "Deployment")
+    (operator,) = deployment["spec"]["template"]["spec"]["containers"]
+    (daemonset,) = by_kind(docs, "DaemonSet")
+    (driver,) = daemonset["spec"]["template"]["spec"]["containers"]
+    key_ref = {"secretKeyRef": {"name": "my-signing-key", "key": "job-signing-key"}}
+    assert _container_env(operator)["WARMSTART_JOB_SIGNING_KEY"] == key_ref
+    assert _container_env(driver)["WARMSTART_JOB_SIGNING_KEY"] == key_ref

@@ -280,7 +280,9 @@ def chart_values(
         "watchNamespaces": [stack_namespace],
         # the cache roots of the tests, in the session's own directory on the real node (the admission policy and the
         # operator refuse any other root, and a path under one)
-        "cache": {"allowedHostPaths": [str(hostpath_root / name) for name in CACHE_ROOTS]},
+        # this stack tests cache access `hostPath` (the init-container fallback, the node's directory shown to pods);
+        # test_real_node_csi.py installs the chart's default, `csi`
+        "cache": {"access": "hostPath", "allowedHostPaths": [str(hostpath_root / name) for name in CACHE_ROOTS]},
         "operator": {"resyncSeconds": 2},
         "nodeSelector": REAL_SELECTOR,
         "router": {"nodeSelector": REAL_SELECTOR},

@@ -74,7 +74,7 @@ class CsiStack(realstack.Stack):
 def _values(stack: CsiStack, cluster: running.Cluster, s3: objectstore.Endpoint, suffix: str) -> dict[str, Any]:
     values = realstack.chart_values(stack.namespace, stack.image, suffix, s3, stack.hostpath_root)
     values["watchNamespaces"] = [stack.namespace, stack.other]
-    values["cache"]["access"] = "csi"
+    del values["cache"]["access"]  # the chart's default: csi
     values["cache"]["allowedHostPaths"] = [str(stack.hostpath_root / NAME)]  # a cache's hostPath equals its root
     values["csi"] = {
         "kubeletDir": str(cluster.real.plan.nodes[0].kubelet_root),

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.cluster
 
 ROOT = "/opt/dlami/nvme"
 NODE = "csi-node-1"
-SIGNING_KEY = "integration-signing-key"
+SIGNING_KEY = "integration-signing-key-of-32-chars"
 CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key=SIGNING_KEY)
 SOURCE = {"modelSourceType": "s3", "s3Storage": {"bucketName": "bucket", "region": "us-west-2"}, "modelLocation": "m"}
 

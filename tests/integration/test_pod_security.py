@@ -51,7 +51,7 @@ REQUIRED = {
     "csi-driver": "privileged",
 }
 CONTEXT = RenderContext(operator_image="warmstart:test")
-CSI_CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key="test-key")
+CSI_CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key="test-key-" * 4)
 SEED = kube.ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
 NVME = kube.ROOT / "examples" / "10-nvme-volume" / "inference-endpoint-config.yaml"
 

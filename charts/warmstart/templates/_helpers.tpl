@@ -141,3 +141,8 @@ preload.env, whose values reach pods from a Secret a tenant may be able to edit 
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{- /* The Secret holding the CSI driver's Job signing key (key `job-signing-key`): the admin's, or the chart's own. */}}
+{{- define "warmstart.signingKeySecret" -}}
+{{- .Values.csi.signingKeySecret | default (printf "%s-csi" (include "warmstart.fullname" .)) -}}
+{{- end }}

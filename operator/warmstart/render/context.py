@@ -11,6 +11,9 @@ from warmstart.api.blocks import DEFAULT_HOST_PATH
 from warmstart.api.sources import FsxStorage
 from warmstart.render import cache_volumes, nvme_budget, throttling, tolerations
 
+#: the CSI driver's Job signing key (an HMAC key): the chart generates 48 random characters
+MIN_SIGNING_KEY_CHARS = 32
+
 
 class RenderContext(BaseModel):
     """Operator-wide settings that shape rendered children (images, annotations, environment)."""
@@ -177,8 +180,12 @@ class RenderContext(BaseModel):
 
     @model_validator(mode="after")
     def _csi_needs_a_key(self) -> RenderContext:
-        if self.cache_access == cache_volumes.CacheAccess.CSI and not self.job_signing_key.get_secret_value():
-            raise ValueError("cache access csi needs a Job signing key (WARMSTART_JOB_SIGNING_KEY, the chart's Secret)")
+        key = self.job_signing_key.get_secret_value()
+        if self.cache_access == cache_volumes.CacheAccess.CSI and len(key) < MIN_SIGNING_KEY_CHARS:
+            raise ValueError(
+                f"cache access csi needs a Job signing key of at least {MIN_SIGNING_KEY_CHARS} characters"
+                f" (WARMSTART_JOB_SIGNING_KEY from the chart's Secret, or csi.signingKeySecret); it has {len(key)}"
+            )
         return self
 
     @field_validator("cache_sharing_groups")

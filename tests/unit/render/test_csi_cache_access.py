@@ -18,7 +18,7 @@ from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import ObjectRef
 
-CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key="k")
+CONTEXT = RenderContext(operator_image="warmstart:test", cache_access="csi", job_signing_key="k" * 32)
 ROOT = "/mnt/nvme0"
 SOURCES: dict[str, dict[str, Any]] = {
     "s3": {"modelSourceType": "s3", "s3Storage": {"bucketName": "bucket", "region": "us-west-2"}, "modelLocation": "m"},
@@ -110,3 +110,8 @@ def test_preload_and_cleanup_jobs_ask_the_driver_to_write_their_key() -> None:
 def test_csi_access_without_a_signing_key_is_refused() -> None:
     with pytest.raises(ValidationError, match="signing key"):
         RenderContext(cache_access="csi")
+
+
+def test_csi_access_with_a_short_signing_key_is_refused() -> None:
+    with pytest.raises(ValidationError, match="at least 32 characters.*it has 31"):
+        RenderContext(cache_access="csi", job_signing_key="k" * 31)
