@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import pathlib
 import signal
@@ -35,10 +36,17 @@ def run_helm(
 
 
 def chart_environment(api: client.ApiClient, namespace: str, deployment: str) -> dict[str, str]:
-    """The literal environment the chart gives the operator container."""
+    """The environment the chart gives the operator container: its literal values, and its `secretKeyRef`s read from
+    the Secrets the chart created (as the kubelet would; the CSI driver's Job signing key is one)."""
     body = client.AppsV1Api(api).read_namespaced_deployment(deployment, namespace)
     (container,) = body.spec.template.spec.containers
-    return {e.name: e.value for e in container.env or [] if e.value is not None}
+    env = {e.name: e.value for e in container.env or [] if e.value is not None}
+    for entry in container.env or []:
+        ref = entry.value_from.secret_key_ref if entry.value_from else None
+        if ref is not None:
+            secret = client.CoreV1Api(api).read_namespaced_secret(ref.name, namespace)
+            env[entry.name] = base64.b64decode(secret.data[ref.key]).decode()
+    return env
 
 
 def free_port() -> int:

@@ -43,17 +43,13 @@ def test_peering_priority_is_the_configured_one_or_random() -> None:
     assert len(picked) > 1, "replicas without a configured priority must not all pick the same one"
 
 
-def test_drift_timers_run_at_the_configured_resync_interval() -> None:
+def test_every_kind_has_one_status_loop_and_no_timer() -> None:
     registry = running.registry(settings.OperatorSettings(resync_seconds=3.5))
-    # kopf has no public listing of a registry's handlers; the spawning registry holds the timers (and daemons)
-    timers = [h for h in registry._spawning.get_all_handlers() if hasattr(h, "interval")]
-    intervals = {h.id: h.interval for h in timers}
-    assert intervals == {
-        "reconcile-on-timer": 3.5,  # endpoints (both kinds)
-        "reconcile_on_timer": 3.5,  # image caches
-        "tick_weights_cache": 1.0,  # weights caches tick each second and check the resync interval themselves
-    }
-    assert len(timers) == 4
+    # kopf has no public listing of a registry's handlers; the spawning registry holds the timers and daemons
+    spawned = registry._spawning.get_all_handlers()
+    assert [h for h in spawned if hasattr(h, "interval")] == [], "status follows events, not timers"
+    # endpoints (both kinds), image caches, weights caches: each loop wakes on events, resync_seconds at the latest
+    assert sorted(h.id for h in spawned) == ["follow-status", "follow-status", "follow_status", "follow_weights_cache"]
 
 
 def test_in_a_pod_the_api_server_is_the_address_the_kubelet_gives_not_a_dns_name() -> None:

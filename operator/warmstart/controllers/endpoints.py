@@ -1,6 +1,7 @@
 """kopf wiring of InferenceEndpointConfig and JumpStartModel: one level-based reconcile for both kinds.
 
-Each handler is one call: `reconciling.reconcile` (which validates, reconciles and writes status) or `delete`.
+Each handler is one call: `reconciling.reconcile` (which validates, reconciles and writes status) or `delete`. The
+status loop (`follow-status`) runs it again whenever an event changes what the status reads (controllers/waking.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import PLURAL as IEC_PLURAL
 from warmstart.api.jumpstart import KIND as JSM_KIND
 from warmstart.api.jumpstart import PLURAL as JSM_PLURAL
-from warmstart.controllers import handling, reconciling
+from warmstart.controllers import handling, reconciling, waking
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import labels as label_keys
 
@@ -44,23 +45,35 @@ def _handlers(registry: kopf.OperatorRegistry, interval: float, kind: str, plura
     def reconcile_on_change(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.reconcile(kind, body, memo, indexes)
 
-    def reconcile_on_timer(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
-        if not handling.deleting(body):
-            reconciling.reconcile(kind, body, memo, indexes)
+    async def follow_status(
+        body: kopf.Body,
+        memo: kopf.Memo,
+        stopped: kopf.DaemonStopped,
+        namespace: str,
+        name: str,
+        logger: kopf.Logger,
+        **indexes: Any,
+    ) -> None:
+        def step() -> None:
+            if not handling.deleting(body):
+                reconciling.reconcile(kind, body, memo, indexes)
+
+        wanted = waking.endpoint_key(kind, namespace, name)
+        await waking.follow(memo.wakeups, wanted, interval, stopped, step, logger)
 
     def release_on_delete(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.delete(kind, body, memo, indexes)
 
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(GROUP, VERSION, plural, id="reconcile-on-change", registry=registry)(reconcile_on_change)
-    kopf.timer(
-        GROUP, VERSION, plural, id="reconcile-on-timer", interval=interval, initial_delay=interval, registry=registry
-    )(reconcile_on_timer)
+    # status follows events (controllers/waking.py); every `interval` seconds at the latest
+    kopf.daemon(GROUP, VERSION, plural, id="follow-status", registry=registry)(follow_status)  # type: ignore[arg-type]
     kopf.on.delete(GROUP, VERSION, plural, id="release-on-delete", registry=registry)(release_on_delete)
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
-    """Register the endpoint pod index and both kinds' handlers; the timers run every `settings.resync_seconds`."""
+    """Register the endpoint pod index and both kinds' handlers; each endpoint's status loop wakes on the events of
+    its children and caches (controllers/waking.py), and every `settings.resync_seconds` at the latest."""
     kopf.index("", "v1", "pods", labels={label_keys.ENDPOINT_LABEL: kopf.PRESENT}, registry=registry)(endpoint_pods)
     _handlers(registry, settings.resync_seconds, IEC_KIND, IEC_PLURAL)
     _handlers(registry, settings.resync_seconds, JSM_KIND, JSM_PLURAL)

@@ -14,7 +14,7 @@ import kopf
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MIC_PLURAL, ModelImageCacheSpec
 from warmstart.api.states import CacheState
-from warmstart.controllers import handling, prepulling
+from warmstart.controllers import handling, prepulling, waking
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Forbidden, StorageError, Store
 from warmstart.render import daemonsets, image_status, labels, priority
@@ -51,9 +51,23 @@ def reconcile_on_change(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> Non
     prepulling.reconcile(body, handling.spec(body, ModelImageCacheSpec), memo, indexes)
 
 
-def reconcile_on_timer(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
-    if not handling.deleting(body):
-        prepulling.reconcile(body, handling.spec(body, ModelImageCacheSpec), memo, indexes)
+async def follow_status(
+    body: kopf.Body,
+    memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
+    namespace: str,
+    name: str,
+    logger: kopf.Logger,
+    **indexes: Any,
+) -> None:
+    """Reconcile when a pre-pull pod changes (controllers/waking.py), and every resync interval at the latest."""
+
+    def step() -> None:
+        if not handling.deleting(body):
+            prepulling.reconcile(body, handling.spec(body, ModelImageCacheSpec), memo, indexes)
+
+    wanted = waking.image_cache_key(namespace, name)
+    await waking.follow(memo.wakeups, wanted, memo.settings.resync_seconds, stopped, step, logger)
 
 
 def release_on_delete(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
@@ -61,15 +75,14 @@ def release_on_delete(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
-    """Register the ModelImageCache indexes and handlers; the timer runs every `settings.resync_seconds`."""
+    """Register the ModelImageCache indexes and handlers; each cache's status loop wakes on its pre-pull pods'
+    events, and every `settings.resync_seconds` at the latest (read from the memo on each run)."""
+    del settings
     prepull_labels = {labels.MIC_LABEL: kopf.PRESENT, labels.COMPONENT: daemonsets.COMPONENT}
     kopf.index("", "v1", "pods", labels=prepull_labels, registry=registry)(prepull_pods)  # type: ignore[arg-type]
     kopf.index(GROUP, VERSION, MIC_PLURAL, registry=registry)(image_cache_states)  # type: ignore[arg-type]
     kopf.on.startup(registry=registry)(ensure_priority_class)
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(GROUP, VERSION, MIC_PLURAL, registry=registry)(reconcile_on_change)
-    interval = settings.resync_seconds
-    kopf.timer(GROUP, VERSION, MIC_PLURAL, interval=interval, initial_delay=interval, registry=registry)(
-        reconcile_on_timer
-    )
+    kopf.daemon(GROUP, VERSION, MIC_PLURAL, registry=registry)(follow_status)  # type: ignore[arg-type]
     kopf.on.delete(GROUP, VERSION, MIC_PLURAL, registry=registry)(release_on_delete)

@@ -17,13 +17,20 @@ from kopf._cogs.structs import references as kopf_references
 from prometheus_client import start_http_server
 
 from warmstart.api import GROUP
-from warmstart.controllers import coexistence, discovery, endpoints, images, nodes, sharing, weights
+from warmstart.controllers import coexistence, discovery, endpoints, images, nodes, sharing, waking, weights
 from warmstart.controllers import settings as settings_module
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Store, load_api_client
 
 #: what registers this operator's indexes and handlers, in this order
-REGISTRARS = (nodes.register, sharing.register, endpoints.register, weights.register, images.register)
+REGISTRARS = (
+    nodes.register,
+    sharing.register,
+    endpoints.register,
+    weights.register,
+    images.register,
+    waking.register,
+)
 
 _metrics_started: set[int] = set()
 _metrics_lock = threading.Lock()
@@ -100,7 +107,7 @@ async def run(
     store = Store(api)
     settings = coexistence.check(store, settings)  # ForeignCrds: AWS's operator owns the kinds here
     start_metrics(settings.metrics_port)
-    memo = kopf.Memo(store=store, settings=settings)
+    memo = kopf.Memo(store=store, settings=settings, wakeups=waking.Wakeups())
     stop = stop_flag or asyncio.Event()
     while True:
         incomplete = await _serve_once(settings, api, memo, stop, ready_flag)

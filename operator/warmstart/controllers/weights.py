@@ -1,13 +1,13 @@
 """kopf wiring of ModelDataCacheConfig: its indexes and handlers, each a call into preloading or cleaning.
 
-Level-based: `preloading.reconcile` runs on create, update and resume, and from a 1-second timer tick that reconciles
-a cache when its Jobs changed in the index, a retry is due, or `resync_seconds` passed (node joins, leaves and label
-drift are seen then). Deletion runs behind the operator's finalizer (`cleaning.finalize`).
+Level-based: `preloading.reconcile` runs on create, update and resume, and from each cache's status loop, which a Job
+event wakes at once (controllers/waking.py) and which ticks every second besides: it reconciles when the cache's Jobs
+changed in the index, a retry is due, or `resync_seconds` passed (node joins, leaves and label drift are seen then).
+Deletion runs behind the operator's finalizer (`cleaning.finalize`).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, ModelDataCacheConfigSpec
-from warmstart.controllers import cleaning, fsx, handling, nvme_usage, preloading, weights_reporting
+from warmstart.controllers import cleaning, fsx, handling, nvme_usage, preloading, waking, weights_reporting
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import cache_volumes, keys, labels
 from warmstart.render import jobs as render_jobs
@@ -24,20 +24,6 @@ from warmstart.render import jobs as render_jobs
 IndexKey = tuple[str, str]
 
 TICK_SECONDS = 1.0
-
-
-class SilenceTicks(logging.Filter):
-    """kopf logs every successful timer run at INFO; the 1-second tick would flood the log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno == logging.INFO and "'tick_weights_cache' succeeded" in record.getMessage())
-
-
-def silence_ticks() -> None:
-    """Install the tick filter on kopf's object logger (once per process)."""
-    logger = logging.getLogger("kopf.objects")
-    if not any(isinstance(f, SilenceTicks) for f in logger.filters):
-        logger.addFilter(SilenceTicks())
 
 
 def weights_job_index(
@@ -103,20 +89,30 @@ def reconcile_weights_cache(
     preloading.reconcile(body, spec, memo, indexes)
 
 
-def tick_weights_cache(
+async def follow_weights_cache(
     body: kopf.Body,
     memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
+    namespace: str,
+    name: str,
+    logger: kopf.Logger,
     node_facts: kopf.Index[Any, Any],
     weights_job_index: kopf.Index[Any, Any],
     weights_usage_index: kopf.Index[Any, Any],
     csi_demand_index: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    """Reconcile when this cache's Jobs changed, a retry is due, or the resync interval passed."""
-    if not handling.deleting(body) and preloading.due(body, memo, weights_job_index, memo.settings.resync_seconds):
-        spec = handling.spec(body, ModelDataCacheConfigSpec)
-        indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index)
-        preloading.reconcile(body, spec, memo, indexes, blocking=False)
+    """Reconcile when this cache's Jobs changed (woken by their events: controllers/waking.py), a retry is due, or the
+    resync interval passed; the due check runs every tick."""
+
+    def step() -> None:
+        if not handling.deleting(body) and preloading.due(body, memo, weights_job_index, memo.settings.resync_seconds):
+            spec = handling.spec(body, ModelDataCacheConfigSpec)
+            indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index)
+            preloading.reconcile(body, spec, memo, indexes, blocking=False)
+
+    wanted = waking.weights_cache_key(namespace, name)
+    await waking.follow(memo.wakeups, wanted, TICK_SECONDS, stopped, step, logger)
 
 
 def delete_weights_cache(
@@ -141,9 +137,8 @@ def delete_weights_cache(
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
-    """Register the ModelDataCacheConfig indexes and handlers, and quiet the tick's log lines."""
+    """Register the ModelDataCacheConfig indexes and handlers."""
     del settings  # the tick is fixed; it reads memo.settings.resync_seconds on each run
-    silence_ticks()
     kopf.index("batch", "v1", "jobs", labels={labels.MDCC_LABEL: kopf.PRESENT}, registry=registry)(weights_job_index)  # type: ignore[arg-type]
     kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(weights_key_index)  # type: ignore[arg-type]
     model_pods = {labels.COMPONENT: "model-server"}
@@ -151,5 +146,5 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(nvme_usage.weights_usage_index)  # type: ignore[arg-type]
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on(GROUP, VERSION, MDCC_PLURAL, registry=registry)(reconcile_weights_cache)  # type: ignore[arg-type]
-    kopf.timer(GROUP, VERSION, MDCC_PLURAL, interval=TICK_SECONDS, registry=registry)(tick_weights_cache)  # type: ignore[arg-type]
+    kopf.daemon(GROUP, VERSION, MDCC_PLURAL, registry=registry)(follow_weights_cache)  # type: ignore[arg-type]
     kopf.on.delete(GROUP, VERSION, MDCC_PLURAL, registry=registry)(delete_weights_cache)  # type: ignore[arg-type]
