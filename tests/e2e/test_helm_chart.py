@@ -268,7 +268,9 @@ def test_install_seed_upgrade_uninstall(
             except AssertionError as error:
                 raise AssertionError(f"{error}\noperator log:\n{operator.tail()}") from None
             assert "Forbidden" not in operator.output(), f"the chart's RBAC refused a request:\n{operator.tail()}"
-            pods = core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component!=operator").items
+            # the endpoint's pods (the operator's and the CSI driver's, which runs on every node, aside)
+            selector = "app.kubernetes.io/component notin (operator,csi)"
+            pods = core.list_namespaced_pod(namespace, label_selector=selector).items
             assert {p.spec.node_name for p in pods if p.spec.node_name} <= set(node_names)
             _check_confinement(api_client, sa_kubeconfig, namespace, node_names[0], seed)
 
