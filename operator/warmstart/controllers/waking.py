@@ -5,7 +5,7 @@ What wakes what:
 - a model Deployment (its rollout progress) or a model pod -> its endpoint;
 - a cache's status (ModelDataCacheConfig, ModelImageCache) -> every endpoint that references the cache;
 - a preload or cleanup Job -> its ModelDataCacheConfig;
-- a pre-pull pod (a DaemonSet pod becoming ready) -> its ModelImageCache.
+- a pre-pull pod (a DaemonSet pod becoming ready) or its DaemonSet's status -> its ModelImageCache.
 
 Each object's reconcile runs in one loop (:func:`follow`, a kopf daemon) that waits for a wake-up or its interval,
 whichever comes first. The interval stays as the safety net for what no watched event reports (a node's labels
@@ -178,6 +178,7 @@ async def wake_cache_of_job(namespace: str, labels: Mapping[str, str], memo: kop
 
 
 async def wake_cache_of_prepull_pod(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, **_: Any) -> None:
+    """A pre-pull pod or its DaemonSet changed (both carry the cache's label)."""
     _wakeups(memo).wake(prepull_pod_cache(namespace, labels))
 
 
@@ -207,6 +208,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
         (("", "v1", "pods"), endpoint_children, wake_endpoint_of_pod),
         (("batch", "v1", "jobs"), cache_jobs, wake_cache_of_job),
         (("", "v1", "pods"), prepull_pods, wake_cache_of_prepull_pod),
+        (("apps", "v1", "daemonsets"), prepull_pods, wake_cache_of_prepull_pod),  # its numberReady: the status's count
         ((GROUP, VERSION, MDCC_PLURAL), None, wake_parents_of_cache),
         ((GROUP, VERSION, MIC_PLURAL), None, wake_parents_of_cache),
     ]

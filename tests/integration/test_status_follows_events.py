@@ -1,0 +1,60 @@
+"""Status follows events, not the resync timer: with a resync interval of an hour, an endpoint still goes from
+creation to DeploymentComplete and follows a scale-out, because its Deployment, its pods, its caches' status, the
+preload Jobs and the pre-pull pods wake the objects whose status they change (controllers/waking.py).
+
+bench/status_latency.py measures how fast (event -> status) with the chart's default resync.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+import endpointing as ep
+import kube
+import operating
+
+pytestmark = pytest.mark.cluster
+
+NAME = "example-model"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def crds(cluster: Any) -> None:
+    kube.install_crds(cluster.kubeconfig)
+
+
+def _available(status: dict[str, Any]) -> int:
+    return int(((status.get("deploymentStatus") or {}).get("status") or {}).get("availableReplicas") or 0)
+
+
+def test_an_endpoint_rolls_out_and_scales_with_no_timer_to_help(
+    cluster: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    seed = kube.seed_manifest()
+    seed["metadata"]["namespace"] = namespace
+    preload = {"preload_pod_annotations": {"sim.warmstart.io/duration": "2s"}}
+    with operating.operator(str(cluster.kubeconfig), [namespace], render=preload, resync_seconds=3600.0):
+        kube.apply(str(cluster.kubeconfig), seed)
+        done = kube.wait_for(
+            lambda: (s := ep.status(api_client, namespace, NAME)).get("state") == "DeploymentComplete" and s,
+            timeout=180,
+            what="DeploymentComplete (woken by the caches' status and the Deployment, not by a timer)",
+        )
+        assert done["weightsCacheStatus"]["state"] == "Ready"
+        (mic,) = ep.caches(api_client, namespace, "modelimagecaches")
+        assert mic["status"]["state"] == "Ready", "the image cache follows its pre-pull pods and DaemonSet"
+        assert done["imageCacheStatus"]["state"] == "Ready", "the endpoint follows its image cache"
+        assert _available(done) == 1
+
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", NAME, {"spec": {"replicas": 3}}
+        )
+        scaled: dict[str, Any] = kube.wait_for(
+            lambda: s if _available(s := ep.status(api_client, namespace, NAME)) == 3 else None,
+            timeout=180,
+            what="the scale-out in the endpoint's status (woken by the Deployment's progress)",
+        )
+        assert scaled["state"] == "DeploymentComplete" and scaled["replicas"] == 3
