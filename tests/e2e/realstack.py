@@ -266,9 +266,10 @@ def sim_endpoint(
 
 
 #: the cache roots (hostPaths) the e2e endpoints with weights caching use, under the session's directory: each must be
-#: allowed exactly, so the chart lists them all; `nvme-models` is the root under which the HyperPod-style endpoint's
-#: own model directory lies (a pass-through hostPath must lie strictly under an allowed root)
-CACHE_ROOTS = ("seed", "cold", "kill-preload", "nvme-models")
+#: allowed exactly, so the chart lists them all; `smollm2` is the engine endpoint's; `nvme-models` is the root under
+#: which the HyperPod-style endpoint's own model directory lies (a pass-through hostPath must lie strictly under an
+#: allowed root)
+CACHE_ROOTS = ("seed", "cold", "kill-preload", "nvme-models", "smollm2")
 
 
 def chart_values(

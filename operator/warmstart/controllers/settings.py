@@ -22,7 +22,10 @@ class OperatorSettings(BaseModel):
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to watch; empty means all.")
     metrics_port: int = Field(default=8080, description="Prometheus metrics port.")
     health_port: int = Field(default=8081, description="Liveness/readiness port (kopf probes).")
-    resync_seconds: float = Field(default=10.0, description="Interval of the drift-correcting timers.")
+    resync_seconds: float = Field(
+        default=10.0,
+        description="Safety-net interval of each object's status loop; status follows events (controllers/waking.py).",
+    )
     peering: str | None = Field(default=None, description="kopf peering name for HA; None runs standalone.")
     peering_priority: int | None = Field(
         default=None, description="kopf peering priority; None picks a random one at start."
