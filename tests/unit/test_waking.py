@@ -6,6 +6,9 @@ import asyncio
 import logging
 import threading
 import time
+from typing import Any
+
+from kopf._cogs.aiokits import aioenums
 
 from warmstart.controllers import waking
 from warmstart.render import daemonsets, labels, names
@@ -61,16 +64,14 @@ def test_only_a_changed_cache_status_counts() -> None:
 
 
 class Stopped:
-    """kopf's stop flag as a daemon sees it: falsy until set, awaitable until set."""
+    """kopf's own stop flag of an async daemon, and its setter."""
 
     def __init__(self) -> None:
-        self.flag = asyncio.Event()
+        self.setter: aioenums.FlagSetter[Any] = aioenums.FlagSetter()
+        self.waiter = aioenums.AsyncFlagWaiter(self.setter)
 
-    def __bool__(self) -> bool:
-        return self.flag.is_set()
-
-    def __await__(self):  # type: ignore[no-untyped-def]
-        return self.flag.wait().__await__()
+    def set(self) -> None:
+        self.setter.set()
 
 
 def test_a_wake_up_runs_the_step_long_before_the_interval() -> None:
@@ -78,7 +79,7 @@ def test_a_wake_up_runs_the_step_long_before_the_interval() -> None:
         wakeups, stopped, runs = waking.Wakeups(), Stopped(), []
         wanted = waking.endpoint_key("InferenceEndpointConfig", "ns", "e")
         loop = asyncio.create_task(
-            waking.follow(wakeups, wanted, 3600.0, stopped, lambda: runs.append(time.monotonic()), LOGGER)
+            waking.follow(wakeups, wanted, 3600.0, stopped.waiter, lambda: runs.append(time.monotonic()), LOGGER)
         )
         await asyncio.sleep(0.05)
         assert runs == [], "nothing runs before a wake-up or the interval"
@@ -88,7 +89,7 @@ def test_a_wake_up_runs_the_step_long_before_the_interval() -> None:
             if runs:
                 break
             await asyncio.sleep(0.01)
-        stopped.flag.set()
+        stopped.set()
         await asyncio.wait_for(loop, 5)
         assert wakeups.wake([wanted]) == 0, "a stopped loop is forgotten"
         return [run - woken_at for run in runs]
@@ -106,10 +107,10 @@ def test_the_interval_is_the_safety_net_and_a_failing_step_does_not_end_the_loop
             raise RuntimeError("the API server is away")
 
         wanted = waking.image_cache_key("ns", "c")
-        loop = asyncio.create_task(waking.follow(wakeups, wanted, 0.01, stopped, step, LOGGER))
+        loop = asyncio.create_task(waking.follow(wakeups, wanted, 0.01, stopped.waiter, step, LOGGER))
         while len(calls) < 3:
             await asyncio.sleep(0.01)
-        stopped.flag.set()
+        stopped.set()
         await asyncio.wait_for(loop, 5)
         assert threading.get_ident() not in calls, "steps run in a thread, never on the event loop"
         return len(calls)
@@ -121,10 +122,10 @@ def test_a_stop_ends_a_waiting_loop_at_once() -> None:
     async def scenario() -> None:
         stopped = Stopped()
         loop = asyncio.create_task(
-            waking.follow(waking.Wakeups(), ("k", "n", "m"), 3600.0, stopped, lambda: None, LOGGER)
+            waking.follow(waking.Wakeups(), ("k", "n", "m"), 3600.0, stopped.waiter, lambda: None, LOGGER)
         )
         await asyncio.sleep(0.01)
-        stopped.flag.set()
+        stopped.set()
         await asyncio.wait_for(loop, 5)
 
     asyncio.run(scenario())

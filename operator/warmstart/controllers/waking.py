@@ -120,15 +120,16 @@ def prepull_pod_cache(namespace: str, pod_labels: Mapping[str, str]) -> list[Key
     return [(MIC_KIND.lower(), namespace, name)] if name else []
 
 
-async def _until(stopped: Awaitable[Any]) -> None:
-    await stopped
+async def _until(stopped: kopf.DaemonStopped) -> None:
+    """Return when kopf stops the daemon (its flag is awaited through `wait()`, never directly)."""
+    await stopped.wait()
 
 
 async def follow(
     wakeups: Wakeups,
     wanted: Key,
     interval: float,
-    stopped: Any,
+    stopped: kopf.DaemonStopped,
     step: Callable[[], None],
     logger: kopf.Logger,
 ) -> None:
