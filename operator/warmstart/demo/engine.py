@@ -49,12 +49,18 @@ def endpoint(
     return manifest
 
 
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value after ``flag`` in llama-server's arguments (it takes ``--flag value``, never ``--flag=value``)."""
+    found = [str(args[i + 1]) for i, arg in enumerate(args[:-1]) if str(arg) == flag]
+    return found[-1] if found else None
+
+
 def model_path(manifest: Manifest) -> str:
-    """The GGUF path the engine opens (its ``--model=`` flag)."""
-    for arg in manifest["spec"]["worker"].get("args") or []:
-        if str(arg).startswith("--model="):
-            return str(arg).split("=", 1)[1]
-    raise ValueError("the engine's args name no --model=<path>")
+    """The GGUF path the engine opens (its ``--model`` flag)."""
+    found = flag_value(list(manifest["spec"]["worker"].get("args") or []), "--model")
+    if found is None:
+        raise ValueError("the engine's args name no `--model <path>`")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
