@@ -85,7 +85,8 @@ def test_hostpath_access_installs_no_driver(helm: pathlib.Path, tmp_path: pathli
 
 def test_an_admins_signing_key_secret_makes_the_render_repeatable(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
     """Argo CD renders without helm's lookup: the chart's generated key would change on every sync, so that the
-    operator (which signs) and the driver (which checks) could restart with different keys. The admin's Secret fixes it."""
+    operator (which signs) and the driver (which checks) could restart with different keys. The admin's Secret fixes
+    it."""
     values = {**CSI_VALUES, "csi": {"signingKeySecret": "my-signing-key"}}
     first, second = template(helm, values, tmp_path), template(helm, values, tmp_path)
     assert first == second

@@ -49,7 +49,7 @@ def test_every_kind_has_one_status_loop_and_no_timer() -> None:
     spawned = registry._spawning.get_all_handlers()
     assert [h for h in spawned if hasattr(h, "interval")] == [], "status follows events, not timers"
     # endpoints (both kinds), image caches, weights caches: each loop wakes on events, resync_seconds at the latest
-    assert sorted(h.id for h in spawned) == ["follow-status", "follow-status", "follow_status", "follow_weights_cache"]
+    assert [h.id for h in spawned] == ["follow-status"] * 4
 
 
 def test_in_a_pod_the_api_server_is_the_address_the_kubelet_gives_not_a_dns_name() -> None:

@@ -6,6 +6,7 @@ status loop (`follow-status`) runs it again whenever an event changes what the s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import PLURAL as IEC_PLURAL
 from warmstart.api.jumpstart import KIND as JSM_KIND
 from warmstart.api.jumpstart import PLURAL as JSM_PLURAL
-from warmstart.controllers import handling, reconciling, waking
+from warmstart.controllers import reconciling, waking
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import labels as label_keys
 
@@ -45,29 +46,18 @@ def _handlers(registry: kopf.OperatorRegistry, interval: float, kind: str, plura
     def reconcile_on_change(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.reconcile(kind, body, memo, indexes)
 
-    async def follow_status(
-        body: kopf.Body,
-        memo: kopf.Memo,
-        stopped: kopf.DaemonStopped,
-        namespace: str,
-        name: str,
-        logger: kopf.Logger,
-        **indexes: Any,
-    ) -> None:
-        def step() -> None:
-            if not handling.deleting(body):
-                reconciling.reconcile(kind, body, memo, indexes)
-
-        wanted = waking.endpoint_key(kind, namespace, name)
-        await waking.follow(memo.wakeups, wanted, interval, stopped, step, logger)
-
     def release_on_delete(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
         reconciling.delete(kind, body, memo, indexes)
 
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(GROUP, VERSION, plural, id="reconcile-on-change", registry=registry)(reconcile_on_change)
     # status follows events (controllers/waking.py); every `interval` seconds at the latest
-    kopf.daemon(GROUP, VERSION, plural, id="follow-status", registry=registry)(follow_status)  # type: ignore[arg-type]
+    follow_status = waking.status_loop(
+        functools.partial(waking.endpoint_key, kind),
+        functools.partial(reconciling.reconcile, kind),
+        lambda _: interval,
+    )
+    kopf.daemon(GROUP, VERSION, plural, id="follow-status", registry=registry)(follow_status)
     kopf.on.delete(GROUP, VERSION, plural, id="release-on-delete", registry=registry)(release_on_delete)
 
 

@@ -51,23 +51,8 @@ def reconcile_on_change(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> Non
     prepulling.reconcile(body, handling.spec(body, ModelImageCacheSpec), memo, indexes)
 
 
-async def follow_status(
-    body: kopf.Body,
-    memo: kopf.Memo,
-    stopped: kopf.DaemonStopped,
-    namespace: str,
-    name: str,
-    logger: kopf.Logger,
-    **indexes: Any,
-) -> None:
-    """Reconcile when a pre-pull pod changes (controllers/waking.py), and every resync interval at the latest."""
-
-    def step() -> None:
-        if not handling.deleting(body):
-            prepulling.reconcile(body, handling.spec(body, ModelImageCacheSpec), memo, indexes)
-
-    wanted = waking.image_cache_key(namespace, name)
-    await waking.follow(memo.wakeups, wanted, memo.settings.resync_seconds, stopped, step, logger)
+def _reconcile(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> None:
+    prepulling.reconcile(body, handling.spec(body, ModelImageCacheSpec), memo, indexes)
 
 
 def release_on_delete(body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
@@ -84,5 +69,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.on.startup(registry=registry)(ensure_priority_class)
     for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
         on(GROUP, VERSION, MIC_PLURAL, registry=registry)(reconcile_on_change)
-    kopf.daemon(GROUP, VERSION, MIC_PLURAL, registry=registry)(follow_status)  # type: ignore[arg-type]
+    # status follows the pre-pull pods and the DaemonSet (controllers/waking.py); the resync interval at the latest
+    follow_status = waking.status_loop(waking.image_cache_key, _reconcile, lambda memo: memo.settings.resync_seconds)
+    kopf.daemon(GROUP, VERSION, MIC_PLURAL, id="follow-status", registry=registry)(follow_status)
     kopf.on.delete(GROUP, VERSION, MIC_PLURAL, registry=registry)(release_on_delete)

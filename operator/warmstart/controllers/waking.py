@@ -23,6 +23,7 @@ import kopf
 
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, MIC_KIND, MIC_PLURAL
+from warmstart.controllers import handling
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import daemonsets, labels, names
 
@@ -159,6 +160,34 @@ async def follow(
     finally:
         stop.cancel()
         wakeups.forget(wanted)
+
+
+#: what a status loop runs: the object's reconcile, given its live body, the memo and the kopf indexes
+Reconcile = Callable[[kopf.Body, kopf.Memo, dict[str, Any]], None]
+
+
+def status_loop(
+    key_of: Callable[[str, str], Key], reconcile: Reconcile, interval_of: Callable[[kopf.Memo], float]
+) -> Callable[..., Awaitable[None]]:
+    """A kopf daemon that runs `reconcile` whenever the object (its key from namespace and name) is woken, and every
+    `interval_of(memo)` seconds at the latest; never on an object being deleted."""
+
+    async def follow_status(
+        body: kopf.Body,
+        memo: kopf.Memo,
+        stopped: kopf.DaemonStopped,
+        namespace: str,
+        name: str,
+        logger: kopf.Logger,
+        **indexes: Any,
+    ) -> None:
+        def step() -> None:
+            if not handling.deleting(body):
+                reconcile(body, memo, indexes)
+
+        await follow(memo.wakeups, key_of(namespace, name), interval_of(memo), stopped, step, logger)
+
+    return follow_status
 
 
 def _wakeups(memo: kopf.Memo) -> Wakeups:

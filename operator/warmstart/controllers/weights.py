@@ -89,30 +89,14 @@ def reconcile_weights_cache(
     preloading.reconcile(body, spec, memo, indexes)
 
 
-async def follow_weights_cache(
-    body: kopf.Body,
-    memo: kopf.Memo,
-    stopped: kopf.DaemonStopped,
-    namespace: str,
-    name: str,
-    logger: kopf.Logger,
-    node_facts: kopf.Index[Any, Any],
-    weights_job_index: kopf.Index[Any, Any],
-    weights_usage_index: kopf.Index[Any, Any],
-    csi_demand_index: kopf.Index[Any, Any],
-    **_: Any,
-) -> None:
-    """Reconcile when this cache's Jobs changed (woken by their events: controllers/waking.py), a retry is due, or the
-    resync interval passed; the due check runs every tick."""
-
-    def step() -> None:
-        if not handling.deleting(body) and preloading.due(body, memo, weights_job_index, memo.settings.resync_seconds):
-            spec = handling.spec(body, ModelDataCacheConfigSpec)
-            indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index)
-            preloading.reconcile(body, spec, memo, indexes, blocking=False)
-
-    wanted = waking.weights_cache_key(namespace, name)
-    await waking.follow(memo.wakeups, wanted, TICK_SECONDS, stopped, step, logger)
+def _reconcile_when_due(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> None:
+    """The status loop's step: reconcile when this cache's Jobs changed in the index (their events wake the loop:
+    controllers/waking.py), a retry is due, or the resync interval passed; it runs every tick."""
+    jobs = indexes["weights_job_index"]
+    if preloading.due(body, memo, jobs, memo.settings.resync_seconds):
+        spec = handling.spec(body, ModelDataCacheConfigSpec)
+        names = ("node_facts", "weights_job_index", "weights_usage_index", "csi_demand_index")
+        preloading.reconcile(body, spec, memo, tuple(indexes[n] for n in names), blocking=False)
 
 
 def delete_weights_cache(
@@ -146,5 +130,6 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(nvme_usage.weights_usage_index)  # type: ignore[arg-type]
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on(GROUP, VERSION, MDCC_PLURAL, registry=registry)(reconcile_weights_cache)  # type: ignore[arg-type]
-    kopf.daemon(GROUP, VERSION, MDCC_PLURAL, registry=registry)(follow_weights_cache)  # type: ignore[arg-type]
+    follow_status = waking.status_loop(waking.weights_cache_key, _reconcile_when_due, lambda _: TICK_SECONDS)
+    kopf.daemon(GROUP, VERSION, MDCC_PLURAL, id="follow-status", registry=registry)(follow_status)
     kopf.on.delete(GROUP, VERSION, MDCC_PLURAL, registry=registry)(delete_weights_cache)  # type: ignore[arg-type]

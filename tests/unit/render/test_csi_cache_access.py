@@ -113,5 +113,5 @@ def test_csi_access_without_a_signing_key_is_refused() -> None:
 
 
 def test_csi_access_with_a_short_signing_key_is_refused() -> None:
-    with pytest.raises(ValidationError, match="at least 32 characters.*it has 31"):
+    with pytest.raises(ValidationError, match=r"at least 32 characters.*it has 31"):
         RenderContext(cache_access="csi", job_signing_key="k" * 31)
