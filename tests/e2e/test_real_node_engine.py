@@ -23,9 +23,9 @@ from kubernetes import client
 
 import realstack
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.demo import engine
+from warmstart.demo import engine, realengine
 from warmstart.localcluster import enginemodel, imaging, pushing
-from warmstart.render import deployments, keys, labels, router
+from warmstart.render import deployments, keys, labels
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.engine]
 
@@ -73,10 +73,7 @@ def test_the_engine_answers_through_the_service_and_the_router_and_reuses_the_pr
     url = _service_url(real_core, real_stack.namespace)
     # the Service leads to the router pods, which forward to the engine
     realstack.eventually(
-        lambda: (
-            (targets := _slice_targets(real_core, real_stack.namespace))
-            and all(t.startswith(f"{router.name(NAME)}-") for t in targets)
-        ),
+        lambda: realengine.through_router(real_core, real_stack.namespace, NAME),
         "the endpoint's Service to reach the router pods",
         explain=real_stack.describe,
     )
@@ -115,18 +112,6 @@ def test_the_engine_read_its_weights_from_the_node_cache(
         props = json.load(answer)
     assert props["model_path"] == gguf, props.get("model_path")
     assert props["model_alias"] == enginemodel.MODEL_NAME, props.get("model_alias")
-
-
-def _slice_targets(core: client.CoreV1Api, namespace: str) -> set[str]:
-    slices = client.DiscoveryV1Api(core.api_client).list_namespaced_endpoint_slice(
-        namespace, label_selector=f"kubernetes.io/service-name={NAME}"
-    )
-    return {
-        e.target_ref.name
-        for s in slices.items
-        for e in s.endpoints or []
-        if e.target_ref is not None and (e.conditions is None or e.conditions.ready is not False)
-    }
 
 
 def _engine_metrics(pod_ip: str) -> dict[str, float]:

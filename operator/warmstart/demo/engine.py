@@ -12,6 +12,7 @@ import dataclasses
 import json
 import pathlib
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -102,7 +103,12 @@ def ask(url: str, prompt: str, *, model: str, max_tokens: int = 16, timeout: flo
     first: float | None = None
     pieces: list[str] = []
     timings: dict[str, Any] = {}
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as error:  # say what answered, and why
+        detail = error.read()[:300].decode(errors="replace")
+        raise RuntimeError(f"POST {request.full_url}: HTTP {error.code}: {detail}") from error
+    with response:
         for raw in response:
             line = raw.decode().strip()
             if not line.startswith("data:") or line == "data: [DONE]":

@@ -267,6 +267,9 @@ def run_engine(demo: Demo, real: Any, namespace: str, host_path: pathlib.Path) -
             return str((body.get("status") or {}).get("state", ""))
 
         wait(lambda: state() == "DeploymentComplete", 600, f"{realengine.NAME} DeploymentComplete", tick=demo.tick)
+        # the operator moves the Service to the router pods once one is ready: wait until it leads only there
+        routed = functools.partial(realengine.through_router, demo.core, namespace)
+        wait(routed, 120, f"{realengine.NAME}'s Service to lead to its router pods", tick=demo.tick)
         url = realengine.service_url(demo.core, namespace)
         print(f"    through the endpoint's Service and its prefix-aware router, {url}:")
         realengine.show_completion(url)

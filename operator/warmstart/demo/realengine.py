@@ -19,7 +19,7 @@ from warmstart.api import API_VERSION
 from warmstart.controllers.storage import Store
 from warmstart.demo import engine, facts
 from warmstart.localcluster import enginemodel, imaging, pushing
-from warmstart.render import labels
+from warmstart.render import labels, router
 
 NAME = "smollm2"
 KIND = "InferenceEndpointConfig"
@@ -48,6 +48,26 @@ def deploy(store: Store, real: Any, namespace: str, engine_image: str, host_path
     )
     store.apply(manifest)
     return manifest
+
+
+def service_targets(core: client.CoreV1Api, namespace: str, name: str = NAME) -> set[str]:
+    """The ready pods the endpoint's Service sends to (its EndpointSlices): the model pods, or its router pods once
+    the operator has switched it (docs/router.md)."""
+    slices = client.DiscoveryV1Api(core.api_client).list_namespaced_endpoint_slice(
+        namespace, label_selector=f"kubernetes.io/service-name={name}"
+    )
+    return {
+        e.target_ref.name
+        for s in slices.items
+        for e in s.endpoints or []
+        if e.target_ref is not None and (e.conditions is None or e.conditions.ready is not False)
+    }
+
+
+def through_router(core: client.CoreV1Api, namespace: str, name: str = NAME) -> bool:
+    """Whether the Service leads only to the endpoint's router pods."""
+    targets = service_targets(core, namespace, name)
+    return bool(targets) and all(t.startswith(f"{router.name(name)}-") for t in targets)
 
 
 def service_url(core: client.CoreV1Api, namespace: str) -> str:
