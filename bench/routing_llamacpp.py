@@ -346,7 +346,7 @@ async def main_async(args: argparse.Namespace) -> int:
         engines = Engines(binary, args.engines, logs, args)
         try:
             for run in range(args.runs):
-                for workload in args.workloads:
+                for workload in args.llamacpp_workloads:
                     for label in routers if run % 2 == 0 else list(reversed(routers)):
                         await engines.restart(session)
                         router = await start_router(session, label, engines.urls, logs)
@@ -474,6 +474,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ctx-size", type=int, default=4096)
     group.add_argument("--cache-ram", type=int, default=64, help="MiB of host-memory prompt cache per engine")
     group.add_argument("--skip-calibration", action="store_true", help="no warmstart sim run on the same workload")
-    group.add_argument("--llamacpp-workloads", dest="workloads", nargs="*", default=["documents", "chat"])
+    group.add_argument("--llamacpp-workloads", dest="llamacpp_workloads", nargs="*", default=["documents", "chat"])
     default = Path(__file__).resolve().parent / "results" / f"{datetime.date.today()}-routing-llamacpp.json"
     group.add_argument("--results", default=str(default), help="where the raw data goes")
