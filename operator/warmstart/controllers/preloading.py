@@ -231,6 +231,10 @@ def _reconcile(
     key = keys.weights_key_in(spec.model_source_config, spec.host_path, meta["namespace"], ctx.cache_sharing_groups)
     cache = owner(body)
     generation = int(meta.get("generation") or 1)
+    # the Jobs as this pass sees them, taken before it reads them: a Job that changes while the pass runs differs
+    # from this fingerprint, so the next tick reconciles again (taken at the end, it would hide that change until the
+    # resync interval)
+    fingerprint = tuple(own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD))
     preloads = trusted_preloads(jobs_index, cache, key, remembered.job_uids)
     clock = time.monotonic()
     label = nodelabels.weights_ready_label(key)
@@ -264,7 +268,7 @@ def _reconcile(
     weights_reporting.observe(body, plan.status)
     nvme_usage.export(meta["uid"], plan.status)
     remembered.last_run = clock
-    remembered.fingerprint = tuple(own_jobs(jobs_index, cache, render_jobs.ROLE_PRELOAD))
+    remembered.fingerprint = fingerprint
     requeue = min(filter(None, (plan.requeue_after, NODE_RETRY_SECONDS if failed else None)), default=None)
     remembered.due = clock + requeue if requeue else None
     if plan.create or plan.delete or plan.label:
