@@ -10,7 +10,7 @@ import yaml
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.controllers.settings import from_env
 from warmstart.demo import facts, seed
-from warmstart.localcluster import models
+from warmstart.localcluster import models, nodeplans
 
 SEED = pathlib.Path(__file__).resolve().parents[2] / "examples" / "01-seed" / "inference-endpoint-config.yaml"
 
@@ -68,6 +68,8 @@ def test_operator_env_references_the_s3_keys_from_the_secret_allows_the_cache_ro
     assert settings.render.preload_env_names == ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
     assert settings.render.allowed_host_paths == ("/tmp/c/hostpath",)
     assert settings.namespaces == ["demo-x"]
+    # routers run on the real node: on a kwok node they only look Ready, and the Service would lead nowhere
+    assert settings.render.router_node_selector == {nodeplans.REAL_NODE_LABEL: "true"}
     secret = seed.preload_secret("demo-x", "AK", "SK")
     assert secret["metadata"] == {"name": settings.render.preload_env_secret, "namespace": "demo-x"}
     assert secret["stringData"] == {"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK"}

@@ -9,6 +9,7 @@ import copy
 import json
 from typing import Any
 
+from warmstart.localcluster import nodeplans
 from warmstart.render.context import RenderContext
 
 Manifest = dict[str, Any]
@@ -59,7 +60,8 @@ PRELOAD_ENV_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 def operator_env(image: str, namespace: str, cache_root: str, preload_seconds: str) -> dict[str, str]:
     """The operator's WARMSTART_* settings: the pushed image for preloads, the preload variables it references from
-    the namespace's Secret, ``cache_root`` as the only allowed cache root, one namespace watched.
+    the namespace's Secret, ``cache_root`` as the only allowed cache root, one namespace watched, routers on the real
+    node.
 
     The kwok duration annotation only steers preload Jobs on kwok nodes; a real kubelet ignores it.
     """
@@ -70,6 +72,8 @@ def operator_env(image: str, namespace: str, cache_root: str, preload_seconds: s
         "WARMSTART_PRELOAD_POD_ANNOTATIONS": json.dumps({"sim.warmstart.io/duration": preload_seconds}),
         "WARMSTART_NAMESPACES": namespace,
         "WARMSTART_RESYNC_SECONDS": "2",
+        # router pods on the real node: on a kwok node they would only look Ready, and the Service would lead nowhere
+        "WARMSTART_ROUTER_NODE_SELECTOR": json.dumps({nodeplans.REAL_NODE_LABEL: "true"}),
     }
 
 
