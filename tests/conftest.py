@@ -84,6 +84,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[running.Cluste
 REAL_KUBECONFIG = "WARMSTART_REAL_KUBECONFIG"
 
 
+#: starts of the real-node cluster before the session gives up (running.up stops what it started on failure)
+START_ATTEMPTS = 2
+
+
 class RealClusters:
     """The session's cluster with a real node: started on first :meth:`get`, at most one at a time.
 
@@ -109,14 +113,17 @@ class RealClusters:
             if found is not None:
                 return found
             pytest.fail(f"the session's real-node cluster in {self._directory} stopped; see its logs/")
-        self._started += 1
-        self._directory = self._base / f"real-{self._started}"
-        self._directory.mkdir(parents=True)
-        try:
-            return running.up(self._directory, real_nodes=1, timeout=300.0)
-        except Exception as error:  # noqa: BLE001 - any start failure fails the test with its reason
-            self._directory = None
-            pytest.fail(f"the real node did not start: {error}")
+        failures = []
+        for _ in range(START_ATTEMPTS):  # the fixtures that use it are session-wide: one failed start fails them all
+            self._started += 1
+            self._directory = self._base / f"real-{self._started}"
+            self._directory.mkdir(parents=True)
+            try:
+                return running.up(self._directory, real_nodes=1, timeout=300.0)
+            except Exception as error:  # noqa: BLE001 - any start failure fails the test with its reason
+                self._directory = None
+                failures.append(str(error))
+        pytest.fail(f"the real node did not start ({START_ATTEMPTS} attempts): " + "\n".join(failures))
 
     def stop(self) -> None:
         """Stop the running one (if this session started it); raises if it left host state behind."""

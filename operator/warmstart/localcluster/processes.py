@@ -9,19 +9,62 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+#: the kernel's range of ephemeral ports, which outgoing connections take their source port from
+EPHEMERAL_RANGE = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: the lowest port chosen below the ephemeral range
+LOWEST_PORT = 10000
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def _ephemeral_low(source: pathlib.Path = EPHEMERAL_RANGE) -> int:
+    try:
+        return int(source.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(taken: Collection[int] = (), ephemeral_low: int | None = None) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that is not in ``taken``.
+
+    Chosen below the kernel's ephemeral range when there is room: a port from that range (what binding port 0 gives)
+    can be taken by any outgoing connection's source port between this choice and the server's own bind, and the
+    server then fails with "address already in use".
+    """
+    low = _ephemeral_low() if ephemeral_low is None else ephemeral_low
+    if low > LOWEST_PORT + 1000:
+        for _ in range(1000):
+            port = random.randrange(LOWEST_PORT, low)
+            if port not in taken and _bindable(port):
+                return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
+
+
+def free_ports(names: Iterable[str]) -> dict[str, int]:
+    """One distinct free port per name (see :func:`free_port`)."""
+    chosen: dict[str, int] = {}
+    for name in names:
+        chosen[name] = free_port(taken=set(chosen.values()))
+    return chosen
 
 
 def spawn(argv: Sequence[str], log_path: pathlib.Path, env: Mapping[str, str] | None = None) -> int:

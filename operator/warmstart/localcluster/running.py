@@ -134,7 +134,7 @@ def _start(
     pki = certs.ensure_pki(directory / "pki", service_ip=flags.SERVICE_IP, extra_ips=extra_ips)
     shutil.rmtree(directory / "etcd", ignore_errors=True)
     wanted_ports = (*flags.PORTS, *realnodes.port_names(state.real_nodes))
-    state.ports = {name: processes.free_port() for name in wanted_ports}
+    state.ports = processes.free_ports(wanted_ports)
     state.server = f"https://127.0.0.1:{state.ports['apiserver']}"
     admin = kubeconfigs.write(directory / "kubeconfig", state.server, pki, certs.ADMIN)
     stages = _copy_stages(directory / "stages")
