@@ -90,7 +90,7 @@ def keda_operator(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
             process.wait()
         log.close()
         kube.kubectl(kubeconfig, "delete", "namespace", namespace, "--wait=false", check=False)
-        kube.kubectl(kubeconfig, "delete", "--ignore-not-found", "--wait=true", *args)
+        kube.delete_crds(kubeconfig, [str(p) for p in keda.crd_paths()])
         print(f"KEDA operator log: {work / 'keda.log'}")
 
 

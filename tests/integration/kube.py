@@ -132,3 +132,36 @@ def service_account_kubeconfig(api: Any, admin: Path, namespace: str, name: str,
         )
     )
     return out
+
+
+#: the API server's finalizer on a CRD: it deletes the CRD's objects first
+CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
+
+
+def delete_crds(kubeconfig: str, paths: list[str], timeout: float = 60.0) -> list[str]:
+    """Delete the CRDs in `paths` once their objects are gone; returns the ones whose cleanup had to be finished.
+
+    The API server's CRD finalizer can stay stuck on "could not list instances: storage is (re)initializing" when a
+    CRD is deleted soon after it was (re)applied (seen with kube-apiserver 1.37), and `kubectl delete --wait` then
+    hangs. When no object of a stuck CRD is left, its finalizer has nothing to do, so it is removed.
+    """
+    files = [a for p in paths for a in ("-f", p)]
+    names = [str(doc["metadata"]["name"]) for p in paths for doc in yaml.safe_load_all(Path(p).read_text()) if doc]
+    kubectl(kubeconfig, "delete", "--ignore-not-found", "--wait=false", *files)
+    deadline = time.monotonic() + timeout
+    left = names
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = [n for n in left if kubectl(kubeconfig, "get", "crd", n, check=False).returncode == 0]
+    finished = []
+    for name in left:
+        crd = yaml.safe_load(kubectl(kubeconfig, "get", "crd", name, "-o", "yaml").stdout)
+        plural = f"{crd['spec']['names']['plural']}.{crd['spec']['group']}"
+        objects = kubectl(kubeconfig, "get", plural, "-A", "-o", "name", check=False)
+        if objects.returncode == 0 and objects.stdout.strip():
+            raise AssertionError(f"CRD {name} is stuck deleting with objects left: {objects.stdout.strip()}")
+        finalizers = [f for f in crd["metadata"].get("finalizers") or [] if f != CRD_CLEANUP_FINALIZER]
+        patch = json.dumps({"metadata": {"finalizers": finalizers or None}})
+        kubectl(kubeconfig, "patch", "crd", name, "--type=merge", "-p", patch, check=False)
+        finished.append(name)
+    return finished

@@ -55,7 +55,7 @@ def keda_crds(cluster: Any) -> Iterator[None]:
     kube.kubectl(str(cluster.kubeconfig), "apply", "--server-side", "--force-conflicts", *args)
     kube.kubectl(str(cluster.kubeconfig), "wait", "--for=condition=Established", "--timeout=60s", *args)
     yield
-    kube.kubectl(str(cluster.kubeconfig), "delete", "--ignore-not-found", "--wait=true", *args)
+    kube.delete_crds(str(cluster.kubeconfig), paths)
 
 
 def _scaled_object(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
