@@ -32,6 +32,7 @@ from warmstart.api import GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.api.routers import RouterConfig
 from warmstart.api.sources import ModelSourceConfig
+from warmstart.demo import realengine
 from warmstart.render import daemonsets, deployments, keys, labels, names, preload_containers, router, security
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
@@ -215,19 +216,6 @@ def _post(url: str, prompt: str) -> tuple[str, dict[str, Any]]:
         return str(answer.headers.get("x-sim-replica", "")), json.load(answer)
 
 
-def _slice_targets(core: client.CoreV1Api, namespace: str, service: str) -> set[str]:
-    """Names of the ready pods the EndpointSlices of `service` list (what kube-proxy sends its ClusterIP to)."""
-    slices = client.DiscoveryV1Api(core.api_client).list_namespaced_endpoint_slice(
-        namespace, label_selector=f"kubernetes.io/service-name={service}"
-    )
-    return {
-        e.target_ref.name
-        for s in slices.items
-        for e in s.endpoints or []
-        if e.target_ref is not None and (e.conditions is None or e.conditions.ready is not False)
-    }
-
-
 def _router_warm_nodes(pod_ip: str) -> list[str] | None:
     """The warmNodes a router pod applies, from its /router/status on the admin port."""
     with urllib.request.urlopen(f"http://{pod_ip}:{router.ROUTER_ADMIN_PORT}/router/status", timeout=10) as answer:
@@ -257,11 +245,11 @@ def test_requests_to_the_endpoints_service_reach_the_simulator_pods_through_the_
     assert {p.spec.node_name for p in routers} == {real_stack.node}
     router_names = {p.metadata.name for p in routers}
     realstack.eventually(
-        lambda: _slice_targets(real_core, real_stack.namespace, "seed") == router_names,
+        lambda: realengine.service_targets(real_core, real_stack.namespace, "seed") == router_names,
         "the endpoint's Service to reach the router pods",
         explain=real_stack.describe,
     )
-    assert _slice_targets(real_core, real_stack.namespace, router.models_service_name("seed")) == {
+    assert realengine.service_targets(real_core, real_stack.namespace, router.models_service_name("seed")) == {
         p.metadata.name for p in model_pods
     }
     # the model pods turned ready by the operator's default probe, on loadBalancer.healthCheckPath
@@ -338,7 +326,7 @@ def test_turning_routing_off_and_on_never_fails_a_request_to_the_endpoints_servi
     try:
         _routing(real_stack, False)
         realstack.eventually(
-            lambda: _slice_targets(real_core, real_stack.namespace, "seed") == model_names,
+            lambda: realengine.service_targets(real_core, real_stack.namespace, "seed") == model_names,
             "the Service to reach the model pods",
             explain=real_stack.describe,
         )
@@ -355,7 +343,7 @@ def test_turning_routing_off_and_on_never_fails_a_request_to_the_endpoints_servi
         _routing(real_stack, True)
 
         def routed() -> bool:
-            targets = _slice_targets(real_core, real_stack.namespace, "seed")
+            targets = realengine.service_targets(real_core, real_stack.namespace, "seed")
             return len(targets) == 2 and all(t.startswith(router_pod) for t in targets)
 
         realstack.eventually(routed, "the Service to reach the new router pods", explain=real_stack.describe)
