@@ -7,7 +7,7 @@ CHAOS_BUDGET ?= 1200
 CHAOS_GROUPS ?= preload,router,operator,realnode,nodes,controlplane
 REAL_NODES ?= 0
 
-.PHONY: demo test test-engine test-unit docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
+.PHONY: demo test test-engine test-unit status-snapshots docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 $(BIN)/warmstart: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,10 @@ cluster-image: $(BIN)/warmstart
 ## docs: the documentation site (mkdocs, strict: every link checked) into build/site
 docs: $(BIN)/warmstart
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## status-snapshots: run the status test on a local cluster and write what kubectl shows in each state to docs/status.md
+status-snapshots: $(BIN)/warmstart
+	WARMSTART_STATUS_SNAPSHOTS=docs/status.md $(BIN)/pytest -q tests/integration/test_status_reads_well.py
 
 ## lint: import-linter layers, ruff (lint and format), mypy strict, hadolint (the Dockerfile)
 lint: $(BIN)/warmstart

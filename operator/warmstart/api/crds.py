@@ -39,14 +39,22 @@ def _col(name: str, path: str, type_: str = "string", priority: int = 0) -> dict
     return column
 
 
+PROGRESSING = '.status.conditions[?(@.type=="Progressing")]'
+
+#: what a user watching a rollout looks at first: the state and why (the Progressing reason), replicas, and how far
+#: the weights got (nodes cached / target nodes); `-o wide` adds where pods run and the Progressing message
 ENDPOINT_COLUMNS = [
     _col("State", ".status.state"),
+    _col("Reason", f"{PROGRESSING}.reason"),
     _col("Replicas", ".status.replicas", "integer"),
     _col("Available", ".status.availableReplicas", "integer"),
     _col("Weights", ".status.weightsCacheStatus.state"),
+    _col("Cached", ".status.weightsCacheStatus.readyNodes", "integer"),
+    _col("Targets", ".status.weightsCacheStatus.targetNodes", "integer"),
     _col("Image", ".status.imageCacheStatus.state"),
     _col("Warm", ".status.warmPlacement.warmPods", "integer", 1),
     _col("Cold", ".status.warmPlacement.coldPods", "integer", 1),
+    _col("Message", f"{PROGRESSING}.message", priority=1),
     AGE,
 ]
 

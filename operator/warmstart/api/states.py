@@ -48,3 +48,4 @@ class ConditionType(StrEnum):
     UNSUPPORTED_FIELDS = "UnsupportedFields"
     AUTOSCALING = "Autoscaling"
     KV_EVENTS = "KVEvents"
+    ROUTING = "Routing"

@@ -20,6 +20,15 @@ class CacheSummary(ApiModel):
     target_nodes: int = Field(default=0, description="Nodes that should hold the cache.")
     message: str | None = Field(default=None, description="Human-readable progress or error.")
 
+    @property
+    def detail(self) -> str | None:
+        """The message without its leading "N/M nodes ready" (which ready_nodes/target_nodes already say)."""
+        text = self.message
+        count = f"{self.ready_nodes}/{self.target_nodes} nodes ready"
+        if text and text.startswith(count):
+            text = text[len(count) :].lstrip(";:, ")
+        return text or None
+
 
 class ResolvedModel(ApiModel):
     """What the operator resolved the spec to: the source, image and targeting actually used."""

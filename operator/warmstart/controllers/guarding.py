@@ -42,6 +42,11 @@ POD_SECURITY_REJECTED = "PodSecurityRejected"
 RENDER_REJECTED = "RenderRejected"
 RECHECK_ADMITTED_SECONDS = 300.0
 RECHECK_REFUSED_SECONDS = 20.0
+#: what the user can do about a Pod Security refusal (the API server's message names the fields)
+POD_SECURITY_ACTION = (
+    "; remove those fields from the spec, or use a namespace whose pod-security.kubernetes.io/enforce level admits "
+    f"them (checked again every {RECHECK_REFUSED_SECONDS:.0f} s)"
+)
 #: how PodSecurity admission words its refusal ("... is forbidden: violates PodSecurity "baseline:latest": ...")
 _POD_SECURITY_MARK = "violates PodSecurity"
 #: a 400 from an admission webhook that has side effects ("... does not support dry run")
@@ -92,7 +97,10 @@ def pod_security(store: Store, deployment: Manifest) -> Refusal | None:
         if _POD_SECURITY_MARK not in text:
             log.warning("the Pod Security dry run of %s decided nothing: %s", deployment["metadata"]["name"], text)
             return None
-        return Refusal(POD_SECURITY_REJECTED, "the model pod " + text[text.index(_POD_SECURITY_MARK) :])
+        return Refusal(
+            POD_SECURITY_REJECTED,
+            "the model pod " + text[text.index(_POD_SECURITY_MARK) :] + POD_SECURITY_ACTION,
+        )
     except Invalid as error:
         if _NO_DRY_RUN in str(error):  # a webhook with side effects: the API server could not ask it
             log.warning("the Pod Security dry run of %s decided nothing: %s", deployment["metadata"]["name"], error)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +45,7 @@ from warmstart.render import fsx as render_fsx
 from warmstart.render.conditions import condition, merge_conditions
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
-from warmstart.render.endpoint_status import DeploymentFacts
+from warmstart.render.endpoint_status import DeploymentFacts, RouterFacts
 from warmstart.render.endpoints import Endpoint
 from warmstart.render.unsupported import unsupported_fields
 
@@ -76,7 +75,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         endpoint = _with_complete_fsx(endpoint, context)
     except ResolutionFailed as failure:
         conds = [*endpoint_status.failed(generation, failure.reason, failure.message), *unsupported]
-        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        _write_status(memo, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         if failure.retryable:
             raise kopf.TemporaryError(failure.message, delay=30) from failure
         return
@@ -84,7 +83,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     if resource_claims.names(endpoint.worker) and not context.resource_claims:
         message = resource_claims.unavailable_message(endpoint.worker)
         conds = [*endpoint_status.failed(generation, resource_claims.UNAVAILABLE_REASON, message), *unsupported]
-        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        _write_status(memo, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         return
 
     wkey, ikey = endpoint.weights_key(context.cache_sharing_groups), endpoint.image_key()
@@ -92,7 +91,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     refused = guarding.refusal(store, memo, body, endpoint, model_deployment, context)
     if refused is not None:  # before anything is applied: the pod this spec renders is not one the namespace admits
         conds = [*endpoint_status.failed(generation, refused.reason, refused.message), *unsupported]
-        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        _write_status(memo, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         return
     weights = (
         _summary(indexes, "weights_cache_summaries", endpoint, keys.weights_cache_name(wkey))
@@ -113,13 +112,17 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     )
     waiting_since = waiting_since or now
     gate = gating.decide(
-        endpoint.weights_enabled, weights, (now - waiting_since).total_seconds(), endpoint.max_deploy_time_seconds
+        endpoint.weights_enabled,
+        weights,
+        (now - waiting_since).total_seconds(),
+        endpoint.max_deploy_time_seconds,
+        handling.timestamp(waiting_since + datetime.timedelta(seconds=endpoint.max_deploy_time_seconds)),
     )
 
     deployment = store.get("apps/v1", "Deployment", endpoint.child_name, endpoint.ref.namespace)
     if gate.open and _serving_weights_key(deployment) != wkey:
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
-    traffic = _traffic(store, endpoint, old_status)
+    traffic = _traffic(store, endpoint, old_status, context)
     warm_nodes = _warm_nodes(endpoint, wkey, indexes) if endpoint.routing_enabled else None
     scaling = autoscaling.plan(store, endpoint, context, old_status)
     if scaling.remove:
@@ -140,7 +143,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     if rejection is not None:
         message = f"the API server rejected what this spec renders (fix the spec): {rejection}"[:1024]
         conds = [*endpoint_status.failed(generation, RENDER_REJECTED, message), *unsupported]
-        _write_status(store, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
+        _write_status(memo, kind, body, old_status, {"state": EndpointState.DEPLOYMENT_FAILED.value}, conds, now)
         return
     elif not gate.open and deployment is not None and deployment.get("spec", {}).get("replicas") != endpoint.replicas:
         deployment = store.merge_patch(
@@ -166,6 +169,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         *unsupported,
         *scaling.conditions,
         *_kv_events_condition(endpoint, generation, old_status),
+        *endpoint_status.routing_condition(traffic, _had(old_status, ConditionType.ROUTING), generation),
     ]
     conds.append(
         condition(
@@ -202,7 +206,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     ).to_api()
     status.pop("conditions", None)
     blocks = hyperpod_status.blocks(endpoint, context, deployment, state, conds, old_status, handling.timestamp(now))
-    _write_status(store, kind, body, old_status, {**status, **blocks}, conds, now)
+    _write_status(memo, kind, body, old_status, {**status, **blocks}, conds, now)
     _export_metrics(endpoint, state, placement)
 
 
@@ -226,10 +230,15 @@ def _unsupported_condition(
     return [condition(ConditionType.UNSUPPORTED_FIELDS, True, "FieldsIgnored", message, generation)]
 
 
+def _had(old_status: Mapping[str, Any], type_: ConditionType) -> bool:
+    """Whether the status last written carries a condition of `type_`."""
+    return any(c.get("type") == type_ for c in old_status.get("conditions") or [])
+
+
 def _kv_events_condition(endpoint: Endpoint, generation: int, old_status: Mapping[str, Any]) -> list[Condition]:
     """``KVEvents``: whether the model container publishes KV events for the router (only once asked for)."""
     chosen = kvwiring.knobs(endpoint).kv_events
-    had = any(c.get("type") == ConditionType.KV_EVENTS for c in old_status.get("conditions") or [])
+    had = _had(old_status, ConditionType.KV_EVENTS)
     if not chosen:
         message = "the router does not follow KV events (routerConfig.kvEvents is off or routing is off)"
         return [condition(ConditionType.KV_EVENTS, False, "KVEventsOff", message, generation)] if had else []
@@ -284,15 +293,7 @@ def _children(
     return wanted
 
 
-@dataclasses.dataclass(frozen=True)
-class Traffic:
-    """Where the endpoint's Service sends clients, and whether a turned-off router must wait before its removal."""
-
-    via_router: bool
-    retiring: bool
-
-
-def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any]) -> Traffic:
+def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any], context: RenderContext) -> RouterFacts:
     """Re-point the endpoint's Service without a gap.
 
     Routing on: to the router only once a router pod is ready (before that, and whenever none is, straight to the
@@ -301,13 +302,16 @@ def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any]) ->
     `router.DRAIN_SECONDS` after that, while kube-proxy catches up.
     """
     ns = endpoint.ref.namespace
+    name = router.name(endpoint.ref.name)
     if endpoint.routing_enabled:
-        found = store.get("apps/v1", "Deployment", router.name(endpoint.ref.name), ns)
-        return Traffic(via_router=services.router_available(found), retiring=False)
+        found = store.get("apps/v1", "Deployment", name, ns)
+        available = int(((found or {}).get("status") or {}).get("availableReplicas") or 0)
+        desired = router.replicas(endpoint, context)
+        return RouterFacts(True, services.router_available(found), False, name, available, desired)
     if not old_status.get("routerName"):
-        return Traffic(via_router=False, retiring=False)
+        return RouterFacts(False, False, False, name)
     current = store.get("v1", "Service", endpoint.child_name, ns)
-    return Traffic(via_router=False, retiring=services.selects_router(current, endpoint))
+    return RouterFacts(False, False, services.selects_router(current, endpoint), name)
 
 
 def _warm_nodes(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> list[str] | None:
@@ -405,7 +409,8 @@ def _deployment_facts(deployment: Mapping[str, Any] | None) -> DeploymentFacts:
         None,
     )
     rolled_out = current and updated >= desired and replicas == updated and available >= desired
-    return DeploymentFacts(True, desired, replicas, updated, available, current, rolled_out, failed)
+    name = str(deployment["metadata"].get("name", ""))
+    return DeploymentFacts(True, desired, replicas, updated, available, current, rolled_out, failed, name)
 
 
 def _release_stale(store: Store, endpoint: Endpoint, indexes: Mapping[str, Any], wkey: str, ikey: str) -> None:
@@ -439,7 +444,7 @@ def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> War
 
 
 def _write_status(
-    store: Store,
+    memo: kopf.Memo,
     kind: str,
     body: kopf.Body,
     old: dict[str, Any],
@@ -447,7 +452,9 @@ def _write_status(
     conds: list[Condition],
     now: datetime.datetime,
 ) -> None:
-    """Write status when something changed; post an Event when the state changes."""
+    """Write status when something changed; post an Event when the state changes (once: a second pass that started
+    from the same stale body writes the same state again, and is not a change)."""
+    store: Store = memo.store
     old_conditions = [Condition.model_validate(c) for c in old.get("conditions") or []]
     merged = merge_conditions(old_conditions, conds, handling.timestamp(now))
     new = {
@@ -458,12 +465,18 @@ def _write_status(
     owned_old = {k: v for k, v in old.items() if k in new or k in _OWNED}
     if not handling.write_status(store, kind, body, owned_old, new):
         return
-    if old.get("state") != new.get("state"):
+    posted: dict[str, Any] = memo.setdefault(_POSTED_STATES, {})
+    uid = body["metadata"]["uid"]
+    if posted.get(uid, old.get("state")) != new.get("state"):
+        posted[uid] = new.get("state")
         ready = next((c for c in merged if c.type == ConditionType.READY), None)
         message = ready.message if ready else ""
         event_type = "Warning" if new.get("state") == EndpointState.DEPLOYMENT_FAILED.value else "Normal"
         kopf.event(body, type=event_type, reason=str(new.get("state")), message=message[:1000])
 
+
+#: memo key: the state each endpoint's last Event announced, by uid
+_POSTED_STATES = "posted_endpoint_states"
 
 _OWNED = (
     "state",
@@ -512,6 +525,7 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
     _forget_metrics(ns, name)
     applying.forget(memo, uid)
     guarding.forget(memo, uid)
+    memo.setdefault(_POSTED_STATES, {}).pop(uid, None)
     kopf.info(body, reason=EndpointState.DELETION_COMPLETE.value, message="children removed and caches released")
 
 

@@ -23,6 +23,11 @@ class DeploymentFacts:
     current_generation: bool = False
     rolled_out: bool = False
     failed_message: str | None = None
+    name: str = ""
+
+
+#: the short name of each cache kind, for the `kubectl describe` a condition points to
+_SHORT_NAMES = {ConditionType.WEIGHTS_CACHE_READY: "mdcc", ConditionType.IMAGE_CACHE_READY: "mic"}
 
 
 def _cache_condition(type_: ConditionType, summary: CacheSummary | None, enabled: bool, gen: int) -> Condition:
@@ -31,9 +36,11 @@ def _cache_condition(type_: ConditionType, summary: CacheSummary | None, enabled
     if summary is None or summary.state is None:
         return condition(type_, False, "Pending", "the cache has not reported yet", gen)
     progress = f"{summary.ready_nodes}/{summary.target_nodes} nodes ready"
-    text = f"{progress}: {summary.message}" if summary.message else progress
+    text = f"{progress}: {summary.detail}" if summary.detail else progress
     if summary.state == CacheState.READY:
         return condition(type_, True, "Ready", text, gen)
+    if summary.name:
+        text = f"{text}; per node: kubectl describe {_SHORT_NAMES[type_]} {summary.name}"
     reason = {
         CacheState.FAILED: "Failed",
         CacheState.PARTIALLY_READY: "PartiallyReady",
@@ -64,12 +71,12 @@ def conditions(
         ),
     ]
     if deployment.failed_message:
-        result.append(
-            condition(
-                ConditionType.PROGRESSING, False, "ProgressDeadlineExceeded", deployment.failed_message, generation
-            )
+        failed = (
+            f"{deployment.failed_message}; kubectl describe deployment {deployment.name} and its pods say why, "
+            "a change to the spec rolls out again"
         )
-        result.append(condition(ConditionType.READY, False, "DeploymentFailed", deployment.failed_message, generation))
+        result.append(condition(ConditionType.PROGRESSING, False, "ProgressDeadlineExceeded", failed, generation))
+        result.append(condition(ConditionType.READY, False, "DeploymentFailed", failed, generation))
         return result
     if not deployment.exists:
         result.append(condition(ConditionType.PROGRESSING, True, gate.reason, gate.message, generation))
@@ -87,12 +94,52 @@ def conditions(
             )
         )
     elif not deployment.rolled_out:
-        result.append(condition(ConditionType.PROGRESSING, True, "RollingOut", counts, generation))
+        rolling = (
+            f"{counts}; waiting for the new model pods to become available: "
+            f"kubectl rollout status deployment/{deployment.name}"
+        )
+        result.append(condition(ConditionType.PROGRESSING, True, "RollingOut", rolling, generation))
     else:
         result.append(condition(ConditionType.PROGRESSING, False, "RolloutComplete", counts, generation))
     ready = deployment.rolled_out and gate.open and deployment.available >= deployment.desired
     result.append(condition(ConditionType.READY, ready, "Serving" if ready else "NotReady", counts, generation))
     return result
+
+
+@dataclass(frozen=True)
+class RouterFacts:
+    """Where the endpoint's Service sends clients while routing is switched on or off, and the router's pods."""
+
+    enabled: bool
+    via_router: bool
+    retiring: bool
+    name: str
+    available: int = 0
+    desired: int = 0
+
+
+def routing_condition(router: RouterFacts, had: bool, generation: int) -> list[Condition]:
+    """``Routing``: whether clients reach the router and what a switch waits for (none while routing was never on)."""
+    pods = f"{router.available}/{router.desired} router pods available"
+    if router.enabled and router.via_router:
+        message = f"the Service sends clients to the router {router.name} ({pods})"
+        return [condition(ConditionType.ROUTING, True, "ThroughRouter", message, generation)]
+    if router.enabled:
+        message = (
+            f"the Service sends clients straight to the model pods until a router pod is available ({pods}); "
+            f"kubectl describe deployment {router.name} says what it waits for"
+        )
+        return [condition(ConditionType.ROUTING, False, "RouterStarting", message, generation)]
+    if router.retiring:
+        message = (
+            "routing is off: the Service moves back to the model pods, then the router "
+            f"{router.name} is removed (its pods drain open requests first)"
+        )
+        return [condition(ConditionType.ROUTING, False, "RouterRetiring", message, generation)]
+    if had:
+        message = "routing is off: the Service sends clients straight to the model pods"
+        return [condition(ConditionType.ROUTING, False, "RoutingOff", message, generation)]
+    return []
 
 
 def failed(generation: int, reason: str, message: str) -> list[Condition]:

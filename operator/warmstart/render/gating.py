@@ -24,32 +24,58 @@ class Gate:
     degraded: bool = False
 
 
-def decide(weights_enabled: bool, weights: CacheSummary | None, waited_seconds: float, max_wait_seconds: int) -> Gate:
-    """Decide from the weights cache summary and how long this generation has waited."""
+def decide(
+    weights_enabled: bool,
+    weights: CacheSummary | None,
+    waited_seconds: float,
+    max_wait_seconds: int,
+    deadline: str | None = None,
+) -> Gate:
+    """Decide from the weights cache summary and how long this generation has waited.
+
+    While it waits, the message names what it waits for, how far it got and what the user can do; `deadline` (the
+    time the wait ends, as a timestamp) keeps the message the same on every pass, so waiting writes no new status.
+    """
     if not weights_enabled:
         return Gate(True, "CacheDisabled", "weights caching is off: pods download at start")
+    cache = weights.name if weights is not None and weights.name else None
+    see = f"; per node: kubectl describe mdcc {cache}" if cache else ""
+    ends = f"maxDeployTimeInSeconds={max_wait_seconds}" + (f", at {deadline}" if deadline else "")
     if weights is None or weights.state is None:
-        return _waiting(waited_seconds, max_wait_seconds, "the weights cache has not reported yet")
+        return _waiting(
+            waited_seconds,
+            max_wait_seconds,
+            "the weights cache has not reported yet",
+            f"it deploys once the weights are on every target node, or after {ends}",
+        )
     progress = f"{weights.ready_nodes}/{weights.target_nodes} target nodes ready"
+    detail = f"; {weights.detail}" if weights.detail else ""
     if weights.state == CacheState.READY and weights.target_nodes > 0 and weights.ready_nodes >= weights.target_nodes:
         return Gate(True, "WeightsCacheReady", f"weights cached on all target nodes ({progress})")
     if weights.state == CacheState.FAILED:
         return Gate(
             True,
             "WeightsCacheFailed",
-            f"weights cache failed ({weights.message or progress}); deploying without it: pods download at start",
+            f"weights cache failed ({progress}{detail}); deploying without it: pods download at start; "
+            f"fix the model source in the spec to retry{see}",
             degraded=True,
         )
     if weights.target_nodes == 0:
-        return _waiting(waited_seconds, max_wait_seconds, "no node matches the endpoint's instance types yet")
+        return _waiting(
+            waited_seconds,
+            max_wait_seconds,
+            "no node matches the endpoint's instance types yet",
+            f"add nodes of those instance types or change instanceType; it deploys anyway after {ends}",
+        )
     return _waiting(
         waited_seconds,
         max_wait_seconds,
-        f"preloading weights: {progress}" + (f"; {weights.message}" if weights.message else ""),
+        f"preloading weights: {progress}{detail}",
+        f"it deploys once every target node is ready, or after {ends}{see}",
     )
 
 
-def _waiting(waited: float, limit: int, message: str) -> Gate:
+def _waiting(waited: float, limit: int, message: str, action: str) -> Gate:
     if waited >= limit:
         return Gate(
             True,
@@ -58,4 +84,4 @@ def _waiting(waited: float, limit: int, message: str) -> Gate:
             f"pods on cold nodes download at start ({message})",
             degraded=True,
         )
-    return Gate(False, "WaitingForWeightsCache", message)
+    return Gate(False, "WaitingForWeightsCache", f"{message}; {action}")

@@ -21,7 +21,7 @@ ROLLED_OUT = DeploymentFacts(
     exists=True, desired=2, replicas=2, updated=2, available=2, current_generation=True, rolled_out=True
 )
 ROLLING = DeploymentFacts(
-    exists=True, desired=2, replicas=3, updated=1, available=2, current_generation=True, rolled_out=False
+    exists=True, desired=2, replicas=3, updated=1, available=2, current_generation=True, rolled_out=False, name="llama"
 )
 
 
@@ -86,6 +86,16 @@ def test_cache_condition_is_false_with_the_cache_state_as_reason_until_ready(sta
     )
 
 
+def test_a_cache_condition_that_is_not_ready_names_the_cache_to_describe() -> None:
+    weights = CacheSummary(name="weights-k", state=CacheState.DOWNLOADING, ready_nodes=0, target_nodes=2)
+    image = CacheSummary(name="image-k", state=CacheState.PENDING, ready_nodes=1, target_nodes=2)
+    found = conditions(weights=weights, image=image)
+    assert (
+        found[ConditionType.WEIGHTS_CACHE_READY].message == "0/2 nodes ready; per node: kubectl describe mdcc weights-k"
+    )
+    assert found[ConditionType.IMAGE_CACHE_READY].message == "1/2 nodes ready; per node: kubectl describe mic image-k"
+
+
 # Degraded
 
 
@@ -107,11 +117,16 @@ def test_not_degraded_is_as_expected_with_no_message() -> None:
 
 
 def test_a_failed_rollout_stops_progress_and_is_not_ready() -> None:
-    failed = DeploymentFacts(exists=True, desired=2, failed_message="ReplicaSet has timed out progressing")
+    failed = DeploymentFacts(
+        exists=True, desired=2, failed_message="ReplicaSet has timed out progressing", name="llama-deployment"
+    )
     found = conditions(deployment=failed)
     assert summary_of(found[ConditionType.PROGRESSING]) == (ConditionStatus.FALSE, "ProgressDeadlineExceeded")
     assert summary_of(found[ConditionType.READY]) == (ConditionStatus.FALSE, "DeploymentFailed")
-    assert found[ConditionType.READY].message == "ReplicaSet has timed out progressing"
+    assert found[ConditionType.READY].message == (
+        "ReplicaSet has timed out progressing; kubectl describe deployment llama-deployment and its pods say why, "
+        "a change to the spec rolls out again"
+    )
 
 
 def test_without_a_deployment_progress_and_readiness_tell_the_gate_reason() -> None:
@@ -143,7 +158,10 @@ def test_endpoint_is_not_ready_while_the_gate_holds_back_a_new_generation() -> N
 def test_an_open_gate_with_a_rollout_under_way_is_progressing_and_not_ready() -> None:
     found = conditions(deployment=ROLLING)
     assert summary_of(found[ConditionType.PROGRESSING]) == (ConditionStatus.TRUE, "RollingOut")
-    assert found[ConditionType.PROGRESSING].message == "2/2 replicas available, 1 updated"
+    assert found[ConditionType.PROGRESSING].message == (
+        "2/2 replicas available, 1 updated; waiting for the new model pods to become available: "
+        "kubectl rollout status deployment/llama"
+    )
     assert summary_of(found[ConditionType.READY]) == (ConditionStatus.FALSE, "NotReady")
 
 
@@ -237,3 +255,48 @@ def test_state_follows_the_conditions_computed_for_the_same_observation(
 ) -> None:
     conds = endpoint_status.conditions(GEN, gate, READY_CACHE, True, READY_CACHE, True, deployment)
     assert endpoint_status.state(conds, deployment) == expected
+
+
+# Routing: where clients go while routing is switched on or off
+
+
+def _routing(facts: endpoint_status.RouterFacts, had: bool = False) -> list[Condition]:
+    return endpoint_status.routing_condition(facts, had, GEN)
+
+
+def test_routing_on_with_an_available_router_says_clients_reach_it() -> None:
+    (found,) = _routing(endpoint_status.RouterFacts(True, True, False, "llama-router", 2, 2))
+    assert (found.type, found.status, found.reason) == ("Routing", ConditionStatus.TRUE, "ThroughRouter")
+    assert found.message == "the Service sends clients to the router llama-router (2/2 router pods available)"
+
+
+def test_routing_switched_on_says_clients_go_to_the_model_pods_until_a_router_pod_is_available() -> None:
+    (found,) = _routing(endpoint_status.RouterFacts(True, False, False, "llama-router", 0, 2))
+    assert (found.status, found.reason) == (ConditionStatus.FALSE, "RouterStarting")
+    assert "straight to the model pods until a router pod is available (0/2 router pods available)" in found.message
+    assert "kubectl describe deployment llama-router" in found.message
+
+
+def test_routing_switched_off_says_the_router_goes_once_the_service_moved() -> None:
+    (found,) = _routing(endpoint_status.RouterFacts(False, False, True, "llama-router"), had=True)
+    assert (found.status, found.reason) == (ConditionStatus.FALSE, "RouterRetiring")
+    assert "llama-router is removed" in found.message
+
+
+def test_routing_off_is_said_once_it_was_on_and_never_otherwise() -> None:
+    off = endpoint_status.RouterFacts(False, False, False, "llama-router")
+    assert _routing(off) == []
+    (found,) = _routing(off, had=True)
+    assert (found.status, found.reason) == (ConditionStatus.FALSE, "RoutingOff")
+
+
+def test_a_cache_message_that_repeats_the_node_count_does_not_say_it_twice() -> None:
+    weights = CacheSummary(
+        name="weights-k",
+        state=CacheState.DOWNLOADING,
+        ready_nodes=0,
+        target_nodes=2,
+        message="0/2 nodes ready; warming n1, n2",
+    )
+    found = conditions(weights=weights)[ConditionType.WEIGHTS_CACHE_READY]
+    assert found.message == "0/2 nodes ready: warming n1, n2; per node: kubectl describe mdcc weights-k"
