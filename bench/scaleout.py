@@ -1,24 +1,28 @@
-"""Scale-out on a REAL node: one new model replica until Ready, warm cache vs cold, image pre-pulled vs not.
+"""Scale-out on a REAL node, through the operator: one new model replica until Ready, warm cache vs cold, image
+pre-pulled vs not.
 
-    python bench/scaleout.py [--dir .cluster] [--runs 3] [--model-gib 1.0] [--out bench/out]
+    python bench/scaleout.py [--dir .cluster] [--runs 5] [--model-gib 1.0] [--out bench/out] [--json FILE]
 
-The model pod is the one the operator renders (render/deployments.py): the `warmstart preload --if-missing` init
-container, then the worker running `warmstart sim --model-dir` from the project image, which reads every weight
-file (checked against the preload manifest) before /health answers, so "Ready" includes loading the weights.
-The weights (a synthetic model of --model-gib GiB in several files) sit in the cluster's real S3 server.
+`warmstart operator` runs as a child process watching the bench's own namespace. The bench applies the seed example
+adapted to the real node (demo/seed.py): its instance type, a synthetic model of --model-gib GiB in the cluster's real
+S3 server, the project image as the model server (`warmstart sim --model-dir`, which reads every weight file, checked
+against the preload manifest, before /health answers, so "Ready" includes loading the weights), and `replicas: 0`.
+The operator preloads the weights on the node with its own Job and opens the gate; the Deployment, its preferred
+affinity for warm nodes and the `warmstart preload --if-missing` init container are the operator's.
 
-- warm cache: the node's `<hostPath>/warmstart` holds the model, the init container finds it and exits;
-- cold cache: that directory is emptied first (left as the node's preload Job prepares it: owned by the preload's
-  uid), the init container downloads the model from S3;
+- warm cache: the node's `<hostPath>/warmstart` holds the model, the init container finds it (`AlreadyPresent`);
+- cold cache: that directory is emptied first (left as the preload prepares it: owned by the preload's uid), and the
+  init container downloads the whole model (`Downloaded`, every byte);
 - image pre-pulled: the project image is in the node's containerd; not pre-pulled: removed with `ctr images rm`
   first, so the kubelet pulls it from the local registry.
 
-Each run scales the Deployment 0 -> 1 and times it until the pod is Ready (polled every 0.1 s), then back to 0.
-Configurations are interleaved run by run. Goal (seed 003's "about 60% faster scale-out"): warm (warm cache,
-image pre-pulled) at most 0.4 x cold (cold cache, image not pulled).
+Each run sets `spec.replicas` of the endpoint 0 -> 1 and times it until the model pod is Ready (polled every 0.1 s),
+then back to 0. A run whose init container did not take the configuration's path (warm: AlreadyPresent; cold:
+Downloaded with the model's bytes) stops the bench. Configurations are interleaved run by run; each run records the
+load average. Goal: warm (warm cache, image pre-pulled) at most 0.4 x cold (cold cache, image not pulled), medians.
 
-Uses the running cluster in --dir if it has a real node (its own namespace, bucket and hostPath, removed at the
-end); otherwise starts one with `--real-nodes 1` there and stops it at the end. Needs root (as real nodes do).
+Uses the running cluster in --dir if it has a real node (its own namespace, bucket and hostPath, removed at the end);
+otherwise starts one with `--real-nodes 1` there and stops it at the end. Needs root (as real nodes do).
 """
 
 from __future__ import annotations
@@ -40,18 +44,22 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from warmstart.api.endpoints import InferenceEndpointConfigSpec
-from warmstart.demo import seed
+from warmstart.api import GROUP, VERSION
+from warmstart.api.caches import MDCC_PLURAL
+from warmstart.api.endpoints import PLURAL
+from warmstart.controllers.storage import Store, load_api_client
+from warmstart.demo import flow, seed
 from warmstart.localcluster import imaging, models, pushing, realnodes, running
-from warmstart.render import deployments, endpoints, security
-from warmstart.render.context import RenderContext
+from warmstart.render import security
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SEED = ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
 BUCKET = "bench-scaleout"
-PORT = 8000
-MOUNT = "/opt/ml/model"
+NAME = "bench-scaleout"
 GOAL = 0.4
 POLL = 0.1
 
@@ -84,45 +92,46 @@ class Sample:
     init_reason: str = ""
     init_bytes: int = 0
     load_s: float = 0.0
+    load_average: float = 0.0
 
 
 # ---------------------------------------------------------------------- pure: rendering and reporting
 
 
-def endpoint_spec(model: models.SyntheticModel, s3_url: str, region: str, image: str, host_path: str) -> dict[str, Any]:
-    """A seed-like InferenceEndpointConfig spec whose worker is the simulator reading the cached weights."""
-    return {
-        "modelName": "bench-scaleout",
-        "modelSourceConfig": {
-            "modelSourceType": "s3",
-            "s3Storage": {"bucketName": model.bucket, "region": region, "endpointUrl": s3_url},
-            "modelLocation": model.prefix,
-        },
-        "modelCacheConfig": {"weightsCache": {"enabled": True, "hostPath": host_path}},
-        "replicas": 0,
-        "worker": {
-            "image": image,
-            "command": ["warmstart"],
-            "args": ["sim", "--host", "0.0.0.0", "--base-port", str(PORT), "--model-dir", MOUNT],
-            "modelInvocationPort": {"containerPort": PORT},
-            "modelVolumeMount": {"name": "model-weights", "mountPath": MOUNT},
-            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-            "probes": {"readinessProbe": {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 1}},
-        },
-        "kubernetes": {"nodeSelector": {"warmstart.io/real-node": "true"}},
-    }
+def endpoint_manifest(
+    namespace: str, model: models.SyntheticModel, s3_url: str, region: str, image: str, host_path: str, instance: str
+) -> dict[str, Any]:
+    """The seed example on the real node (demo/seed.py), at 0 replicas and without the image cache: the bench sets
+    the image's presence on the node itself (a pre-pull DaemonSet would keep it there)."""
+    manifest = seed.real_seed(
+        yaml.safe_load(SEED.read_text()),
+        namespace=namespace,
+        instance_type=instance,
+        bucket=model.bucket,
+        prefix=model.prefix,
+        s3_url=s3_url,
+        region=region,
+        image=image,
+        host_path=host_path,
+    )
+    manifest["metadata"]["name"] = NAME
+    manifest["spec"]["modelName"] = NAME
+    manifest["spec"]["replicas"] = 0
+    manifest["spec"]["modelCacheConfig"]["imageCache"] = {"enabled": False}
+    return manifest
 
 
-def model_deployment(
-    spec: dict[str, Any], namespace: str, context: RenderContext
-) -> tuple[dict[str, Any], deployments.Generation]:
-    """The Deployment the operator would render for ``spec`` (without the owner, which does not exist here)."""
-    ref = endpoints.ObjectRef(kind="InferenceEndpointConfig", name="bench-scaleout", namespace=namespace, uid="bench")
-    endpoint = endpoints.from_iec(ref, InferenceEndpointConfigSpec.model_validate(spec))
-    generation = deployments.Generation(endpoint.weights_key({}), endpoint.image_key())
-    manifest = deployments.deployment(endpoint, generation, context)
-    del manifest["metadata"]["ownerReferences"]
-    return manifest, generation
+def expected_path(config: Config, model_bytes: int, sample: Sample) -> str | None:
+    """Why `sample` did not take the path of `config` (None: it did): a warm run must find the weights, a cold run
+    must download all of them."""
+    if config.warm_cache and sample.init_reason != "AlreadyPresent":
+        return f"a warm run's init container said {sample.init_reason or 'nothing'}, not AlreadyPresent"
+    if not config.warm_cache and (sample.init_reason != "Downloaded" or sample.init_bytes != model_bytes):
+        return (
+            f"a cold run's init container said {sample.init_reason or 'nothing'} with {sample.init_bytes} bytes, "
+            f"not Downloaded with {model_bytes}"
+        )
+    return None
 
 
 def median(values: list[float]) -> float:
@@ -140,6 +149,9 @@ def summary(samples: list[Sample]) -> dict[Config, dict[str, float]]:
                 for field in ("ready_s", "pull_s", "init_s", "load_s")
             }
             found[config]["runs"] = len(mine)
+            found[config]["min_ready_s"] = min(x.ready_s for x in mine)
+            found[config]["max_ready_s"] = max(x.ready_s for x in mine)
+            found[config]["load_average"] = median([x.load_average for x in mine])
     return found
 
 
@@ -148,16 +160,17 @@ def table(samples: list[Sample]) -> str:
     medians = summary(samples)
     cold = medians.get(COLD, {}).get("ready_s", float("nan"))
     lines = [
-        "| configuration | runs | Ready (s), each run | median Ready (s) | image pull (s) | init container (s)"
-        " | weights read (s) | / cold |",
-        "|---|---|---|---|---|---|---|---|",
+        "| configuration | runs | Ready (s), each run | median Ready (s) | spread (s) | image pull (s)"
+        " | init container (s) | weights read (s) | load avg | / cold |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config, figures in medians.items():
         each = ", ".join(f"{s.ready_s:.1f}" for s in samples if s.config == config)
         lines.append(
             f"| {config.label} | {figures['runs']:.0f} | {each} | **{figures['ready_s']:.1f}**"
+            f" | {figures['min_ready_s']:.1f}-{figures['max_ready_s']:.1f}"
             f" | {figures['pull_s']:.1f} | {figures['init_s']:.1f} | {figures['load_s']:.2f}"
-            f" | {figures['ready_s'] / cold:.2f} |"
+            f" | {figures['load_average']:.1f} | {figures['ready_s'] / cold:.2f} |"
         )
     return "\n".join(lines)
 
@@ -250,18 +263,21 @@ def load_seconds(log: str) -> float:
 
 
 class Bench:
-    """The bench's namespace, Deployment, hostPath and image on one real node."""
+    """The bench's namespace, endpoint, hostPath and image on one real node; the operator in a child process."""
 
     def __init__(self, cluster: running.Cluster, api: client.ApiClient, image: str, tag: str) -> None:
         assert cluster.real is not None
+        self.cluster = cluster
         self.real: realnodes.RealNodes = cluster.real
         self.node = self.real.names[0]
         self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
+        self.objects = client.CustomObjectsApi(api)
+        self.store = Store(load_api_client(str(cluster.kubeconfig)))
         self.image = image
         self.namespace = f"bench-scaleout-{tag}"
         self.host_path = self.real.hostpath_root / f"bench-scaleout-{tag}"
-        self.name = "bench-scaleout"
+        self.operator_log = cluster.dir / f"operator-{self.namespace}.log"
+        self.operator: subprocess.Popen[bytes] | None = None
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         address = str(self.real.containerd_socket(self.node))
@@ -287,8 +303,8 @@ class Bench:
                 raise SystemExit(f"ctr images rm {self.image}: {done.stderr.strip()}")
 
     def set_cache(self, warm: bool, key: str) -> None:
-        """Cold: the cache directory empty, owned by the preload's uid, as the model pod's ownership init container
-        leaves it before a download (the pod mounts it with `type: DirectoryOrCreate`). Warm: the weights are there."""
+        """Cold: the cache directory empty, owned by the preload's uid, as a preload leaves it before a download.
+        Warm: the weights are there (the operator's preload Job put them there)."""
         cache = self.host_path / "warmstart"
         weights = cache / "weights" / key
         if not warm:
@@ -296,21 +312,51 @@ class Bench:
             cache.mkdir(parents=True)
             os.chown(cache, security.CACHE_UID, security.CACHE_UID)
         elif not (weights / models_manifest()).is_file():
-            raise SystemExit(f"no warm cache in {weights} (the priming run should have filled it)")
+            raise SystemExit(f"no warm cache in {weights} (the operator's preload Job should have filled it)")
 
-    def apply(self, manifest: dict[str, Any], secret: dict[str, Any]) -> None:
+    def start(self, manifest: dict[str, Any], secret: dict[str, Any]) -> None:
+        """The namespace, the preload Secret, the CRDs, the operator (watching this namespace) and the endpoint."""
         self.core.create_namespace({"metadata": {"name": self.namespace, "labels": {"warmstart.io/bench": "true"}}})
         self.core.create_namespaced_secret(self.namespace, secret)
-        self.apps.create_namespaced_deployment(self.namespace, manifest)
+        self.host_path.mkdir(parents=True, exist_ok=True)  # a cache root must exist on the node
+        flow.install_crds(self.store)
+        env = seed.operator_env(self.image, self.namespace, str(self.host_path), "1s")
+        self.operator = flow.start_operator(self.cluster.kubeconfig, self.operator_log, env)
+        self.store.apply(manifest)
+
+    def endpoint(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, NAME)
+        return found
+
+    def wait_endpoint(self, state: str, timeout: float = 600.0) -> dict[str, Any]:
+        """The endpoint once its state is `state`; stops the bench if the operator died or it took too long."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.operator is not None and self.operator.poll() is not None:
+                raise SystemExit(f"the operator exited ({self.operator.returncode}); see {self.operator_log}")
+            found = self.endpoint()
+            if (found.get("status") or {}).get("state") == state:
+                return found
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the endpoint is not {state} after {timeout:.0f} s: {found.get('status')}")
+            time.sleep(0.5)
+
+    def weights_key(self) -> str:
+        return str(self.endpoint()["status"]["resolved"]["weightsCacheKey"])
 
     def scale(self, replicas: int) -> None:
-        self.apps.patch_namespaced_deployment_scale(self.name, self.namespace, {"spec": {"replicas": replicas}})
+        """Through the endpoint (spec.replicas), as a user or an autoscaler does; the operator scales the Deployment."""
+        self.objects.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, NAME, {"spec": {"replicas": replicas}}
+        )
 
     def pods(self) -> list[client.V1Pod]:
-        return list(self.core.list_namespaced_pod(self.namespace).items)
+        """The endpoint's model pods (not the preload Job's)."""
+        selector = (self.endpoint().get("status") or {}).get("selector") or ""
+        return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
 
-    def run(self, config: Config, key: str, timeout: float = 600.0) -> Sample:
-        """Scale 0 -> 1 and time it until the pod is Ready; then gather the parts and scale back to 0."""
+    def run(self, config: Config, key: str, model_bytes: int, timeout: float = 600.0) -> Sample:
+        """Scale 0 -> 1 and time it until the pod is Ready; check the path it took; scale back to 0."""
         self.set_image(config.image_pulled)
         self.set_cache(config.warm_cache, key)
         started = time.monotonic()
@@ -319,24 +365,28 @@ class Bench:
         while pod is None:
             if time.monotonic() - started > timeout:
                 raise SystemExit(f"{config.label}: no Ready pod after {timeout:.0f} s: {self.describe()}")
-            pod = next((p for p in self.pods() if _ready(p)), None)
+            pods = self.pods()
+            pod = next((p for p in pods if _ready(p)), None)
             if pod is None:
-                _fail_fast(self.pods(), config)
+                _fail_fast(pods, config)
                 time.sleep(POLL)
         ready = time.monotonic() - started
-        sample = Sample(config=config, ready_s=ready)
+        sample = Sample(config=config, ready_s=ready, load_average=os.getloadavg()[0])
         name = pod.metadata.name
         events = self.core.list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={name}").items
         sample.pull_s = pull_seconds([e.message or "" for e in events])
         for status in pod.status.init_container_statuses or []:
             terminated = status.state.terminated
-            if terminated is not None:
-                sample.init_s = (terminated.finished_at - terminated.started_at).total_seconds()
-                message = json.loads(terminated.message or "{}")
-                sample.init_reason = str(message.get("reason", ""))
-                sample.init_bytes = int(message.get("bytes", 0))
-                sample.init_s = float(message.get("seconds", sample.init_s))
+            if terminated is not None and terminated.message and terminated.message.startswith("{"):
+                message = json.loads(terminated.message)
+                if "reason" in message:
+                    sample.init_reason = str(message["reason"])
+                    sample.init_bytes = int(message.get("bytes", 0))
+                    sample.init_s = float(message.get("seconds", 0.0))
         sample.load_s = load_seconds(self.core.read_namespaced_pod_log(name, self.namespace, container="worker"))
+        wrong = expected_path(config, model_bytes, sample)
+        if wrong is not None:
+            raise SystemExit(f"{config.label}: {wrong}")
         self.scale(0)
         deadline = time.monotonic() + 120
         while self.pods():
@@ -350,10 +400,25 @@ class Bench:
 
     def clean(self) -> None:
         with contextlib.suppress(ApiException):
+            self.objects.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, NAME)
+        deadline = time.monotonic() + 180
+        with contextlib.suppress(ApiException):
+            while time.monotonic() < deadline:  # the operator's finalizers release the caches and their node labels
+                caches = self.objects.list_namespaced_custom_object(GROUP, VERSION, self.namespace, MDCC_PLURAL)
+                if not caches["items"]:
+                    self.endpoint()  # gone: ApiException 404 ends the wait
+                time.sleep(0.5)
+        if self.operator is not None:
+            self.operator.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.operator.wait(30)
+            if self.operator.poll() is None:
+                self.operator.kill()
+        with contextlib.suppress(ApiException):
             self.core.delete_namespace(self.namespace, propagation_policy="Background")
         deadline = time.monotonic() + 60
         with contextlib.suppress(ApiException):
-            while self.pods() and time.monotonic() < deadline:
+            while self.core.list_namespaced_pod(self.namespace).items and time.monotonic() < deadline:
                 time.sleep(0.5)
         shutil.rmtree(self.host_path, ignore_errors=True)
 
@@ -415,10 +480,11 @@ def real_cluster(directory: pathlib.Path) -> Iterator[running.Cluster]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=pathlib.Path, default=pathlib.Path(".cluster"), help="cluster directory")
-    parser.add_argument("--runs", type=int, default=3, help="runs per configuration")
+    parser.add_argument("--runs", type=int, default=5, help="runs per configuration")
     parser.add_argument("--model-gib", type=float, default=1.0, help="size of the synthetic model")
     parser.add_argument("--shards", type=int, default=4, help="weight files")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path(__file__).parent / "out")
+    parser.add_argument("--json", type=pathlib.Path, help="also write every run and the medians to this file")
     args = parser.parse_args()
     progress = logging.getLogger("warmstart.localcluster")  # image builds and cluster start-up report progress here
     progress.setLevel(logging.INFO)
@@ -440,34 +506,37 @@ def main() -> int:
         )
         bench = Bench(cluster, api, image, uuid.uuid4().hex[:8])
         secret = seed.preload_secret(bench.namespace, real.s3.access_key, real.s3.secret_key)
-        context = RenderContext(
-            operator_image=image,
-            preload_env_names=seed.PRELOAD_ENV_NAMES,
-            allowed_host_paths=(str(bench.host_path),),  # the root itself: a path under one is refused
+        manifest = endpoint_manifest(
+            bench.namespace, model, real.s3.pod_url, real.s3.region, image, str(bench.host_path), real.instance_type
         )
-        spec = endpoint_spec(model, real.s3.pod_url, real.s3.region, image, str(bench.host_path))
-        manifest, generation = model_deployment(spec, bench.namespace, context)
         samples: list[Sample] = []
         try:
-            bench.apply(manifest, secret)
-            prime = bench.run(COLD, generation.weights_key)
-            print(f"priming run (not counted): {prime.ready_s:.1f} s, init {prime.init_reason}", flush=True)
+            started = time.monotonic()
+            bench.start(manifest, secret)
+            bench.wait_endpoint("DeploymentComplete")
+            print(
+                f"the operator preloaded the weights on {bench.node} and opened the gate "
+                f"({time.monotonic() - started:.0f} s; log {bench.operator_log})",
+                flush=True,
+            )
+            key = bench.weights_key()
             for run in range(args.runs):
                 for config in CONFIGS:
-                    sample = bench.run(config, generation.weights_key)
+                    sample = bench.run(config, key, model.total_bytes)
                     samples.append(sample)
                     print(
                         f"run {run + 1}/{args.runs} {config.label:<38} Ready in {sample.ready_s:5.1f} s  "
                         f"(pull {sample.pull_s:.1f} s, init {sample.init_reason} {sample.init_s:.2f} s "
-                        f"{sample.init_bytes / models.GIB:.2f} GiB, weights read {sample.load_s:.2f} s)",
+                        f"{sample.init_bytes / models.GIB:.2f} GiB, weights read {sample.load_s:.2f} s, "
+                        f"load {sample.load_average:.1f})",
                         flush=True,
                     )
         finally:
             bench.clean()
 
     print(
-        f"\nScale-out of one replica on real node {bench.node}, {model.total_bytes / models.GIB:.2f} GiB model "
-        f"in {len(model.files)} files, medians of {args.runs} runs:\n"
+        f"\nScale-out of one replica on real node {bench.node} through the operator, "
+        f"{model.total_bytes / models.GIB:.2f} GiB model in {len(model.files)} files, medians of {args.runs} runs:\n"
     )
     print(table(samples))
     print()
@@ -477,9 +546,25 @@ def main() -> int:
     print(f"\ngoal warm <= {GOAL} x cold: {'MET' if met else 'NOT MET'} (warm/cold = {value:.2f})")
     for path in plot(samples, args.out, args.model_gib):
         print(f"plot: {path}")
-    (args.out / "scaleout.json").write_text(
-        json.dumps([{**dataclasses.asdict(s), "config": s.config.label} for s in samples], indent=2)
-    )
+    runs = [{**dataclasses.asdict(s), "config": s.config.label} for s in samples]
+    (args.out / "scaleout.json").write_text(json.dumps(runs, indent=2))
+    if args.json is not None:
+        report = {
+            "command": " ".join(["python", "bench/scaleout.py", *sys.argv[1:]]),
+            "commit": subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+            ).stdout.strip(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "node": bench.node,
+            "model_bytes": model.total_bytes,
+            "files": len(model.files),
+            "runs": runs,
+            "medians": {c.label: figures for c, figures in summary(samples).items()},
+            "ratios": ratios(samples),
+            "goal": {"warm_over_cold_at_most": GOAL, "warm_over_cold": value, "met": met},
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"raw data: {args.json}")
     return 0
 
 
