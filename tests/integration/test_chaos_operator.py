@@ -1,8 +1,9 @@
 """The CI share of the chaos suite on the real control plane (chaos/; `make chaos` runs 20 operator kills and more).
 
 The operator (its own process) SIGKILLed once during each phase: the seed reconcile, a source-change rollout and a
-deletion; and a preload pod evicted mid-preload. Each run must converge with no duplicate Jobs or DaemonSets and no
-node label or finalizer leaks.
+deletion; and mid-preload, a target node deleted, a node NotReady (then back), a preload pod evicted. Each run must
+converge with no duplicate Jobs or DaemonSets and no node label or finalizer leaks. test_chaos_controlplane.py
+restarts kube-apiserver and etcd.
 """
 
 from __future__ import annotations
@@ -38,11 +39,14 @@ def test_operator_sigkill_converges_without_leaks(
     assert run.ok, "\n".join(failures([run]) + [p.read_text()[-3000:] for p in tmp_path.glob("operator-*.log")])
 
 
-def test_evicted_preload_pod_is_replaced_and_the_cache_completes(
-    cluster: Any, api_client: client.ApiClient, tmp_path: pathlib.Path
+@pytest.mark.parametrize("fault", chaos_nodes.FAULTS)
+def test_a_node_fault_mid_preload_converges_without_leaks(
+    cluster: Any, api_client: client.ApiClient, tmp_path: pathlib.Path, fault: str
 ) -> None:
-    run = chaos_nodes.one_run(api_client, pathlib.Path(cluster.kubeconfig), tmp_path, "evict", seed=7)
-    assert run.ok, "\n".join(failures([run]))
+    """A target node deleted (the cache is Ready on the others, no Job left for it), a node NotReady then back, or
+    a preload pod evicted, while the preload Jobs run."""
+    run = chaos_nodes.one_run(api_client, pathlib.Path(cluster.kubeconfig), tmp_path, fault, seed=7)
+    assert run.ok, "\n".join(failures([run]) + [p.read_text()[-3000:] for p in tmp_path.glob("operator-*.log")])
 
 
 def test_the_invariant_checks_see_planted_leaks(cluster: Any, api_client: client.ApiClient, namespace: str) -> None:
