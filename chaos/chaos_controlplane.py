@@ -2,11 +2,13 @@
 
 The local cluster's own process (same binary, flags, environment, ports and data directory, recorded in the
 cluster's state.json so `warmstart cluster down` still stops it) is killed while the operator reconciles a new
-endpoint and a router (`warmstart router` in its own process) follows an EndpointSlice and its ConfigMap.
+endpoint and a router (`warmstart router` in its own process) follows a model Service's EndpointSlices (kept by the
+EndpointSlice controller for two kwok pods, the only slices a router trusts) and its ConfigMap.
 
 Invariants after the restart: the operator finishes the reconcile (DeploymentComplete, cache Ready) and reacts to a
-change made after the restart (a scale to 2 replicas); the router sees an EndpointSlice change and a strategy change
-made after the restart, through its watches; no duplicate Jobs/DaemonSets, no leaked labels or finalizers.
+change made after the restart (a scale to 2 replicas); the router sees an EndpointSlice change (a second pod) and a
+strategy change made after the restart, through its watches; no duplicate Jobs/DaemonSets, no leaked labels or
+finalizers.
 """
 
 from __future__ import annotations
@@ -71,15 +73,32 @@ def _api_ready(api: client.ApiClient) -> bool:
         return False
 
 
-def _slice(addresses: list[str]) -> dict[str, Any]:
+def _service() -> dict[str, Any]:
+    """The model Service; the EndpointSlice controller keeps its slices (the only ones the router trusts)."""
     return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": f"{SERVICE}-chaos", "labels": {"kubernetes.io/service-name": SERVICE}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [a], "conditions": {"ready": True}} for a in addresses],
+        "metadata": {"name": SERVICE},
+        "spec": {"selector": {"app": SERVICE}, "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}]},
     }
+
+
+def _model_pod(name: str, node: str) -> dict[str, Any]:
+    """A pod the Service selects, bound to a kwok node (kwok gives it an IP and makes it Ready)."""
+    return {
+        "metadata": {"name": name, "labels": {"app": SERVICE}},
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {"name": "model", "image": "model:chaos", "ports": [{"name": "http", "containerPort": 8000}]}
+            ],
+        },
+    }
+
+
+def _ready_ip(core: client.CoreV1Api, namespace: str, name: str) -> str | None:
+    pod = core.read_namespaced_pod(name, namespace)
+    ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+    return str(pod.status.pod_ip) if ready and pod.status.pod_ip else None
 
 
 def _configmap(strategy: str) -> dict[str, Any]:
@@ -135,17 +154,18 @@ def one_run(api: client.ApiClient, directory: pathlib.Path, log_dir: pathlib.Pat
     pool = NodePool(api, prefix="cp")
     operator = cc.OperatorProcess(kubeconfig, namespace, log_dir, preload_duration="3s")
     core = client.CoreV1Api(api)
-    discovery = client.DiscoveryV1Api(api)
     custom = client.CustomObjectsApi(api)
     router: RouterProcess | None = None
     violations: list[str] = []
     try:
         instance_type, nodes = pool.add(3, gpus=8, nvme=3_800_000_000_000)
-        discovery.create_namespaced_endpoint_slice(namespace, _slice(["10.9.0.1"]))
+        core.create_namespaced_service(namespace, _service())
+        core.create_namespaced_pod(namespace, _model_pod("model-a", nodes[0]))
         core.create_namespaced_config_map(namespace, _configmap("random"))
         router = RouterProcess(kubeconfig, namespace, log_dir / f"router-{namespace}.log")
         operator.start()
-        ok, _ = cc.poll(lambda: router.sees(["10.9.0.1"], "random"), 60)  # type: ignore[union-attr]
+        first, _ = cc.poll(lambda: _ready_ip(core, namespace, "model-a"), 60)
+        ok, _ = cc.poll(lambda: bool(first) and router.sees([str(first)], "random"), 60)  # type: ignore[union-attr]
         if not ok:
             violations.append("the router never saw the first EndpointSlice")
         body = endpoint_manifest(NAME, namespace, instance_type, replicas=1)
@@ -157,11 +177,11 @@ def one_run(api: client.ApiClient, directory: pathlib.Path, log_dir: pathlib.Pat
         restarted = time.monotonic()
         cc.poll(lambda: _api_ready(api), 60)
         # changes made after the restart: only a live watch (or a re-list) can see them
-        discovery.patch_namespaced_endpoint_slice(
-            f"{SERVICE}-chaos", namespace, {"endpoints": [{"addresses": ["10.9.0.2"], "conditions": {"ready": True}}]}
-        )
+        core.create_namespaced_pod(namespace, _model_pod("model-b", nodes[1]))
         core.patch_namespaced_config_map(CONFIGMAP, namespace, _configmap("roundrobin"))
-        seen, router_seconds = cc.poll(lambda: router.sees(["10.9.0.2"], "roundrobin"), WATCH_TIMEOUT)  # type: ignore[union-attr]
+        second, _ = cc.poll(lambda: _ready_ip(core, namespace, "model-b"), 60)
+        both = [str(first), str(second)]
+        seen, router_seconds = cc.poll(lambda: router.sees(both, "roundrobin"), WATCH_TIMEOUT)  # type: ignore[union-attr]
         if not seen:
             violations.append(f"the router did not see changes made after the restart in {WATCH_TIMEOUT:.0f} s")
         done, _ = cc.poll(lambda: _complete(api, namespace, location), WATCH_TIMEOUT)
