@@ -298,9 +298,31 @@ class Bench:
             if done.returncode:
                 raise SystemExit(f"ctr images pull {self.image}: {done.stderr.strip()}")
         if not pulled and self.image_present():
+            self.release_image()
             done = self.ctr("images", "rm", "--sync", *self.image_refs())
             if done.returncode or self.image_present():
                 raise SystemExit(f"ctr images rm {self.image}: {done.stderr.strip()}")
+
+    def release_image(self) -> None:
+        """Delete the finished preload Job's pods and wait until no container of the image is left: an exited
+        container holds the image's layers in containerd, and a pull would then find every layer present (a finished
+        Job makes no new pod)."""
+        jobs = self.core.list_namespaced_pod(self.namespace, label_selector="job-name").items
+        for pod in jobs:
+            with contextlib.suppress(ApiException):
+                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
+        deadline = time.monotonic() + 60
+        while self.core.list_namespaced_pod(self.namespace, label_selector="job-name").items or self.containers():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"containers of {self.image} are still on the node after 60 s: {self.containers()}")
+            time.sleep(0.2)
+
+    def containers(self) -> list[str]:
+        """The node's containers (running or exited) made from the project image: the kubelet removes a deleted
+        pod's containers a moment after the pod is gone."""
+        refs = set(self.image_refs())
+        rows = [line.split() for line in self.ctr("containers", "ls").stdout.splitlines()[1:]]
+        return [row[0] for row in rows if len(row) > 1 and row[1] in refs]
 
     def set_cache(self, warm: bool, key: str) -> None:
         """Cold: the cache directory empty, owned by the preload's uid, as a preload leaves it before a download.
