@@ -5,10 +5,12 @@ namespace labels). The operator runs in-process; every CR is applied with kubect
 through `kubernetes.initContainers` / `kubernetes.volumes`:
 
 - refused: the endpoint ends `DeploymentFailed` with `Ready=False`, reason `PodSecurityRejected` (the API server's
-  PodSecurity answer to a dry-run Pod of the rendered template, naming the field) or `HostPathNotAllowed` (the
+  PodSecurity answer to a dry-run Pod of the rendered template, naming the field), `InitContainerBeyondBaseline` (an
+  init container beyond baseline, in any namespace, a privileged one included) or `HostPathNotAllowed` (the
   pass-through rules), a Warning Event with that reason, and NOTHING applied: no Deployment, no Service, no image
   cache child;
-- positive controls: the same CR in a namespace whose level allows it gets its Deployment.
+- positive controls: the same CR in a namespace whose level allows it gets its Deployment, and an init container
+  within baseline is applied in both namespaces.
 
 A JumpStartModel (resolved through a JumpStart-shaped bucket in moto's S3 server) goes through the same check.
 HyperPod's kubernetesVolume manifest (tests/hyperpod-corpus/iec-v1-nvme-volume.yaml, a hostPath on NVMe as the model
@@ -136,13 +138,18 @@ def _nvme_sample() -> Any:
 PRIVILEGED = _iec("privileged-init", inits=[_init("escalate", {"privileged": True})])
 CAPABILITIES = _iec("sys-admin", inits=[_init("caps", {"capabilities": {"add": ["SYS_ADMIN"]}})])
 HOST_PORT = _iec("host-port", inits=[_init("port", ports=[{"containerPort": 80, "hostPort": 80}])])
-#: (manifest, the words Pod Security's refusal in a baseline namespace must contain)
-BASELINE_REFUSED = [
-    (PRIVILEGED, ['privileged (container "escalate"', "securityContext.privileged=true"]),
-    (CAPABILITIES, ['non-default capabilities (container "caps"', '"SYS_ADMIN"']),
-    (HOST_PORT, ['hostPort (container "port"', "80"]),
-    (_nvme_sample(), ['hostPath volumes (volume "model-weights")']),
+UNCONFINED = _iec("unconfined", inits=[_init("seccomp", {"seccompProfile": {"type": "Unconfined"}})])
+#: (manifest, the words of the refusal): init containers beyond baseline, refused whatever the namespace's level
+INITS_REFUSED = [
+    (PRIVILEGED, ["kubernetes.initContainers[0] (escalate): securityContext.privileged"]),
+    (CAPABILITIES, ["kubernetes.initContainers[0] (caps): securityContext.capabilities.add SYS_ADMIN"]),
+    (HOST_PORT, ["kubernetes.initContainers[0] (port): ports[].hostPort"]),
+    (UNCONFINED, ["kubernetes.initContainers[0] (seccomp): securityContext.seccompProfile.type Unconfined"]),
 ]
+#: (manifest, the words Pod Security's refusal in a baseline namespace must contain)
+BASELINE_REFUSED = [(_nvme_sample(), ['hostPath volumes (volume "model-weights")'])]
+#: within baseline: applied in a privileged and a baseline namespace (positive control for INITS_REFUSED)
+WITHIN_BASELINE = _iec("chown-init", inits=[_init("own", {"capabilities": {"add": ["CHOWN"]}})])
 READ_ONLY = {"name": "model-weights", "mountPath": "/nvme", "readOnly": True}
 #: (manifest, the words of the pass-through refusal), refused whatever the namespace's level
 HOST_PATHS_REFUSED = [
@@ -220,14 +227,21 @@ def test_pod_security_refuses_what_the_namespace_refuses_before_anything_is_appl
     baseline, privileged = levels["baseline"], levels["privileged"]
     render = {"operator_image": "warmstart:test", "allowed_host_paths": ROOTS}
     with operating.operator(kubeconfig, list(levels.values()), render=render):
-        plain = _iec("plain")
-        _apply(kubeconfig, plain, baseline)
-        for manifest, _ in BASELINE_REFUSED:
+        for manifest in (_iec("plain"), WITHIN_BASELINE):
+            _apply(kubeconfig, manifest, baseline)
+            _apply(kubeconfig, manifest, privileged)
+        for manifest, _ in [*BASELINE_REFUSED, *INITS_REFUSED]:
             _apply(kubeconfig, manifest, baseline)
             _apply(kubeconfig, manifest, privileged)
 
-        # positive controls: the plain endpoint in baseline, and every shape where the level is privileged
-        kube.wait_for(lambda: _deployment(api_client, baseline, "plain"), TIMEOUT, what="plain's Deployment")
+        # positive controls: the plain endpoint and an init container within baseline in both namespaces, and what
+        # only the namespace's level refuses (a hostPath model volume) where the level is privileged
+        for namespace in (baseline, privileged):
+            for name in ("plain", "chown-init"):
+                found = kube.wait_for(
+                    lambda n=name, s=namespace: _deployment(api_client, s, n), TIMEOUT, what=f"{name} in {namespace}"
+                )
+                assert found is not None
         for manifest, _ in BASELINE_REFUSED:
             name = manifest["metadata"]["name"]
             kube.wait_for(lambda n=name: _deployment(api_client, privileged, n), TIMEOUT, what=f"{name} applied")
@@ -241,6 +255,18 @@ def test_pod_security_refuses_what_the_namespace_refuses_before_anything_is_appl
                 assert word in ready["message"], (name, ready["message"])
             _warning_event(api_client, baseline, name, guarding.POD_SECURITY_REJECTED)
             _nothing_applied(api_client, baseline, name)
+
+        # an init container beyond baseline never runs, even where the namespace is privileged: an endpoint never
+        # grants node root
+        for manifest, words in INITS_REFUSED:
+            name = manifest["metadata"]["name"]
+            for namespace in (baseline, privileged):
+                ready = _refused(api_client, namespace, name, passthrough.INIT_REASON)
+                assert "at most at Pod Security baseline, whatever the namespace's level" in ready["message"]
+                for word in words:
+                    assert word in ready["message"], (name, ready["message"])
+                _warning_event(api_client, namespace, name, passthrough.INIT_REASON)
+                _nothing_applied(api_client, namespace, name)
 
         # HyperPod's NVMe manifest where the level allows it: the user's hostPath is the model volume, read-only,
         # once, and warmstart adds no preload (nothing to download) and no root step
@@ -369,10 +395,10 @@ def test_a_jumpstart_model_is_checked_the_same_way(
         _apply(kubeconfig, _jsm("escalating", escalating), privileged)
         _apply(kubeconfig, _jsm("slash", {"volumes": [_host("root", "/")]}), privileged)
         kube.wait_for(lambda: _deployment(api_client, baseline, "plain"), TIMEOUT, what="the plain JumpStartModel")
-        kube.wait_for(lambda: _deployment(api_client, privileged, "escalating"), TIMEOUT, what="escalating applied")
-        ready = _refused(api_client, baseline, "escalating", guarding.POD_SECURITY_REJECTED, "jumpstartmodels")
-        assert 'privileged (container "escalate"' in ready["message"], ready["message"]
-        _nothing_applied(api_client, baseline, "escalating")
+        for namespace in (baseline, privileged):
+            ready = _refused(api_client, namespace, "escalating", passthrough.INIT_REASON, "jumpstartmodels")
+            assert "initContainers[0] (escalate): securityContext.privileged" in ready["message"], ready["message"]
+            _nothing_applied(api_client, namespace, "escalating")
         ready = _refused(api_client, privileged, "slash", passthrough.REASON, "jumpstartmodels")
         assert "kubernetes.volumes[0] (root): hostPath / is not under" in ready["message"], ready["message"]
         _nothing_applied(api_client, privileged, "slash")

@@ -5,10 +5,11 @@ The policies are rendered by the real helm (charts/warmstart/templates/admission
 namespaces, and applied to the real API server (ValidatingAdmissionPolicy, with `namespaceObject` for the level):
 
 - `<release>-pass-through`: hostPath volumes outside the allowed roots, not normalized, inside warmstart's cache, or
-  mounted writable by an init container are refused whatever the namespace; in a namespace labelled `baseline` or
-  `restricted`, a hostPath volume, a privileged init container, an added capability the level does not allow, and a
-  host port are refused too. The same objects are admitted in a `privileged` namespace (positive controls), and an
-  unlabelled namespace is left to the operator's dry run.
+  mounted writable by an init container are refused whatever the namespace, and so is an init container beyond Pod
+  Security baseline (privileged, an added capability, a host port, an Unconfined profile, a procMount, SELinux
+  options), in an InferenceEndpointConfig or a JumpStartModel; in a namespace labelled `baseline` or `restricted`, a
+  hostPath volume is refused too. It is admitted in a `privileged` namespace (positive control), and an unlabelled
+  namespace is left to the operator's dry run.
 - `<release>-dry-run-pods`: the operator's ServiceAccount may create a Pod with dryRun=All, never for real.
 """
 
@@ -113,11 +114,27 @@ def _iec(name: str, namespace: str, kubernetes: dict[str, Any], spec: dict[str, 
     return doc
 
 
+def _jsm(name: str, namespace: str, kubernetes: dict[str, Any]) -> dict[str, Any]:
+    """A JumpStartModel in `namespace` with this `kubernetes` block."""
+    spec = {
+        "model": {"modelId": "huggingface-llm-example", "modelVersion": "1.0.0"},
+        "server": {"instanceType": "ml.g5.12xlarge"},
+        "kubernetes": kubernetes,
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "JumpStartModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
 def _create(api: client.ApiClient, manifest: dict[str, Any]) -> str | None:
     """Create with dryRun=All; the refusal's message, or None when admitted."""
+    plural = "jumpstartmodels" if manifest.get("kind") == "JumpStartModel" else PLURAL
     try:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            GROUP, VERSION, manifest["metadata"]["namespace"], PLURAL, manifest, dry_run="All"
+            GROUP, VERSION, manifest["metadata"]["namespace"], plural, manifest, dry_run="All"
         )
     except client.ApiException as error:
         assert error.status in (403, 422), error.body
@@ -150,19 +167,28 @@ ALWAYS_REFUSED = [
         "spec.kubernetes.initContainers: fill must mount hostPath volumes readOnly: true",
     ),
 ]
-PRIVILEGED_INIT = {"initContainers": [_init("escalate", securityContext={"privileged": True})]}
 #: refused where the level is baseline or restricted, admitted where it is privileged
 LEVEL_REFUSED = [
     ({"volumes": MODEL}, "spec.kubernetes.volumes: model-weights is a hostPath volume, which Pod Security"),
-    (PRIVILEGED_INIT, "spec.kubernetes.initContainers: escalate sets securityContext.privileged"),
-    (
-        {"initContainers": [_init("caps", securityContext={"capabilities": {"add": ["SYS_ADMIN"]}})]},
-        "spec.kubernetes.initContainers: caps adds capabilities beyond",
-    ),
+]
+
+
+def _secured(name: str, **security: Any) -> dict[str, Any]:
+    return {"initContainers": [_init(name, securityContext=security)]}
+
+
+#: init containers beyond baseline, refused whatever the namespace's level (a privileged namespace included)
+INIT_REFUSED = [
+    (_secured("escalate", privileged=True), "spec.kubernetes.initContainers: escalate sets securityContext.privileged"),
+    (_secured("caps", capabilities={"add": ["SYS_ADMIN"]}), "spec.kubernetes.initContainers: caps adds capabilities"),
     (
         {"initContainers": [_init("port", ports=[{"containerPort": 80, "hostPort": 80}])]},
         "spec.kubernetes.initContainers: port sets a hostPort",
     ),
+    (_secured("seccomp", seccompProfile={"type": "Unconfined"}), "initContainers: seccomp sets an Unconfined"),
+    (_secured("apparmor", appArmorProfile={"type": "Unconfined"}), "initContainers: apparmor sets an Unconfined"),
+    (_secured("proc", procMount="Unmasked"), "spec.kubernetes.initContainers: proc sets an Unconfined"),
+    (_secured("selinux", seLinuxOptions={"type": "spc_t"}), "spec.kubernetes.initContainers: selinux sets"),
 ]
 
 
@@ -189,6 +215,19 @@ def test_pass_through_policy_refuses_what_a_pod_could_not_have(
         # positive controls: the level allows it, and an unlabelled namespace is the operator's dry run's to decide
         for namespace in (privileged, spaces["unlabelled"]):
             assert _create(api_client, _iec(f"level-{index}", namespace, kubernetes, spec)) is None, kubernetes
+    for index, (kubernetes, words) in enumerate(INIT_REFUSED):
+        for namespace in spaces.values():
+            message = _create(api_client, _iec(f"init-{index}", namespace, kubernetes, _spec_without_volume()))
+            assert message is not None and words in message, (namespace, kubernetes, message)
+            assert "runs at most at Pod Security" in message, message
+        # a JumpStartModel passes init containers through the same way
+        message = _create(api_client, _jsm(f"init-{index}", spaces["privileged"], kubernetes))
+        assert message is not None and words in message, (kubernetes, message)
+    # positive control: an init container within baseline, in every namespace and kind
+    within = _secured("within", capabilities={"add": ["CHOWN"]}, seccompProfile={"type": "RuntimeDefault"})
+    for namespace in (spaces["baseline"], privileged, spaces["unlabelled"]):
+        assert _create(api_client, _iec("within", namespace, within, _spec_without_volume())) is None, namespace
+    assert _create(api_client, _jsm("within", privileged, within)) is None
     # baseline allows some capabilities (CHOWN), restricted only NET_BIND_SERVICE
     chown = {"initContainers": [_init("own", securityContext={"capabilities": {"add": ["CHOWN"]}})]}
     assert _create(api_client, _iec("chown", baseline, chown, spec=_spec_without_volume())) is None

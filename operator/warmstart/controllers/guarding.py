@@ -3,14 +3,16 @@
 Creating an endpoint must never grant more than creating a pod would. Before the reconcile applies any child (caches,
 Deployment, Service, router), the model pod template it rendered goes through two checks:
 
-1. the pass-through rules (render/passthrough.py): hostPath volumes under the admin's roots, mounted read-only;
+1. the pass-through rules (render/passthrough.py): init containers at most at Pod Security baseline whatever the
+   namespace's level, hostPath volumes under the admin's roots, mounted read-only;
 2. Pod Security, on the real API server: a Pod with that template is created in the endpoint's namespace with
    `dryRun=All`. PodSecurity admission answers at the namespace's `enforce` level (its `warn` level only adds
    warnings, which do not refuse), exactly as it will for the ReplicaSet's pods; a Deployment, by contrast, is only
    warned about. A pod the API server finds invalid is refused here too, with its message.
 
-A refusal is a `Ready=False` condition (reason `PodSecurityRejected`, `HostPathNotAllowed` or `RenderRejected`, the
-API server's message naming the fields) and a Warning Event; nothing is applied, and what runs keeps running.
+A refusal is a `Ready=False` condition (reason `InitContainerBeyondBaseline`, `PodSecurityRejected`,
+`HostPathNotAllowed` or `RenderRejected`, the message naming the fields) and a Warning Event; nothing is applied, and
+what runs keeps running.
 
 The verdict for one template is remembered per endpoint: an admitted template is checked again after
 `RECHECK_ADMITTED_SECONDS` (the namespace's level may change), a refused one after `RECHECK_REFUSED_SECONDS` (the
@@ -113,9 +115,12 @@ def refusal(
     store: Store, memo: kopf.Memo, body: kopf.Body, endpoint: Endpoint, deployment: Manifest, context: RenderContext
 ) -> Refusal | None:
     """Why the endpoint's rendered model pod may not be created (None: go ahead); each new refusal posts an Event."""
+    beyond = passthrough.init_container_refusals(endpoint)
     broken = passthrough.refusals(endpoint, context.allowed_host_paths)
     found: Refusal | None
-    if broken:
+    if beyond:
+        found = Refusal(passthrough.INIT_REASON, "; ".join(beyond)[:1024])
+    elif broken:
         found = Refusal(passthrough.REASON, "; ".join(broken)[:1024])
     else:
         found = _checked(store, memo, endpoint.ref.uid, deployment)

@@ -7,11 +7,15 @@ creates; these rules add what Pod Security cannot know:
 - a `hostPath` volume must be a normalized absolute path (no empty, `.` or `..` segment, no trailing `/`) strictly
   under a root the cluster admin allows (Helm value `cache.allowedHostPaths`), and outside warmstart's own cache
   directories (`<root>/.../warmstart`), whose per-namespace isolation a direct mount would bypass;
-- every container that mounts a `hostPath` volume mounts it `readOnly: true`: a tenant never writes a node directory.
+- every container that mounts a `hostPath` volume mounts it `readOnly: true`: a tenant never writes a node directory;
+- an init container runs at most at Pod Security `baseline`, whatever the namespace's level: no `privileged`, no
+  capability beyond baseline's, no host port, no `Unconfined` seccomp or AppArmor profile, no `procMount` but
+  `Default`, no `hostProcess`, no SELinux user, role or type outside baseline's. A namespace may be `privileged` for
+  other reasons (the `hostPath` cache access needs it); an endpoint never turns that into node root.
 
 The chart's ValidatingAdmissionPolicy (`<release>-pass-through`, charts/warmstart/templates/admission.yaml) applies
-the same rules at admission, with the same strings; the operator applies them again, so an object that got past
-admission (policy not installed, or roots changed since) is still refused.
+the same rules at admission; the operator applies them again, so an object that got past admission (policy not
+installed, or roots changed since) is still refused.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from warmstart.render.endpoints import Endpoint
 
 #: the status reason of an endpoint whose pass-through volumes break these rules (the cache roots' reason too)
 REASON = hostpaths.REASON
+#: the status reason of an endpoint whose pass-through init containers go beyond Pod Security baseline
+INIT_REASON = "InitContainerBeyondBaseline"
 #: HyperPod's reason for a kubernetesVolume source without the volume it names
 VOLUME_REASON = "KubernetesVolumeValidationFailed"
 
@@ -47,6 +53,68 @@ def host_path_refusal(path: object, roots: Sequence[str]) -> str | None:
             f"hostPath {path} is inside warmstart's cache ({CACHE_DIR_NAME}/): caches reach pods only through warmstart"
         )
     return None
+
+
+#: the capabilities Pod Security baseline lets a container add
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+#: the SELinux types Pod Security baseline allows
+BASELINE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+_CAP = (
+    "an init container passed through an endpoint runs at most at Pod Security baseline, whatever the namespace's level"
+)
+
+
+def _profile_unconfined(context: Mapping[str, Any], field: str) -> bool:
+    profile = context.get(field)
+    return isinstance(profile, Mapping) and profile.get("type") == "Unconfined"
+
+
+def init_container_breaches(container: Mapping[str, Any]) -> list[str]:
+    """What in one pass-through init container goes beyond Pod Security baseline, each naming its field; [] when
+    nothing does. A stricter namespace level is Pod Security's own to enforce (the dry run, controllers/guarding.py)."""
+    found: list[str] = []
+    context = container.get("securityContext")
+    context = context if isinstance(context, Mapping) else {}
+    if context.get("privileged") is True:
+        found.append("securityContext.privileged")
+    capabilities = context.get("capabilities")
+    added = capabilities.get("add") if isinstance(capabilities, Mapping) else None
+    beyond = sorted({str(c) for c in added or []} - BASELINE_CAPABILITIES) if isinstance(added, list) else []
+    if beyond:
+        found.append(f"securityContext.capabilities.add {', '.join(beyond)}")
+    for field in ("seccompProfile", "appArmorProfile"):
+        if _profile_unconfined(context, field):
+            found.append(f"securityContext.{field}.type Unconfined")
+    if context.get("procMount") not in (None, "Default"):
+        found.append(f"securityContext.procMount {context.get('procMount')}")
+    windows = context.get("windowsOptions")
+    if isinstance(windows, Mapping) and windows.get("hostProcess") is True:
+        found.append("securityContext.windowsOptions.hostProcess")
+    selinux = context.get("seLinuxOptions")
+    if isinstance(selinux, Mapping) and (
+        selinux.get("user") or selinux.get("role") or str(selinux.get("type") or "") not in BASELINE_SELINUX_TYPES
+    ):
+        found.append("securityContext.seLinuxOptions")
+    ports = container.get("ports")
+    if isinstance(ports, list) and any(isinstance(p, Mapping) and p.get("hostPort") for p in ports):
+        found.append("ports[].hostPort")
+    return found
 
 
 def _host_volumes(volumes: Sequence[Mapping[str, Any]]) -> set[str]:
@@ -76,6 +144,17 @@ def refusals(endpoint: Endpoint, roots: Sequence[str]) -> list[str]:
                     f"kubernetes.initContainers[{index}] ({container.get('name')}).volumeMounts[{position}]: "
                     f"hostPath volume {mount.get('name')} must be mounted readOnly: true"
                 )
+    return found
+
+
+def init_container_refusals(endpoint: Endpoint) -> list[str]:
+    """Every pass-through init container that goes beyond Pod Security baseline, naming its fields; [] when none."""
+    kube = endpoint.kubernetes
+    found: list[str] = []
+    for index, container in enumerate((kube.init_containers if kube else None) or []):
+        breaches = init_container_breaches(container)
+        if breaches:
+            found.append(f"kubernetes.initContainers[{index}] ({container.get('name')}): {'; '.join(breaches)}: {_CAP}")
     return found
 
 

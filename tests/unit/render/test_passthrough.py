@@ -133,3 +133,40 @@ def test_a_volume_source_without_its_volume_is_named_as_hyperpod_does() -> None:
     message = passthrough.missing_model_volume(_with([{"name": "other", "emptyDir": {}}]))
     assert message is not None and "named model-weights (worker.modelVolumeMount.name)" in message
     assert passthrough.VOLUME_REASON == "KubernetesVolumeValidationFailed"
+
+
+def _init(**security: Any) -> dict[str, Any]:
+    return {"name": "step", "image": "busybox", "securityContext": security}
+
+
+@pytest.mark.parametrize(
+    ("init", "named"),
+    [
+        (_init(privileged=True), "securityContext.privileged"),
+        (_init(capabilities={"add": ["CHOWN", "SYS_ADMIN"]}), "securityContext.capabilities.add SYS_ADMIN"),
+        (_init(seccompProfile={"type": "Unconfined"}), "securityContext.seccompProfile.type Unconfined"),
+        (_init(appArmorProfile={"type": "Unconfined"}), "securityContext.appArmorProfile.type Unconfined"),
+        (_init(procMount="Unmasked"), "securityContext.procMount Unmasked"),
+        (_init(windowsOptions={"hostProcess": True}), "securityContext.windowsOptions.hostProcess"),
+        (_init(seLinuxOptions={"type": "spc_t"}), "securityContext.seLinuxOptions"),
+        (_init(seLinuxOptions={"user": "system_u"}), "securityContext.seLinuxOptions"),
+        ({"name": "step", "image": "busybox", "ports": [{"containerPort": 80, "hostPort": 80}]}, "ports[].hostPort"),
+    ],
+)
+def test_an_init_container_beyond_baseline_is_refused_whatever_the_namespace(init: dict[str, Any], named: str) -> None:
+    (message,) = passthrough.init_container_refusals(_with([], [init]))
+    assert message.startswith(f"kubernetes.initContainers[0] (step): {named}"), message
+    assert "at most at Pod Security baseline, whatever the namespace's level" in message
+
+
+def test_an_init_container_within_baseline_passes() -> None:
+    within = _init(
+        capabilities={"add": ["CHOWN", "NET_BIND_SERVICE"], "drop": ["ALL"]},
+        seccompProfile={"type": "RuntimeDefault"},
+        procMount="Default",
+        seLinuxOptions={"type": "container_t", "level": "s0:c1,c2"},
+        privileged=False,
+        runAsUser=0,
+    )
+    plain = {"name": "plain", "image": "busybox", "ports": [{"containerPort": 80}]}
+    assert passthrough.init_container_refusals(_with([], [within, plain])) == []
