@@ -52,6 +52,10 @@ from warmstart.localcluster import running
 from warmstart.placement import GB, instance_type_affinity
 from warmstart.render import keys, labels
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 DOWNLOADED = {
     "outcome": "Succeeded",
@@ -484,11 +488,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help=f"deadline of each warm-up half; an unfinished one is reported (default {DEADLINE_SECONDS:.0f})",
     )
+    parser.add_argument(
+        "--results",
+        metavar="NAME",
+        help="also write bench/results/<date>-NAME.json: the figures with the command, commit and load average",
+    )
     args = parser.parse_args(argv)
+    load_at_start = os.getloadavg()
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",") if size]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: list[Figures] = []
+    warmed: list[Warmup] = []
     with cluster_kubeconfig() as kubeconfig:
         install_crds(kubeconfig)
         api = config.new_client_from_config(config_file=kubeconfig)
@@ -514,6 +525,12 @@ def main(argv: list[str] | None = None) -> int:
         (out / "operator_scale.json").write_text(
             json.dumps([{**vars(f), "total_requests": f.total_requests} for f in results], indent=2)
         )
+    if args.results:
+        payload = {
+            "sizes": [{**vars(f), "total_requests": f.total_requests} for f in results],
+            "warmup": [{**vars(w), "finished": w.finished} for w in warmed],
+        }
+        print(f"wrote {provenance.write(args.results, load_at_start, payload)}")
     if len(results) >= 2:
         small, large = results[0], results[-1]
         print(

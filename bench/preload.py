@@ -376,7 +376,7 @@ def compare(
     clean = runs[0]["reported_seconds"]
     weights = root / "warmstart" / "weights"
     points = preload_resume.trials(
-        [float(f) for f in args.kill_points.split(",")],
+        [float(f) for f in args.kill_points.split(",") if f],
         args.resume_repeats or repeats,
         clean,
         preload_argv("bench", root, key, workdir / f"tlog-kill-{key}", flags),
@@ -431,7 +431,9 @@ def main() -> int:
     p.add_argument(
         "--moto-repeats", type=int, default=1, help="runs per method against moto (its baseline takes minutes)"
     )
-    p.add_argument("--kill-points", default="0.1,0.25,0.5,0.75", help="fractions on disk at which a run is killed")
+    p.add_argument(
+        "--kill-points", default="0.1,0.25,0.5,0.75", help="fractions on disk at which a run is killed ('': none)"
+    )
     p.add_argument("--resume-repeats", type=int, default=0, help="trials per kill point (default: --repeats)")
     p.add_argument(
         "--settle-after-kill", action="store_true", help="write back the killed run's dirty pages before the resume"

@@ -263,7 +263,7 @@ def verdicts(by_workload: dict[str, list[Row]], overhead: dict[str, dict[str, fl
             f"{hot.hit_ratio:.3f} vs {0.8 * hot_ideal.hit_ratio:.3f}",
             hot.hit_ratio >= 0.8 * hot_ideal.hit_ratio,
         )
-    _issue14(row, add)
+    _router_goals(row, add)
     scale = row("scale_event", "warmstart prefixaware")
     if scale and scale.moved:
         first = next(iter(scale.moved.values()))
@@ -316,8 +316,8 @@ BALANCE_WORKLOADS = ("shared_prefix", "multi_turn", "hot_prefix")
 REPLICA_CAP = 64
 
 
-def _issue14(row: Any, add: Any) -> None:
-    """Issue 14's goals: router replicas agree, balance at low and high load, hit ratio, p99 TTFT."""
+def _router_goals(row: Any, add: Any) -> None:
+    """The router goals: router replicas agree, balance at low and high load, hit ratio, p99 TTFT."""
     for base in BALANCE_WORKLOADS:
         for workload in (base, f"{base}@low", f"{base}@low16"):  # low16: the former chat setting, for comparison
             one = row(workload, "warmstart prefixaware")

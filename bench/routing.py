@@ -14,7 +14,8 @@ in-flight about 1 per replica), against this router, the router of ``--baseline-
 router processes behind random spreading, and SGLang cache_aware with default and tight guard
 settings. Router overhead is the latency added over calling a trivial replica directly, at 200
 and 500 requests/s, and the router's CPU per request.
-Writes bench/out/routing.md, routing.json and PNG plots.
+Writes bench/out/routing.md, routing.json and PNG plots; with ``--results-name NAME`` also
+bench/results/<date>-NAME.json (routing.json plus the command, the commit and the load average).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fleets
 import loading
+import provenance
 import reporting
 import routing_llamacpp
 from warmstart.sim import workloads
@@ -386,7 +388,8 @@ async def main_async(args: argparse.Namespace) -> int:
     cfg["load_basis"] = args.load_basis
     cfg["baseline_ref"] = args.baseline_ref
     cfg["overhead_rounds"] = args.overhead_rounds
-    cfg["machine_load_at_start"] = [round(x, 1) for x in os.getloadavg()]
+    load_at_start = os.getloadavg()
+    cfg["machine_load_at_start"] = [round(x, 1) for x in load_at_start]
     if args.router_config:
         cfg["router_config"] = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.router_config)}
     cfg["random_hit_ratio"] = round(offline_random_hit_ratio(cfg), 4)
@@ -461,6 +464,9 @@ async def main_async(args: argparse.Namespace) -> int:
             ideal_proc.stop()
     report = render(by_workload, overhead, cfg, reason, out, time.monotonic() - started)
     print(report)
+    if args.results_name:
+        payload = json.loads((out / "routing.json").read_text())
+        print(f"wrote {provenance.write(args.results_name, load_at_start, payload)}")
     return 0
 
 
@@ -587,6 +593,11 @@ def main() -> int:
         help="repeat the overhead rates this many times, alternating targets, and report each figure's median round",
     )
     p.add_argument("--routers", nargs="*", help='subset, e.g. "warmstart prefixaware" ideal')
+    p.add_argument(
+        "--results-name",
+        metavar="NAME",
+        help="also write bench/results/<date>-NAME.json: routing.json with the command, commit and load average",
+    )
     p.add_argument("--workloads", nargs="*", choices=WORKLOADS)
     p.add_argument(
         "--baseline-ref",

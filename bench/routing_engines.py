@@ -166,7 +166,7 @@ def summarize(rows: dict[str, dict[str, list[reporting.Row]]]) -> dict[str, dict
 
 
 def goals(summary: dict[str, Any], counts: list[int], cpu: dict[str, float]) -> list[list[str]]:
-    """The issue's goals table: one line per goal and router count, with the measured medians."""
+    """The router goals table: one line per goal and router count, with the measured medians."""
     lines: list[list[str]] = []
 
     def med(workload: str, label: str, figure: str) -> float:

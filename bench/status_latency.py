@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 
+import provenance
 from operator_scale import cluster_kubeconfig, free_port, install_crds, operator_process
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
@@ -253,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=ROOT / "bench" / "results" / f"{dt.date.today()}-status-latency.json"
     )
     args = parser.parse_args(argv)
+    load_at_start = os.getloadavg()
     samples: dict[str, list[float]] = {}
     with cluster_kubeconfig() as kubeconfig, tempfile.TemporaryDirectory(prefix="status-bench-") as logs:
         install_crds(kubeconfig)
@@ -270,10 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:60} {len(delays):>4} {median:>9.3f} {worst:>7.3f}  {verdict}")
     record = {
         "bench": "status_latency",
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **provenance.header(load_at_start),
         "runs": args.runs,
         "resync_seconds": 10,
-        "load_average": os.getloadavg(),
         "goal_seconds": GOAL_SECONDS,
         "summary": summary,
         "samples": {k: [round(v, 4) for v in vs] for k, vs in samples.items()},
