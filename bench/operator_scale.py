@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also write bench/results/<date>-NAME.json: the figures with the command, commit and load average",
     )
     args = parser.parse_args(argv)
-    load_at_start = os.getloadavg()
+    started_run = provenance.start()
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",") if size]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             "sizes": [{**vars(f), "total_requests": f.total_requests} for f in results],
             "warmup": [{**vars(w), "finished": w.finished} for w in warmed],
         }
-        print(f"wrote {provenance.write(args.results, load_at_start, payload)}")
+        print(f"wrote {provenance.write(args.results, started_run, payload)}")
     if len(results) >= 2:
         small, large = results[0], results[-1]
         print(

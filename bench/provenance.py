@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -21,20 +22,36 @@ def commit() -> str:
     return head.stdout.strip() + ("-dirty" if dirty.returncode else "")
 
 
-def header(load_at_start: tuple[float, float, float]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """What is known when a run starts: the tree it runs and the machine's load then."""
+
+    commit: str
+    load_average: tuple[float, float, float]
+
+
+def start() -> Start:
+    """Call first thing in a run: the commit is read before anyone edits the tree during a long run."""
+    return Start(commit(), os.getloadavg())
+
+
+def header(started: Start) -> dict[str, Any]:
     """The provenance fields of one run, to be merged into its JSON (call at the end of the run)."""
     return {
         "command": " ".join(["python", *sys.argv]),
-        "commit": commit(),
+        "commit": started.commit,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
-        "load_average": {"start": [round(x, 2) for x in load_at_start], "end": [round(x, 2) for x in os.getloadavg()]},
+        "load_average": {
+            "start": [round(x, 2) for x in started.load_average],
+            "end": [round(x, 2) for x in os.getloadavg()],
+        },
     }
 
 
-def write(name: str, load_at_start: tuple[float, float, float], payload: dict[str, Any]) -> Path:
+def write(name: str, started: Start, payload: dict[str, Any]) -> Path:
     """Write ``bench/results/<today>-<name>.json``: the provenance header, then ``payload``."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{datetime.date.today()}-{name}.json"
-    path.write_text(json.dumps({**header(load_at_start), **payload}, indent=2, default=str) + "\n")
+    path.write_text(json.dumps({**header(started), **payload}, indent=2, default=str) + "\n")
     return path

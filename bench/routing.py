@@ -388,8 +388,8 @@ async def main_async(args: argparse.Namespace) -> int:
     cfg["load_basis"] = args.load_basis
     cfg["baseline_ref"] = args.baseline_ref
     cfg["overhead_rounds"] = args.overhead_rounds
-    load_at_start = os.getloadavg()
-    cfg["machine_load_at_start"] = [round(x, 1) for x in load_at_start]
+    started_run = provenance.start()
+    cfg["machine_load_at_start"] = [round(x, 1) for x in started_run.load_average]
     if args.router_config:
         cfg["router_config"] = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.router_config)}
     cfg["random_hit_ratio"] = round(offline_random_hit_ratio(cfg), 4)
@@ -466,7 +466,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print(report)
     if args.results_name:
         payload = json.loads((out / "routing.json").read_text())
-        print(f"wrote {provenance.write(args.results_name, load_at_start, payload)}")
+        print(f"wrote {provenance.write(args.results_name, started_run, payload)}")
     return 0
 
 

@@ -21,7 +21,6 @@ import contextlib
 import datetime as dt
 import functools
 import json
-import os
 import statistics
 import tempfile
 import threading
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=ROOT / "bench" / "results" / f"{dt.date.today()}-status-latency.json"
     )
     args = parser.parse_args(argv)
-    load_at_start = os.getloadavg()
+    started_run = provenance.start()
     samples: dict[str, list[float]] = {}
     with cluster_kubeconfig() as kubeconfig, tempfile.TemporaryDirectory(prefix="status-bench-") as logs:
         install_crds(kubeconfig)
@@ -272,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:60} {len(delays):>4} {median:>9.3f} {worst:>7.3f}  {verdict}")
     record = {
         "bench": "status_latency",
-        **provenance.header(load_at_start),
+        **provenance.header(started_run),
         "runs": args.runs,
         "resync_seconds": 10,
         "goal_seconds": GOAL_SECONDS,
