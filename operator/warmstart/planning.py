@@ -3,8 +3,9 @@
 The NVMe table and the margin are the operator's own (warmstart.placement), so the plan and the operator's capacity
 pre-check always agree. The cache is per node: NVMe use grows linearly with the node count, and the first fill
 downloads the whole model once on every node (in parallel, so the source sees nodes x bandwidth). A warm start then
-reads the model from local NVMe at about 7 GB/s. Several models per node (repeat --size or --source-json) are
-planned as the operator checks them: their sizes plus the largest margin, whichever is preloaded last.
+reads the model from local NVMe at --warm-read (an assumed 7 GB/s by default, not measured here). Several models per
+node (repeat --size or --source-json) are planned as the operator checks them: their sizes plus the largest margin,
+whichever is preloaded last.
 
 Computation is pure; I/O lives in `source_bytes` (the preloader's listing of a source) and `main` (arguments, printing).
 """
@@ -327,7 +328,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bandwidth", default="1.25GB/s", help="per-node download bandwidth for the first fill (default 1.25GB/s)"
     )
-    parser.add_argument("--warm-read", default="7GB/s", help="local NVMe read bandwidth (default 7GB/s)")
+    parser.add_argument(
+        "--warm-read",
+        default="7GB/s",
+        help="local NVMe read bandwidth (default 7GB/s: an assumed NVMe rate, measure your nodes')",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
