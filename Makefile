@@ -88,8 +88,8 @@ bench: $(BIN)/warmstart
 	$(BIN)/python bench/scaleout.py --dir $(CLUSTER_DIR)
 
 ## chaos: the fault-injection suite (docs/reliability.md), bounded by CHAOS_BUDGET seconds (default 20 min); uses the
-## cluster in CLUSTER_DIR if one runs there, else starts and stops one; the real-node part reuses the shared real-node
-## cluster under /tmp/realnode-tests.lock if one runs (needs root: tmpfs mounts, kill -9 of node processes); exits
+## cluster in CLUSTER_DIR if one runs there, else starts and stops one; the real-node part runs under
+## /tmp/realnode-tests.lock on a real-node cluster of its own (needs root: tmpfs mounts, kill -9 of node processes); exits
 ## non-zero, naming it, when a group asked for (CHAOS_GROUPS, default all) did not run
 chaos: $(BIN)/warmstart
 	$(BIN)/python chaos/run.py --budget $(CHAOS_BUDGET) --dir $(CLUSTER_DIR) --only $(CHAOS_GROUPS)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 BEGIN = "<!-- chaos-table:begin -->"
 END = "<!-- chaos-table:end -->"
@@ -120,6 +123,18 @@ def splice(document: str, block: str) -> str:
     return document.rstrip("\n") + "\n\n" + fenced + "\n"
 
 
+def recorded() -> dict[str, Any]:
+    """What reproduces the figures: the command, the commit, the time, the machine's cores and load average."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    return {
+        "command": " ".join(sys.argv),
+        "commit": commit or None,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cores": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+    }
+
+
 def write(runs: list[Run], out_dir: pathlib.Path, doc: pathlib.Path | None, header: str) -> str:
     """Write bench/out/chaos.json and chaos.md, and the table into `doc`; returns the Markdown block."""
     found = rows(runs)
@@ -128,7 +143,11 @@ def write(runs: list[Run], out_dir: pathlib.Path, doc: pathlib.Path | None, head
     block = "\n".join([header, "", table(found), "", verdict, *broken])
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    payload = {"runs": [dataclasses.asdict(r) for r in runs], "rows": [dataclasses.asdict(r) for r in found]}
+    payload = {
+        "recorded": recorded(),
+        "runs": [dataclasses.asdict(r) for r in runs],
+        "rows": [dataclasses.asdict(r) for r in found],
+    }
     (out_dir / f"chaos-{stamp}.json").write_text(json.dumps(payload, indent=2) + "\n")
     (out_dir / "chaos.md").write_text(block + "\n")
     if doc is not None:

@@ -7,16 +7,23 @@ privileged pod); the tenant's namespace enforces Pod Security `baseline`. There:
   the operator's signature on it, and downloads the model from the S3 server;
 - the model pod (`warmstart sim`, which reads every weight file before it turns Ready) gets its key's directory
   read-only from the driver, and runs no warmstart init container;
+- the model pod answers a completion;
 - a pod in ANOTHER baseline namespace that names the tenant's key gets a FailedMount Event from the kubelet and never
-  starts; so does a pod of the tenant's own namespace that asks to write.
+  starts; so does a pod of the tenant's own namespace that asks to write;
+- a namespace of the tenant's trust group (`cacheSharing.namespaceGroups`) that caches the same model shares the key: its
+  own preload Job proves its access on the node (AlreadyPresent, nothing downloaded again), and only then does its
+  model pod get the key's directory, and serve.
 
 Nothing is simulated: the kubelet registers the driver through its plugin watcher and calls NodePublishVolume.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import pathlib
 import shutil
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -44,15 +51,23 @@ BASELINE = {"pod-security.kubernetes.io/enforce": "baseline", "warmstart.io/test
 
 
 class CsiStack(realstack.Stack):
-    """The csi release: the operator and the driver in `system`, endpoints in the baseline `namespace`."""
+    """The csi release: the operator and the driver in `system`, endpoints in the baseline `namespace`; `peer` is a
+    baseline namespace of the tenant's trust group, `other` one outside it."""
 
     system: str = ""
     other: str = ""
+    peer: str = ""
+
+    def view(self, namespace: str) -> CsiStack:
+        """The same release, with endpoints in `namespace`."""
+        found = dataclasses.replace(self, namespace=namespace)
+        found.system, found.other, found.peer = self.system, self.other, self.peer
+        return found
 
     def describe(self) -> str:
         core = client.CoreV1Api(self.api)
         out = []
-        for namespace in (self.namespace, self.system, self.other):
+        for namespace in (self.namespace, self.system, self.other, self.peer):
             for pod in core.list_namespaced_pod(namespace).items:
                 out.append(f"pod {namespace}/{pod.metadata.name}: {pod.status.phase}")
                 for status in (pod.status.init_container_statuses or []) + (pod.status.container_statuses or []):
@@ -73,7 +88,8 @@ class CsiStack(realstack.Stack):
 
 def _values(stack: CsiStack, cluster: running.Cluster, s3: objectstore.Endpoint, suffix: str) -> dict[str, Any]:
     values = realstack.chart_values(stack.namespace, stack.image, suffix, s3, stack.hostpath_root)
-    values["watchNamespaces"] = [stack.namespace, stack.other]
+    values["watchNamespaces"] = [stack.namespace, stack.other, stack.peer]
+    values["cacheSharing"] = {"namespaceGroups": {"team": [stack.namespace, stack.peer]}}
     del values["cache"]["access"]  # the chart's default: csi
     values["cache"]["allowedHostPaths"] = [str(stack.hostpath_root / NAME)]  # a cache's hostPath equals its root
     values["csi"] = {
@@ -92,8 +108,9 @@ def csi_stack(
     core = client.CoreV1Api(api)
     suffix = uuid.uuid4().hex[:8]
     system, tenant, other = f"csi-system-{suffix}", f"csi-tenant-{suffix}", f"csi-other-{suffix}"
+    peer = f"csi-peer-{suffix}"
     core.create_namespace({"metadata": {"name": system, "labels": {"warmstart.io/test": "true"}}})
-    for namespace in (tenant, other):
+    for namespace in (tenant, other, peer):
         core.create_namespace({"metadata": {"name": namespace, "labels": BASELINE}})
     bucket = f"csi-{suffix}"
     objectstore.create_bucket(cluster.real.s3, bucket)
@@ -101,7 +118,7 @@ def csi_stack(
     image, shellless = real_images
     stack = CsiStack(cluster, api, tenant, f"csi-{suffix}", image, shellless, bucket, root)
     (root / NAME).mkdir(parents=True, exist_ok=True)  # the cache root exists on the node before anything mounts it
-    stack.system, stack.other = system, other
+    stack.system, stack.other, stack.peer = system, other, peer
     values = tmp_path_factory.mktemp("csi") / "values.yaml"
     values.write_text(yaml.safe_dump(_values(stack, cluster, cluster.real.s3, suffix)))
     kubeconfig = pathlib.Path(cluster.kubeconfig)
@@ -113,7 +130,7 @@ def csi_stack(
             realstack.uninstall(helm, stack)  # endpoints first (the operator cleans up), then the release
         finally:
             helming.run_helm(helm, kubeconfig, "uninstall", stack.release, "-n", system, check=False)
-            for namespace in (system, other):
+            for namespace in (system, other, peer):
                 core.delete_namespace(namespace, propagation_policy="Background")
             api.close()
             shutil.rmtree(root, ignore_errors=True)
@@ -122,6 +139,16 @@ def csi_stack(
 def _events(core: client.CoreV1Api, namespace: str, pod: str) -> list[str]:
     found = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
     return [f"{e.reason}: {e.message}" for e in found]
+
+
+def _completion(pod_ip: str) -> dict[str, Any]:
+    """One completion from the simulator pod (it answers only once it has read every weight file)."""
+    body = json.dumps({"model": "seed", "prompt": "a prompt", "max_tokens": 4}).encode()
+    url = f"http://{pod_ip}:{realstack.SIM_PORT}/v1/completions"
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        found: dict[str, Any] = json.load(answer)
+        return found
 
 
 def _reader_pod(name: str, key: str, image: str, access: str = cache_volumes.READ) -> dict[str, Any]:
@@ -160,6 +187,9 @@ def test_a_baseline_tenant_preloads_and_serves_through_the_driver_and_another_na
     body = stack.wait_state(name, "DeploymentComplete", timeout=420)
     key = body["status"]["resolved"]["weightsCacheKey"]
     (pod,) = stack.ready_pods(f"{labels.ENDPOINT_LABEL}={name},{labels.COMPONENT}=model-server", 1, timeout=300)
+
+    # the model pod serves from the weights the driver mounted
+    assert _completion(pod.status.pod_ip)["choices"], "no completion"
 
     # the model pod: the driver's read-only volume of its key, no hostPath, no warmstart init container
     volumes = [v.to_dict() for v in pod.spec.volumes]
@@ -206,3 +236,19 @@ def test_a_baseline_tenant_preloads_and_serves_through_the_driver_and_another_na
             s.state.running is None and s.state.terminated is None for s in stuck.status.container_statuses or []
         )
         core.delete_namespaced_pod(pod_name, namespace, grace_period_seconds=0)
+
+    # a namespace of the tenant's trust group shares the key: the node already holds it, and the peer's model pod
+    # mounts it only after the peer's own preload Job proved its access there (AlreadyPresent: every file HEADed with
+    # the peer's credentials and its fingerprints compared; nothing downloaded again)
+    peer = stack.view(stack.peer)
+    peer.create_endpoint(
+        realstack.sim_endpoint(name, peer, model, replicas=1, weights=True, host_path=host_path, router=False)
+    )
+    peer_body = peer.wait_state(name, "DeploymentComplete", timeout=420)
+    assert peer_body["status"]["resolved"]["weightsCacheKey"] == key  # one key for the group
+    (peer_pod,) = peer.ready_pods(f"{labels.ENDPOINT_LABEL}={name},{labels.COMPONENT}=model-server", 1, timeout=300)
+    peer_caches = helming.custom(stack.api).list_namespaced_custom_object(GROUP, VERSION, stack.peer, MDCC_PLURAL)
+    (entry,) = [n for c in peer_caches["items"] for n in c["status"]["nodes"]]
+    assert (entry["state"], entry["reason"]) == ("Ready", "AlreadyPresent"), entry
+    assert _completion(peer_pod.status.pod_ip)["choices"], "no completion in the peer namespace"
+    peer.remove_endpoints([name], keep_pods=set())

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 
 import endpointing as ep
 import fleet
@@ -69,6 +69,27 @@ def _token_kubeconfig(cluster: Any, api: client.ApiClient, namespace: str, path:
     return str(path)
 
 
+def _wait_until_enforced(kubeconfig: str) -> None:
+    """Until the API server has loaded the node-labels policy: a dry-run label outside the cache's prefix, patched
+    by the operator's ServiceAccount, is refused (a test that ran before would prove nothing about the policy)."""
+    operator = config.new_client_from_config(config_file=kubeconfig)
+    core = client.CoreV1Api(operator)
+    node = core.list_node().items[0].metadata.name
+    probe = {"metadata": {"labels": {"example.com/probe": "x"}}}
+
+    def refused() -> bool:
+        try:
+            core.patch_node(node, probe, dry_run="All")
+        except client.ApiException as error:
+            return error.status in (403, 422) and "the warmstart operator may only change" in str(error.body)
+        return False
+
+    try:
+        kube.wait_for(refused, 60, what="the chart's node-labels policy to refuse")
+    finally:
+        operator.close()
+
+
 @pytest.fixture
 def under_policies(
     cluster: Any, api_client: client.ApiClient, helm: pathlib.Path, namespace: str, tmp_path: pathlib.Path
@@ -96,6 +117,7 @@ def under_policies(
     kubeconfig = _token_kubeconfig(cluster, api_client, namespace, tmp_path / "operator.kubeconfig")
     kube.apply(str(cluster.kubeconfig), yaml.safe_dump_all(docs))
     try:
+        _wait_until_enforced(kubeconfig)
         yield kubeconfig
     finally:
         registration = client.AdmissionregistrationV1Api(api_client)

@@ -5,16 +5,22 @@ controller made from it, and pods a tenant forges (no node involved: the driver'
   API server's defaulting leaves a Job's pod equal to its template in every field the driver compares);
 - a pod a tenant creates with a controller reference to that same Job, running something else, is denied;
 - a Job a tenant creates with the operator's name is never signed, and a signature copied onto it does not fit;
-- a model pod of the cache's namespace reads it; one of another namespace, naming the same key, is denied.
+- a model pod of the cache's namespace reads it; one of another namespace, naming the same key, is denied;
+- a public key that two namespaces cache: through the driver's gRPC service and a real bind mount, the namespace
+  whose preload proved its access on the node reads it, the other waits (UNAVAILABLE) until its own preload did.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import pathlib
 import uuid
 from collections.abc import Iterator
+from concurrent import futures
 from typing import Any
 
+import grpc
 import pytest
 from kubernetes import client
 
@@ -25,7 +31,9 @@ from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, ModelDataCacheConfigSpe
 from warmstart.api.preloading import PERMANENT_EXIT_CODES
 from warmstart.controllers import signing
 from warmstart.controllers.storage import Store
-from warmstart.csi import decisions, lookups, nodeservice
+from warmstart.csi import decisions, lookups, mounting, nodeservice
+from warmstart.csi.protos import csi_pb2, csi_pb2_grpc
+from warmstart.preload import store
 from warmstart.render import jobs, keys, signatures
 from warmstart.render.context import RenderContext
 
@@ -146,3 +154,89 @@ def test_only_the_pod_of_the_operators_signed_job_writes_and_only_the_caches_nam
     stolen = driver.decide(_context(thief, key, decisions.READ), read_only=True)
     assert stolen.verdict == decisions.Verdict.DENIED
     assert f"namespace {other_namespace} has no ModelDataCacheConfig with key {key}" in stolen.message
+
+
+HUB = {"modelSourceType": "huggingface", "huggingFaceModel": {"modelId": "org/shared-model"}}
+
+
+@pytest.fixture
+def node_driver(api_client: client.ApiClient, tmp_path: pathlib.Path) -> Iterator[tuple[grpc.Channel, pathlib.Path]]:
+    """The driver's gRPC services on a unix socket, reading the real API server, with a temporary cache root."""
+    root = tmp_path / "nvme"
+    root.mkdir()
+    socket = tmp_path / "csi.sock"
+    settings = nodeservice.Settings(
+        node=NODE, allowed_roots=(str(root),), groups={}, signing_key=SIGNING_KEY.encode(), csi_endpoint=str(socket)
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    csi_pb2_grpc.add_NodeServicer_to_server(nodeservice.Node(settings, lookups.Lookups(api_client)), server)
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"unix://{socket}") as channel:
+            yield channel, root
+    finally:
+        server.stop(grace=None)
+
+
+def _publish(channel: grpc.Channel, context: dict[str, str], target: pathlib.Path) -> grpc.RpcError | None:
+    request = csi_pb2.NodePublishVolumeRequest(
+        volume_id=f"csi-{uuid.uuid4().hex[:6]}", target_path=str(target), readonly=True, volume_context=context
+    )
+    try:
+        csi_pb2_grpc.NodeStub(channel).NodePublishVolume(request, timeout=30)
+    except grpc.RpcError as error:
+        return error
+    return None
+
+
+def test_a_namespace_sharing_a_public_key_reads_it_only_where_its_own_preload_proved_its_access(
+    api_client: client.ApiClient, namespace: str, other_namespace: str, node_driver: tuple[grpc.Channel, pathlib.Path]
+) -> None:
+    channel, root = node_driver
+    objects = client.CustomObjectsApi(api_client)
+    found = set()
+    for space in (namespace, other_namespace):
+        spec = ModelDataCacheConfigSpec.model_validate({"modelSourceConfig": HUB, "hostPath": str(root)})
+        found.add(keys.weights_key_in(spec.model_source_config, str(root), space, {}))
+        manifest = {
+            "apiVersion": API_VERSION,
+            "kind": MDCC_KIND,
+            "metadata": {"name": "shared", "namespace": space},
+            "spec": {"modelSourceConfig": HUB, "hostPath": str(root)},
+        }
+        objects.create_namespaced_custom_object(GROUP, VERSION, space, MDCC_PLURAL, manifest)
+    (key,) = found  # a public model: one key for every namespace
+    # the first namespace's preload filled the node and proved its access there
+    lay = store.layout(str(root), key)
+    os.makedirs(lay.final)
+    pathlib.Path(lay.final, "config.json").write_text('{"model": "shared"}')
+    store.admit_reader(lay, namespace)
+
+    def reader(space: str) -> dict[str, str]:
+        pod = {"metadata": {"name": "model-0", "namespace": space, "uid": uuid.uuid4().hex}, "spec": {}}
+        return _context(pod, key, decisions.READ)
+
+    # the second namespace names the same key: it waits (the kubelet retries) and never sees the bytes
+    target = root.parent / "pods" / "b" / "model"
+    refused = _publish(channel, reader(other_namespace), target)
+    assert refused is not None and refused.code() == grpc.StatusCode.UNAVAILABLE, refused
+    assert f"namespace {other_namespace} has not proven its access" in (refused.details() or "")
+    assert not os.path.ismount(target)
+
+    # the namespace that proved its access reads it, read-only
+    mine = root.parent / "pods" / "a" / "model"
+    assert _publish(channel, reader(namespace), mine) is None
+    try:
+        assert (mine / "config.json").read_text() == '{"model": "shared"}'
+    finally:
+        mounting.unbind(str(mine))
+
+    # once its own preload proved its access, the second namespace reads it too
+    store.admit_reader(lay, other_namespace)
+    assert _publish(channel, reader(other_namespace), target) is None
+    mounting.unbind(str(target))
+
+    # a removed cache takes its readers with it: a refilled copy is proven again
+    assert store.delete(str(root), key)
+    assert not os.path.lexists(lay.readers)

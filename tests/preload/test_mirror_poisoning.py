@@ -22,6 +22,7 @@ from preloadhelpers import cache_dir, digests, preload, s3_source, tree_digests
 from preloadhub import HubServer, Repo
 from preloadservers import CREDENTIALS, MotoServer
 from warmstart.api import cachemanifests
+from warmstart.preload import store
 
 COMMIT = "c" * 40
 REAL = {"config.json": b'{"model": "real"}', "model.safetensors": b"REAL WEIGHTS " * 1000}
@@ -41,6 +42,12 @@ def mirror() -> Iterator[HubServer]:
     server = HubServer().start()
     yield server
     server.stop()
+
+
+def readers(root: Path, key: str) -> list[str]:
+    """The namespaces whose preload proved their access to `key` on this node (what the CSI driver admits)."""
+    found = Path(store.layout(str(root), key).readers)
+    return sorted(p.name for p in found.iterdir()) if found.is_dir() else []
 
 
 def hub_source(repo: str) -> str:
@@ -73,13 +80,18 @@ def test_public_hub_cache_of_the_same_bytes_is_used_after_every_file_is_checked(
     repo = "org/honest"
     hub.add(repo, Repo(commits={COMMIT: REAL}, branches={"main": COMMIT}))
     as_pod(monkeypatch, "team-a", "default", HF_ENDPOINT=hub.url)
-    assert preload("--source-json", hub_source(repo), "--key", "public-ok", root=root)[1]["reason"] == "Downloaded"
+    filled = preload("--source-json", hub_source(repo), "--key", "public-ok", "--admit-reader", root=root)
+    assert filled[1]["reason"] == "Downloaded"
+    assert readers(root, "public-ok") == ["team-a"]
     before = len(hub.requests)
 
     as_pod(monkeypatch, "team-b", "default", HF_ENDPOINT=hub.url)
-    code, result = preload("--source-json", hub_source(repo), "--key", "public-ok", "--if-missing", root=root)
+    code, result = preload(
+        "--source-json", hub_source(repo), "--key", "public-ok", "--if-missing", "--admit-reader", root=root
+    )
 
     assert (code, result["reason"]) == (0, "AlreadyPresent"), result
+    assert readers(root, "public-ok") == ["team-a", "team-b"]  # the CSI driver now mounts the key for team-b
     assert "content of its 2 files re-checked" in result["message"]
     checked = [(m, p) for m, p, _ in hub.requests[before:] if f"/{repo}/resolve/" in p]
     assert sorted(p.rsplit("/", 1)[1] for m, p in checked if m == "HEAD") == sorted(REAL)
@@ -159,7 +171,8 @@ def test_access_to_one_cached_file_does_not_hand_out_the_others(
     assert preload("--source-json", source, "--key", "shared", root=root)[1]["reason"] == "Downloaded"
 
     as_pod(monkeypatch, "team-b", "default", AWS_ENDPOINT_URL_S3=server.url, **users["half"])
-    code, result = preload("--source-json", source, "--key", "shared", "--if-missing", root=root)
+    code, result = preload("--source-json", source, "--key", "shared", "--if-missing", "--admit-reader", root=root)
 
     assert (code, result["reason"]) == (77, "AccessDenied"), result
+    assert readers(root, "shared") == []  # the CSI driver never mounts the key for team-b
     assert "model.safetensors" in result["message"]

@@ -87,7 +87,7 @@ async def test_a_client_that_stops_reading_holds_back_the_replica(routers: Route
         assert head.startswith(b"HTTP/1.1 200")
         last, stable = -1, 0
         for _ in range(250):  # the client reads nothing until the replica's writes stop moving
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
             stable = stable + 1 if written[0] == last else 0
             last = written[0]
             if stable >= 15:
@@ -142,7 +142,7 @@ async def test_a_client_that_never_reads_its_reply_loses_the_connection_and_its_
         for _ in range(600):  # the client reads nothing more; the router must give the slot back by itself
             if replica.inflight == 0 and replica_ended:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.01)
         assert replica.inflight == 0
         assert router.router.status()["inflight"] == 0
         assert replica_ended
@@ -151,6 +151,62 @@ async def test_a_client_that_never_reads_its_reply_loses_the_connection_and_its_
                 pass
         except ConnectionResetError:
             pass
+        writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_client_that_reads_a_trickle_loses_the_connection_and_its_replica_slot(
+    routers: RouterFactory,
+) -> None:
+    """The write deadline counts every pause of a response together: a client that reads a little now and then, so
+    that no single pause lasts the write timeout, is cut off all the same, and its slot goes back."""
+    chunk = b"x" * (64 * 1024)
+    replica_ended: list[str] = []
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            while True:
+                await response.write(b"data: " + chunk + b"\n\n")
+        except (ConnectionError, asyncio.CancelledError):
+            replica_ended.append("the router closed the replica connection")
+            raise
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", endless)
+    runner, port = await admin.serve(app, "127.0.0.1", 0)
+    try:
+        config = RouterConfig(read_timeout_seconds=600, write_timeout_seconds=1.0, max_concurrent_requests=1)
+        router = await routers(config, [f"http://127.0.0.1:{port}"])
+        host, router_port = router.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(router_port), limit=64 * 1024)
+        body = b'{"prompt": "x", "stream": true}'
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)).startswith(b"HTTP/1.1 200")
+        [replica] = router.router.fleet.replicas()
+        received = 0
+        for _ in range(3000):  # 64 KiB every 10 ms: the client keeps reading, slowly, until the router hangs up
+            try:
+                data = await asyncio.wait_for(reader.read(64 * 1024), timeout=30)
+            except ConnectionResetError:
+                break
+            if not data:
+                break
+            received += len(data)
+            await asyncio.sleep(0.01)
+        assert replica_ended, f"the router kept serving a trickle reader ({received} bytes read)"
+        for _ in range(600):
+            if replica.inflight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert replica.inflight == 0
+        assert router.router.status()["inflight"] == 0
         writer.close()
     finally:
         await runner.cleanup()

@@ -12,9 +12,11 @@ import run as chaos_run
 def test_a_group_that_did_not_run_is_named_and_fails_the_suite(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--only", "realnode", "--real-kubeconfig", str(tmp_path / "none"), "--out", str(tmp_path), "--no-doc"]
+    # a budget shorter than the reserve for a run in flight: no group may start
+    args = ["--only", "preload", "--budget", "1", "--out", str(tmp_path), "--no-doc"]
     assert chaos_run.main(args) == 1
-    assert "NOT RUN: the realnode group was asked for and did not run" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NOT RUN: the preload group was asked for and did not run: the budget was spent" in out, out
 
 
 def test_an_unknown_group_is_refused() -> None:

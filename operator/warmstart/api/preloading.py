@@ -31,6 +31,8 @@ HF_TOKEN_DIR = "/var/run/secrets/warmstart/hf"
 HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
 #: The one directory under the cache root (`--root`) that warmstart writes: `<root>/warmstart/weights/<key>/`.
 CACHE_DIR_NAME = "warmstart"
+#: under the cache directory: which namespaces proved their access to which key on this node
+READERS_DIR_NAME = "readers"
 
 #: Variables that choose where, or through what, a preload connects: mirror endpoints, proxies, CA bundles, the AWS
 #: config file. Shared caches are keyed without them, so only the cluster admin sets them (Helm `preload.endpoints`,
@@ -70,6 +72,13 @@ def cache_dir(root: str) -> str:
     return posixpath.join(root.rstrip("/") or "/", CACHE_DIR_NAME)
 
 
+def reader_dir(root: str, key: str, namespace: str) -> str:
+    """`<root>/warmstart/readers/<key>/<namespace>`: present once a preload of `namespace` proved on this node that it
+    may read the key's files and that they are its source's (the CSI driver mounts the key only for such a namespace).
+    """
+    return posixpath.join(cache_dir(root), READERS_DIR_NAME, key, namespace)
+
+
 def source_json(source: ModelSourceConfig) -> str:
     """The source as `--source-json` carries it: canonical camelCase JSON (sorted keys, no spaces)."""
     return json.dumps(source.to_api(), sort_keys=True, separators=(",", ":"))
@@ -81,9 +90,14 @@ def has_hf_token(source: ModelSourceConfig) -> bool:
     return source.model_source_type == ModelSourceType.HUGGINGFACE and bool(hf and hf.token_secret_ref)
 
 
-def preload_args(source: ModelSourceConfig, key: str, root: str, expected_bytes: int | None = None) -> list[str]:
-    """`preload --if-missing` of `source` into `<root>/warmstart/weights/<key>/`, reporting to TERMINATION_LOG."""
+def preload_args(
+    source: ModelSourceConfig, key: str, root: str, expected_bytes: int | None = None, *, admit_reader: bool = False
+) -> list[str]:
+    """`preload --if-missing` of `source` into `<root>/warmstart/weights/<key>/`, reporting to TERMINATION_LOG; with
+    `admit_reader`, the pod's namespace is recorded as a reader of the key once the preload succeeded."""
     args = [SUBCOMMAND, "--source-json", source_json(source), "--key", key, "--root", root, "--if-missing"]
+    if admit_reader:
+        args.append("--admit-reader")
     if source.model_source_type in MOUNTED_SOURCES:
         args += ["--mount-root", SOURCE_MOUNT]
     if has_hf_token(source):

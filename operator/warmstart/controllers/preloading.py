@@ -25,8 +25,18 @@ from warmstart.api.caches import (
 from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, signing, weights_reporting
 from warmstart.controllers.resolving import ResolutionFailed
 from warmstart.controllers.storage import FIELD_MANAGER, Invalid, NotFound, StorageError, Store
+from warmstart.render import (
+    cache_volumes,
+    hostpaths,
+    keys,
+    names,
+    node_health,
+    nvme_budget,
+    owners,
+    throttling,
+    tolerations,
+)
 from warmstart.render import fsx as render_fsx
-from warmstart.render import hostpaths, keys, names, node_health, nvme_budget, owners, throttling, tolerations
 from warmstart.render import jobs as render_jobs
 from warmstart.render import weights_plans as planning
 from warmstart.render import weights_summaries as summaries
@@ -257,6 +267,7 @@ def _reconcile(
         eviction_policy=nvme_budget.EvictionPolicy(ctx.cache_eviction_policy),
         evicted=nvme_usage.evicted_nodes(live, key),
         demanded=frozenset(demand_index.get((cache.namespace, key), ())),
+        prove_each_reader=ctx.cache_access == cache_volumes.CacheAccess.CSI,
     )
     now = handling.now()
     plan = planning.plan(observed, now)

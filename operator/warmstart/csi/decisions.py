@@ -7,7 +7,10 @@ the volume's attributes, which the pod's author wrote and so are never trusted a
   here from its spec, its namespace and the admin's trust groups (render/keys.py, render/scopes.py), is the key named.
   A key's scope is in its hash, so this admits exactly the namespaces of the key's scope: its own namespace, its trust
   group, or any namespace for a `public` key. Its root must be an allowed cache root. The pod gets
-  `<root>/warmstart/weights/<key>`, read-only.
+  `<root>/warmstart/weights/<key>`, read-only, once this node holds `<root>/warmstart/readers/<key>/<namespace>`:
+  the mark a preload Job of that namespace leaves after it proved, with the namespace's own credentials, that it may
+  read every file of the source and that the cached files are the source's (their fingerprints). A namespace sharing a
+  key that another namespace filled waits (UNAVAILABLE) until its own Job has checked.
 - **write** (`access: write`, a preload or cleanup Job's pod): the same cache check, and the pod's controller must be
   a Job of the operator for that key on THIS node: its name is the operator's name for it, its uid is the one the
   operator signed (render/signatures.py), and the pod runs exactly that Job's template (a pod that names the Job as
@@ -80,6 +83,8 @@ class Decision:
     #: the node directory to bind-mount (MOUNT only)
     path: str = ""
     read_only: bool = True
+    #: a reader's mark that must exist on the node before the mount (MOUNT of a read only)
+    reader_mark: str = ""
 
 
 def denied(message: str) -> Decision:
@@ -153,7 +158,11 @@ def decide_read(volume: Volume, caches: Sequence[Cache], allowed_roots: Sequence
     if isinstance(found, Decision):
         return found
     return Decision(
-        Verdict.MOUNT, f"cache {found.name} read-only", path=key_dir(found.host_path, volume.key), read_only=True
+        Verdict.MOUNT,
+        f"cache {found.name} read-only",
+        path=key_dir(found.host_path, volume.key),
+        read_only=True,
+        reader_mark=preloading.reader_dir(found.host_path, volume.key, volume.namespace),
     )
 
 

@@ -97,11 +97,30 @@ class Node(csi_pb2_grpc.NodeServicer):
                     f"the cache is not on node {self._settings.node} yet ({error}); its preload fills it",
                 )
             context.abort(grpc.StatusCode.PERMISSION_DENIED, f"refused: {error}")
+        if decision.reader_mark:
+            self._require_reader(root, decision, checked, context)
         try:  # the descriptor pins the checked directory: a link swapped in since is not followed
             mounting.bind(f"/proc/self/fd/{checked}", target, read_only=decision.read_only)
         finally:
             os.close(checked)
         return csi_pb2.NodePublishVolumeResponse()
+
+    def _require_reader(
+        self, root: str, decision: decisions.Decision, checked: int, context: grpc.ServicerContext
+    ) -> None:
+        """The namespace's preload proved its access to the key on this node, or the mount waits (UNAVAILABLE)."""
+        try:
+            os.close(mounting.open_plain(root, decision.reader_mark))
+        except mounting.PathError as error:
+            os.close(checked)
+            namespace = os.path.basename(decision.reader_mark)
+            if error.missing:
+                context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"namespace {namespace} has not proven its access to this cache on node {self._settings.node}"
+                    " yet; its own preload Job checks it against the source",
+                )
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"refused: {error}")
 
     def decide(self, volume_context: dict[str, str], read_only: bool) -> decisions.Decision:
         volume = decisions.parse_volume(volume_context, read_only)

@@ -37,6 +37,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="host path holding warmstart/weights/<key>/")
     p.add_argument("--if-missing", action="store_true", help="exit 0 at once if a complete cache of --key exists")
     p.add_argument(
+        "--admit-reader",
+        action="store_true",
+        help="once the cache is complete and proven for this pod, record its namespace as a reader of --key",
+    )
+    p.add_argument(
         "--mount-root", default=contract.SOURCE_MOUNT, help="where the Job mounts an fsx or kubernetesVolume source"
     )
     p.add_argument(
@@ -142,6 +147,19 @@ def run(args: argparse.Namespace) -> Result:
         raise PreloadError(Reason.INVALID_SOURCE, "--key is required")
     lay = store.layout(args.root, args.key)
     identity = cachemanifests.identity_from_env(os.environ)
+    if args.admit_reader and identity is None:
+        raise PreloadError(
+            Reason.INVALID_SOURCE, f"--admit-reader needs the pod's identity ({cachemanifests.NAMESPACE_ENV})"
+        )
+    result = _fill(args, lay, identity, started)
+    if args.admit_reader and identity is not None and result.outcome == contract.Outcome.SUCCEEDED:
+        store.admit_reader(lay, identity.namespace)
+    return result
+
+
+def _fill(
+    args: argparse.Namespace, lay: store.Layout, identity: cachemanifests.Identity | None, started: float
+) -> Result:
     if args.if_missing and (done := preloading.present(lay, started, identity)) is not None:
         return done  # the warm path, cache made by this identity: no source is contacted, no secret is read
     opts = options(args)

@@ -28,13 +28,15 @@ from typing import Any
 
 from warmstart.api import cachemanifests
 from warmstart.api.cachemanifests import CacheManifest, Identity
-from warmstart.api.preloading import CACHE_DIR_NAME, Reason
+from warmstart.api.preloading import CACHE_DIR_NAME, READERS_DIR_NAME, Reason
 from warmstart.preload import nofollow
 from warmstart.preload.results import PreloadError
 
 log = logging.getLogger(__name__)
 
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+#: a namespace's name (RFC 1123 label)
+_NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MANIFEST_NAME = ".warmstart-manifest.json"
 JOURNAL_NAME = ".warmstart-journal.jsonl"
 PART_SUFFIX = ".warmstart-part"
@@ -107,6 +109,11 @@ class Layout:
     @property
     def manifest_path(self) -> str:
         return os.path.join(self.final, MANIFEST_NAME)
+
+    @property
+    def readers(self) -> str:
+        """`<root>/warmstart/readers/<key>`: one directory per namespace that proved its access here."""
+        return os.path.join(self.root, CACHE_DIR_NAME, READERS_DIR_NAME, self.key)
 
 
 def layout(root: str, key: str) -> Layout:
@@ -405,6 +412,19 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
+# --- readers --------------------------------------------------------------------------------------------------------
+
+
+def admit_reader(lay: Layout, namespace: str) -> None:
+    """Record that `namespace` proved here that it may read the key (the CSI driver mounts the key only for it)."""
+    if not _NAMESPACE.match(namespace):
+        raise PreloadError(Reason.INVALID_SOURCE, f"{namespace!r} is not a namespace name")
+    base = os.path.join(lay.root, CACHE_DIR_NAME)
+    path = os.path.join(lay.readers, namespace)
+    with guarded(path):
+        nofollow.makedirs_inside(base, path, replace_link=True)
+
+
 # --- delete ---------------------------------------------------------------------------------------------------------
 
 
@@ -421,6 +441,8 @@ def delete(root: str, key: str) -> bool:
         )
     removed = False
     with locked(lay), guarded(lay.weights_dir):
+        if os.path.lexists(lay.readers):  # no namespace reads what is gone: the next copy is proven again
+            _remove(lay.readers)
         for path in (lay.final, lay.staging):
             if not os.path.lexists(path):
                 continue

@@ -5,8 +5,9 @@
   it mounts (warmstart/csi/decisions.py): a model pod gets `<root>/warmstart/weights/<key>` read-only; only the
   operator's signed preload and cleanup Jobs get `<root>/warmstart` read-write, created with the cache uid as owner.
   No pod carries a hostPath or a root step.
-- `hostPath`: the node's `<root>/warmstart` as a hostPath (`DirectoryOrCreate`), which needs the namespace to be
-  `privileged`, plus the `warmstart-cache-owner` root step (render/preload_containers.py).
+- `hostPath`: the admin's root as a hostPath (`type: Directory`: it must exist) with only its `warmstart` subPath
+  mounted, which needs the namespace to be `privileged`, plus the `warmstart-cache-owner` root step
+  (render/preload_containers.py).
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def preload_init_container(
     """`warmstart preload --if-missing`: milliseconds on a warm node, the normal download on a cold one.
 
     A cold node is one no preload Job reached (scale-out beyond the preloaded fleet, a tainted node). The model volume
-    is the cache volume: the node's `<hostPath>/warmstart` (created if missing), or an emptyDir when caching is off.
+    is the cache volume: the node's `<hostPath>/warmstart` (the subPath the kubelet creates under the existing root),
+    or an emptyDir when caching is off.
     With the node cache, the Jobs' `warmstart-cache-owner` step runs first (`owner_steps`), so the non-root preload
     can write a directory that no Job prepared.
     """

@@ -136,7 +136,9 @@ def preload_job(
     owner = request.owner
     job_labels = _labels(owner, request.node, ROLE_PRELOAD, {ATTEMPT_LABEL: str(request.attempt)})
     source = spec.model_source_config
-    args = preloading.preload_args(source, request.key, spec.host_path, request.expected_bytes)
+    # through the CSI driver, a namespace reads a key only where its own preload proved its access
+    csi = ctx.cache_access == cache_volumes.CacheAccess.CSI
+    args = preloading.preload_args(source, request.key, spec.host_path, request.expected_bytes, admit_reader=csi)
     pod = _pod_spec(spec, request.node, request.key, args, ctx, source)
     job_spec: dict[str, Any] = {
         "backoffLimit": ctx.preload_backoff_limit,

@@ -25,6 +25,8 @@ RETRY_SEPARATOR = "; retry "
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 EVICTED = "Evicted"
 QUEUED = "Queued"
+#: a node's entry when the node's ready label, not a preload of this cache, says the key is there
+LABELLED = "Labelled"
 #: Failed reasons that are checked again on every reconcile rather than retried by attempt
 RECHECKED_REASONS = frozenset({INSUFFICIENT_CAPACITY, EVICTED})
 #: a referenced cache's lastUsedTime is refreshed at most this often (one status write per hour)
@@ -97,6 +99,9 @@ class Observed:
     evicted: Collection[str] = frozenset()
     #: nodes where a model pod waits for this cache through the CSI driver: targets too, whatever the targeting
     demanded: Collection[str] = frozenset()
+    #: whether a node another cache of the key filled still needs this cache's own preload there before it counts as
+    #: Ready (the CSI driver mounts a key for a namespace only where its own preload proved its access)
+    prove_each_reader: bool = False
 
 
 @dataclass

@@ -30,6 +30,7 @@ from warmstart.render import weights_summaries as summaries
 from warmstart.render.weights_observations import (
     EVICTED,
     INSUFFICIENT_CAPACITY,
+    LABELLED,
     MAX_ATTEMPTS,
     QUEUED,
     RECHECKED_REASONS,
@@ -114,6 +115,13 @@ def _latest_by_node(jobs: Iterable[PreloadJob]) -> dict[str, PreloadJob]:
     return latest
 
 
+def _proven(previous: NodeCacheStatus | None, job: PreloadJob | None) -> bool:
+    """Whether this cache's own preload succeeded on the node (not only another cache of the key)."""
+    if job is not None and job.phase == JobPhase.SUCCEEDED:
+        return True
+    return previous is not None and previous.state == NodeCacheState.READY and previous.reason not in (None, LABELLED)
+
+
 def _is_recorded(previous: NodeCacheStatus | None, job: PreloadJob) -> bool:
     done = (NodeCacheState.READY, NodeCacheState.FAILED)
     return previous is not None and previous.attempts == job.attempt and previous.state in done
@@ -149,8 +157,28 @@ class _NodePlanner:
             return NodeCacheStatus(
                 node=node.name, state=NodeCacheState.FAILED, reason=EVICTED, message=message, attempts=attempts
             )
-        if node.labels.get(self.label_key) == nodelabels.READY:
+        labelled = node.labels.get(self.label_key) == nodelabels.READY
+        if labelled and (not self.observed.prove_each_reader or _proven(previous, current)):
             return self._ready(node.name, previous, current)
+        if not labelled:
+            fitted = self._fit(node, attempts)
+            if fitted is not None:
+                return fitted
+        if current is None:
+            return self._without_job(node.name, previous)
+        if current.phase == JobPhase.RUNNING:
+            state = NodeCacheState.DOWNLOADING if current.active else NodeCacheState.PENDING
+            return NodeCacheStatus(node=node.name, state=state, attempts=current.attempt)
+        if current.phase == JobPhase.SUCCEEDED:
+            if _is_recorded(previous, current) and previous and previous.state == NodeCacheState.READY:
+                # Ready was recorded for this very Job, and the label is gone since: check the node again.
+                return self._rerun(node.name, current, "ready label removed; preloading again")
+            self.plan.label.append(node.name)
+            return self._ready(node.name, previous, current)
+        return self._failed(node.name, previous, current)
+
+    def _fit(self, node: NodeLike, attempts: int | None) -> NodeCacheStatus | None:
+        """Failed when the cache cannot fit on the node's NVMe; else None, with the evictions it needs planned."""
         capacity = placement.nvme_capacity_bytes(node.labels.get(nodelabels.INSTANCE_TYPE), node.annotations)
         others = self.observed.residents.get(node.name, ())
         fit = nvme_budget.fit(self.size, capacity, others, self.observed.eviction_policy) if self.size else None
@@ -164,18 +192,7 @@ class _NodePlanner:
             )
         if fit is not None and fit.evict:
             self.plan.evict += [(node.name, victim) for victim in fit.evict]
-        if current is None:
-            return self._without_job(node.name, previous)
-        if current.phase == JobPhase.RUNNING:
-            state = NodeCacheState.DOWNLOADING if current.active else NodeCacheState.PENDING
-            return NodeCacheStatus(node=node.name, state=state, attempts=current.attempt)
-        if current.phase == JobPhase.SUCCEEDED:
-            if _is_recorded(previous, current) and previous and previous.state == NodeCacheState.READY:
-                # Ready was recorded for this very Job, and the label is gone since: check the node again.
-                return self._rerun(node.name, current, "ready label removed; preloading again")
-            self.plan.label.append(node.name)
-            return self._ready(node.name, previous, current)
-        return self._failed(node.name, previous, current)
+        return None
 
     def _record(
         self,
@@ -206,7 +223,7 @@ class _NodePlanner:
         if previous is not None and previous.state == NodeCacheState.READY:
             return previous
         attempts = job.attempt if job else (previous.attempts if previous else None)
-        return NodeCacheStatus(node=node, state=NodeCacheState.READY, reason="Labelled", attempts=attempts)
+        return NodeCacheStatus(node=node, state=NodeCacheState.READY, reason=LABELLED, attempts=attempts)
 
     def _without_job(self, node: str, previous: NodeCacheStatus | None) -> NodeCacheStatus:
         if previous is None or previous.attempts is None:

@@ -169,7 +169,11 @@ class Connection(asyncio.Protocol):
         self._body_deadline = 0.0
         self._linger: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
-        """Armed while the client's socket is full: breaks the connection if it stays full too long."""
+        """Armed while the client's socket is full: breaks the connection once the response's full-socket time (all
+        its pauses together, so a client that reads a trickle now and then gains nothing) passes the write timeout."""
+        self._full_since: float | None = None
+        self._full_seconds = 0.0
+        """How long the client's socket has been full while this response was written, pauses before this one."""
         self._paused = False
         self._writable = True
         self.keep_alive = True
@@ -239,11 +243,16 @@ class Connection(asyncio.Protocol):
         self._writable = False
         if self.follower is not None:
             self.follower.pause_reading()
+        self._full_since = self.loop.time()
         if self._write_timer is None:
-            self._write_timer = self.loop.call_later(self.app.write_timeout(), self._write_late)
+            left = max(0.0, self.app.write_timeout() - self._full_seconds)
+            self._write_timer = self.loop.call_later(left, self._write_late)
 
     def resume_writing(self) -> None:
         self._writable = True
+        if self._full_since is not None:
+            self._full_seconds += self.loop.time() - self._full_since
+            self._full_since = None
         self._cancel_write_timer()
         if self.follower is not None:
             self.follower.resume_reading()
@@ -352,6 +361,9 @@ class Connection(asyncio.Protocol):
                 await self._next
                 continue
             self._serving = True
+            self._full_seconds = 0.0  # each response gets the whole write timeout
+            if self._full_since is not None:
+                self._full_since = self.loop.time()
             request = self._ready.popleft()
             self.keep_alive = request.keep_alive
             self.answering_head = request.method == b"HEAD"
@@ -499,10 +511,11 @@ class Connection(asyncio.Protocol):
             self._write_timer = None
 
     def _write_late(self) -> None:
-        """The client left its socket full for the whole write timeout: break the connection (cancels the handler)."""
+        """The client left its socket full for the whole write timeout, in one pause or in all of this response's pauses
+        together: break the connection (cancels the handler)."""
         self._write_timer = None
         if not self._writable:
-            log.info("closing a connection whose client read nothing for %g s", self.app.write_timeout())
+            log.info("closing a connection whose client left its reply unread for %g s", self.app.write_timeout())
             self.abort()
 
     def _body_late(self) -> None:

@@ -1,0 +1,84 @@
+"""Through the CSI driver, a node another namespace's cache filled counts for a cache only after its own preload.
+
+A public or trust-group key is shared: the node's ready label says the bytes are there, not that this namespace may
+read them or that they are its source's. With cache access `csi` the operator runs the cache's own preload Job on
+such a node (`--if-missing --admit-reader`: it HEADs every file with the namespace's credentials and compares the
+fingerprints), and the driver mounts the key only where that Job left the namespace's reader mark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_weights_plans import KEY, NOW, node, spec
+
+from warmstart.api import preloading
+from warmstart.api.caches import ModelDataCacheConfigStatus, NodeCacheStatus
+from warmstart.api.states import NodeCacheState
+from warmstart.render import jobs
+from warmstart.render import weights_plans as planning
+from warmstart.render.context import RenderContext
+from warmstart.render.weights_observations import JobPhase, PreloadJob, PreloadResult
+
+
+def plan(prove: bool, status: ModelDataCacheConfigStatus | None = None, **observed: Any) -> planning.Plan:
+    found = planning.Observed(
+        generation=1,
+        key=KEY,
+        spec=spec(),
+        status=status or ModelDataCacheConfigStatus(),
+        nodes=[node("a", ready=True)],
+        jobs=observed.pop("jobs", []),
+        results=observed.pop("results", {}),
+        retryable_reasons=frozenset(),
+        prove_each_reader=prove,
+    )
+    return planning.plan(found, NOW)
+
+
+def entry(result: planning.Plan) -> NodeCacheStatus:
+    (found,) = result.status.nodes or []
+    return found
+
+
+def test_a_node_another_cache_filled_gets_this_caches_own_preload_before_it_counts() -> None:
+    shared = plan(prove=True)
+    assert shared.create == [("a", 1)]
+    assert entry(shared).state == NodeCacheState.PENDING
+    # the hostPath access proves access in each model pod's own init container: the label is enough there
+    assert plan(prove=False).create == []
+    assert entry(plan(prove=False)).reason == "Labelled"
+
+
+def test_its_own_succeeded_preload_makes_the_node_ready_for_good() -> None:
+    done = PreloadJob(name="preload-a-1", node="a", attempt=1, generation=1, uid="u", phase=JobPhase.SUCCEEDED)
+    result = PreloadResult("AlreadyPresent", "complete; access and fingerprints re-checked", 10, 0.2)
+    first = plan(prove=True, jobs=[done], results={done.name: result})
+    assert first.create == [] and entry(first).state == NodeCacheState.READY
+    assert entry(first).reason == "AlreadyPresent"
+    # the Job is gone (TTL): the recorded result keeps the node ready, no new Job
+    later = plan(prove=True, status=first.status)
+    assert later.create == [] and entry(later).state == NodeCacheState.READY
+
+
+def test_a_refused_proof_leaves_the_node_failed_for_this_cache() -> None:
+    failed = PreloadJob(
+        name="preload-a-1", node="a", attempt=1, generation=1, uid="u", phase=JobPhase.FAILED, failure_reason="Failed"
+    )
+    denied = PreloadResult("AccessDenied", "403 on HEAD of every file", None, 0.1)
+    result = plan(prove=True, jobs=[failed], results={failed.name: denied})
+    assert result.create == []
+    assert (entry(result).state, entry(result).reason) == (NodeCacheState.FAILED, "AccessDenied")
+
+
+def test_the_csi_preload_job_records_its_namespace_as_a_reader_and_the_hostpath_one_does_not() -> None:
+    request = jobs.PreloadRequest(owner=jobs.Owner("w", "team-b", "uid"), key=KEY, node="a", attempt=1, generation=1)
+    for access, expected in (("csi", True), ("hostPath", False)):
+        ctx = RenderContext(operator_image="warmstart:test", cache_access=access, job_signing_key="k" * 32)
+        job = jobs.preload_job(request, spec(hostPath="/opt/dlami/nvme"), ctx, ())
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert ("--admit-reader" in args) is expected, access
+
+
+def test_the_reader_mark_lives_under_the_cache_directory() -> None:
+    assert preloading.reader_dir("/opt/dlami/nvme/", KEY, "team-b") == f"/opt/dlami/nvme/warmstart/readers/{KEY}/team-b"
