@@ -10,9 +10,9 @@ privileged pod); the tenant's namespace enforces Pod Security `baseline`. There:
 - the model pod answers a completion;
 - a pod in ANOTHER baseline namespace that names the tenant's key gets a FailedMount Event from the kubelet and never
   starts; so does a pod of the tenant's own namespace that asks to write;
-- a namespace of the tenant's trust group (`cacheSharing.namespaceGroups`) that caches the same model shares the key: its
-  own preload Job proves its access on the node (AlreadyPresent, nothing downloaded again), and only then does its
-  model pod get the key's directory, and serve.
+- a namespace of the tenant's trust group (`cacheSharing.namespaceGroups`) that caches the same model shares the
+  key: its own preload Job proves its access on the node (AlreadyPresent, nothing downloaded again), and only then
+  does its model pod get the key's directory, and serve.
 
 Nothing is simulated: the kubelet registers the driver through its plugin watcher and calls NodePublishVolume.
 """

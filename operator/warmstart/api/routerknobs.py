@@ -58,7 +58,10 @@ class RouterKnobs(ApiModel):
         default=None, ge=1, le=100_000, description="Request bodies one client address sends at once."
     )
     write_timeout_seconds: float | None = Field(
-        default=None, gt=0, le=3600, description="Longest time a client may leave one reply unread, all pauses together."
+        default=None,
+        gt=0,
+        le=3600,
+        description="Longest time a client may leave one reply unread, all pauses together.",
     )
     retries: int | None = Field(default=None, ge=0, le=3, description="Further candidates after a refused connect.")
     kv_events: bool | None = Field(

@@ -14,7 +14,7 @@ the volume's attributes, which the pod's author wrote and so are never trusted a
 - **write** (`access: write`, a preload or cleanup Job's pod): the same cache check, and the pod's controller must be
   a Job of the operator for that key on THIS node: its name is the operator's name for it, its uid is the one the
   operator signed (render/signatures.py), and the pod runs exactly that Job's template (a pod that names the Job as
-  its owner but runs something else gets nothing; csi/templates.py). The pod gets `<root>/warmstart`, read-write.
+  its owner but runs something else gets nothing; render/pod_templates.py). The pod gets `<root>/warmstart`, read-write.
 
 Anything else is `DENIED` with a message that says what is missing; the kubelet shows it in a FailedMount Event.
 """
@@ -32,8 +32,8 @@ from pydantic import ValidationError
 
 from warmstart.api import preloading
 from warmstart.api.caches import ModelDataCacheConfigSpec
-from warmstart.csi import templates
 from warmstart.render import cache_volumes, hostpaths, jobs, keys, labels, signatures
+from warmstart.render import pod_templates as templates
 
 #: volume attributes the pod's author sets (the rest come from the kubelet)
 KEY_ATTRIBUTE = cache_volumes.KEY_ATTRIBUTE

@@ -1,4 +1,5 @@
-"""Whether a pod runs its Job's template: what the CSI driver asks of a pod before it may write a cache (pure).
+"""Whether a pod runs its template: what the CSI driver asks of a pod before it may write a cache, and what the
+operator asks of a model pod before it trusts the result of its preload init container (pure).
 
 A tenant can create a pod that names the operator's signed Job as its controller; such a pod may write only if it
 runs exactly what the Job would run. The comparison tolerates what EKS's identity webhooks add to a pod at creation,
@@ -29,7 +30,7 @@ _PLAIN = ("ephemeralContainers", "serviceAccountName", "securityContext", "hostN
 _DEFAULTS = {"serviceAccountName": "default"}
 
 
-def _token_volume(volume: Mapping[str, Any]) -> bool:
+def token_volume(volume: Mapping[str, Any]) -> bool:
     """A projected volume of service-account tokens only (what the identity webhooks add)."""
     sources = (volume.get("projected") or {}).get("sources") or []
     return (
@@ -39,7 +40,7 @@ def _token_volume(volume: Mapping[str, Any]) -> bool:
     )
 
 
-def _container_mismatch(pod: Mapping[str, Any], template: Mapping[str, Any], added_volumes: set[str]) -> bool:
+def container_mismatch(pod: Mapping[str, Any], template: Mapping[str, Any], added_volumes: set[str]) -> bool:
     for field in (set(pod) | set(template)) - {"env", "volumeMounts"}:
         if pod.get(field) != template.get(field):
             return True
@@ -57,7 +58,7 @@ def _containers_mismatch(
 ) -> bool:
     if [c.get("name") for c in pods] != [c.get("name") for c in templates]:
         return True
-    return any(_container_mismatch(p, t, added) for p, t in zip(pods, templates, strict=True))
+    return any(container_mismatch(p, t, added) for p, t in zip(pods, templates, strict=True))
 
 
 def mismatch(pod_spec: Mapping[str, Any], template_spec: Mapping[str, Any]) -> str | None:
@@ -71,7 +72,7 @@ def mismatch(pod_spec: Mapping[str, Any], template_spec: Mapping[str, Any]) -> s
     template_volumes = {v.get("name"): v for v in template_spec.get("volumes") or []}
     added = set(pod_volumes) - set(template_volumes)
     if any(pod_volumes.get(n) != v for n, v in template_volumes.items()) or not all(
-        _token_volume(pod_volumes[n]) for n in added
+        token_volume(pod_volumes[n]) for n in added
     ):
         return "volumes"
     for field in ("initContainers", "containers"):

@@ -1,4 +1,5 @@
-"""A writer pod must run its Job's template; only what EKS's identity webhooks add is tolerated (csi/templates.py)."""
+"""A writer pod must run its Job's template; only what EKS's identity webhooks add is tolerated
+(render/pod_templates.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from warmstart.csi import templates
+from warmstart.render import pod_templates as templates
 
 TEMPLATE: dict[str, Any] = {
     "restartPolicy": "Never",
