@@ -307,7 +307,9 @@ def test_every_state_of_an_endpoint_says_what_it_waits_for_how_far_it_got_and_wh
                 )
                 message = _message(degraded, "Degraded")
                 assert "waited" in message and "(maxDeployTimeInSeconds=3)" in message
-                assert "pods on cold nodes download at start (preloading weights: 0/2 target nodes ready" in message
+                # cache access csi: a pod on a cold node waits for the node's preload Job, it does not download
+                cold = "pods on cold nodes wait until the operator's preload Job has filled their node"
+                assert f"{cold} (their cache volume mounts then) (preloading weights: 0/2 target nodes ready" in message
                 snapshots.take("Degraded: deployed before the weights were ready", namespace, "impatient")
                 _label_nodes(api_client, nodes, None)
         finally:

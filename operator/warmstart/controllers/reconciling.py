@@ -128,6 +128,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         (now - waiting_since).total_seconds(),
         endpoint.max_deploy_time_seconds,
         handling.timestamp(waiting_since + datetime.timedelta(seconds=endpoint.max_deploy_time_seconds)),
+        access=context.cache_access,
     )
 
     deployment = store.get("apps/v1", "Deployment", endpoint.child_name, endpoint.ref.namespace)
