@@ -122,50 +122,88 @@ def _leftovers(root: pathlib.Path, key: str) -> list[str]:
     return sorted(p.name for p in weights.glob(f"*{key}*") if not p.name.startswith(".lock-"))  # the lock file stays
 
 
+#: tries per kill run to land the kill before the preload completes (a fast download can beat a late offset)
+KILL_TRIES = 5
+
+
+def _kill_at(bench: Bench, bucket: str, key: str, root: pathlib.Path, offset: int) -> tuple[bool, int, list[str]]:
+    """Start a preload, SIGKILL it once it has written `offset` bytes. Whether the kill landed before the preload
+    completed (it was running, died of the signal, and published nothing), the bytes written then, and leaks."""
+    proc = preload_process(*_args(bucket, key), root=root, env=bench.env(), tlog=root / "t1")
+    while proc.poll() is None and _written(proc) < offset:
+        time.sleep(0.005)
+    children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    killed_at = _written(proc)
+    running = proc.poll() is None
+    if running:
+        os.kill(proc.pid, signal.SIGKILL)
+    code = proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=20)
+    leaks = [f"{len(alive)} download workers outlived the killed preload"] if alive else []
+    landed = running and code == -signal.SIGKILL and not cache_dir(root, key).exists()
+    return landed, killed_at, leaks
+
+
 def kill_runs(bench: Bench, runs: int, seed: int, deadline: float) -> Iterator[Run]:
-    """`runs` preloads, each SIGKILLed at a random byte offset, then rerun with --if-missing."""
+    """`runs` preloads, each SIGKILLed at a random byte offset before it completed, then rerun with --if-missing: the
+    rerun must take the resume path (keep what the killed run verified) and publish exactly the uploaded bytes. A
+    kill that came too late (the preload had finished or published) does not count: it is tried again."""
     rng = random.Random(seed)
     bucket, files = bench.model(8, 3 * MIB, rng)
     total = sum(len(v) for v in files.values())
     for i in range(runs):
         if time.monotonic() > deadline:
             return
-        root = bench.scratch / f"kill-{i}"
-        root.mkdir()
         key = f"kill-{i}"
-        offset = rng.randrange(total // 20, total)
-        leaks: list[str] = []
-        violations: list[str] = []
-        proc = preload_process(*_args(bucket, key), root=root, env=bench.env(), tlog=root / "t1")
-        while proc.poll() is None and _written(proc) < offset:
-            time.sleep(0.005)
-        children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
-        killed_at = _written(proc)
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        _, alive = psutil.wait_procs(children, timeout=20)
-        if alive:
-            leaks.append(f"{len(alive)} download workers outlived the killed preload")
-        published = cache_dir(root, key)
-        if published.exists() and tree_digests(published) != digests(files):
-            violations.append(f"an incomplete cache was published (killed at ~{killed_at} B)")
-        started = time.monotonic()
-        rerun = preload_process(*_args(bucket, key), "--if-missing", root=root, env=bench.env(), tlog=root / "t2")
-        code, result = _finish(rerun, root / "t2", 120)
-        seconds = time.monotonic() - started
-        converged = code == 0 and result.get("reason") in ("Downloaded", "AlreadyPresent")
-        if converged and tree_digests(published) != digests(files):
-            violations.append("the resumed cache differs from the uploaded model")
-        if not converged:
-            violations.append(f"rerun ended {code} {result.get('reason')}: {result.get('message')}")
-        extra = [name for name in _leftovers(root, key) if name != key]
-        if extra:
-            leaks.append(f"left after the rerun: {extra}")
-        resumed = "kept from an interrupted run" in str(result.get("message"))
-        note = f"killed at {killed_at / MIB:.1f} of {total / MIB:.1f} MiB; {'resumed' if resumed else 'fresh'}"
-        yield Run(SCENARIO_KILL, i, converged, seconds, leaks, violations, note)
+        for attempt in range(KILL_TRIES):
+            root = bench.scratch / f"kill-{i}-{attempt}"
+            root.mkdir()
+            landed, killed_at, leaks = _kill_at(bench, bucket, key, root, rng.randrange(total // 20, total * 3 // 4))
+            if landed:
+                break
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            violation = f"no kill landed before the preload completed in {KILL_TRIES} tries"
+            yield Run(SCENARIO_KILL, i, False, 0.0, [], [violation], "kill never landed")
+            continue
+        yield _resumed(bench, bucket, key, root, files, (killed_at, total), leaks, i)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _resumed(
+    bench: Bench,
+    bucket: str,
+    key: str,
+    root: pathlib.Path,
+    files: dict[str, bytes],
+    at: tuple[int, int],
+    leaks: list[str],
+    seed: int,
+) -> Run:
+    """Rerun a killed preload with --if-missing and check it resumed: nothing published incomplete by the killed
+    run, the rerun kept bytes of it (`kept` in its result), and the cache published is exactly the uploaded model."""
+    killed_at, total = at
+    violations: list[str] = []
+    published = cache_dir(root, key)
+    if published.exists():
+        violations.append(f"an incomplete cache was published (killed at ~{killed_at} B)")
+    started = time.monotonic()
+    rerun = preload_process(*_args(bucket, key), "--if-missing", root=root, env=bench.env(), tlog=root / "t2")
+    code, result = _finish(rerun, root / "t2", 120)
+    seconds = time.monotonic() - started
+    converged = code == 0 and result.get("reason") == Reason.DOWNLOADED.value
+    if converged and tree_digests(published) != digests(files):
+        violations.append("the resumed cache differs from the uploaded model")
+    if not converged:
+        violations.append(f"rerun ended {code} {result.get('reason')}: {result.get('message')}")
+    kept = int(result.get("kept") or 0)
+    if converged and not 0 < kept <= total:
+        violations.append(f"the rerun did not resume: it kept {kept} B of the killed run's download")
+    extra = [name for name in _leftovers(root, key) if name != key]
+    if extra:
+        leaks.append(f"left after the rerun: {extra}")
+    note = f"killed at {killed_at / MIB:.1f} of {total / MIB:.1f} MiB; resumed with {kept / MIB:.1f} MiB kept"
+    return Run(SCENARIO_KILL, seed, converged, seconds, leaks, violations, note)
 
 
 @contextlib.contextmanager

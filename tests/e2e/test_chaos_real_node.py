@@ -2,9 +2,12 @@
 
 Nothing is simulated: the kill is a real `kill -9` of the container's process on the host (the kubelet sees the
 container die with 137), the download is from the real S3 server, and the invariants are read from the node's disk and
-the API: the cache ends Ready with exactly the uploaded bytes and no staging directory, the endpoint completes, and a
-killed operator comes back and finishes a reconcile it was in the middle of. When ``WARMSTART_CHAOS_RECORDS`` names a
-file, each scenario appends its figures to it as one JSON line (the chaos suite's table reads them).
+the API: the kill landed before the preload completed (the container died of it, nothing was published), the retry
+took the resume path (its result keeps bytes of the killed run), the cache ends Ready with exactly the uploaded bytes
+and no staging directory, the endpoint completes, and a killed operator comes back and finishes a reconcile it was in
+the middle of (its Deployment created, its status not yet final: the node is cordoned so the pod waits until then).
+When ``WARMSTART_CHAOS_RECORDS`` names a file, each scenario appends its figures to it as one JSON line (the chaos
+suite's table reads them).
 """
 
 from __future__ import annotations
@@ -22,8 +25,11 @@ import pytest
 from kubernetes import client
 
 import realstack
+from warmstart.api import GROUP
+from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
-from warmstart.render import jobs, keys, labels
+from warmstart.api.states import EndpointState
+from warmstart.render import jobs, keys, labels, names
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
@@ -84,6 +90,24 @@ def _blocks(path: pathlib.Path) -> int:
     return total
 
 
+def _preload_results(stack: realstack.Stack, key: str) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The terminated preload containers of cache `key`'s Jobs: pod uid -> (exit code, termination message)."""
+    found: dict[str, tuple[int, dict[str, Any]]] = {}
+    selector = f"{labels.ROLE_LABEL}={jobs.ROLE_PRELOAD}"
+    for pod in client.CoreV1Api(stack.api).list_namespaced_pod(stack.namespace, label_selector=selector).items:
+        if not pod.metadata.name.startswith(f"preload-{key}-"):
+            continue
+        for status in pod.status.container_statuses or []:
+            done = status.state.terminated if status.name == jobs.CONTAINER and status.state else None
+            if done is not None:
+                try:
+                    body = json.loads(done.message or "{}")
+                except ValueError:
+                    body = {}
+                found[str(pod.metadata.uid)] = (int(done.exit_code), body if isinstance(body, dict) else {})
+    return found
+
+
 def _sha256(path: pathlib.Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -124,8 +148,21 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    assert not (weights / key).exists() or written >= model.total_bytes, "the cache was published before it was whole"
+    # the kill landed before the preload completed: nothing was published, and the container died of the signal
+    assert not (weights / key).exists(), "the preload had published the cache before the kill: it did not land"
+    code, _ = realstack.eventually(
+        lambda: _preload_results(real_stack, key).get(uid), "the killed preload container terminated", 120
+    )
+    assert code == 128 + signal.SIGKILL, f"the killed preload container ended {code}, not by the kill"
 
+    def resumed() -> dict[str, Any] | None:
+        done = [body for code, body in _preload_results(real_stack, key).values() if code == 0]
+        return done[0] if done else None
+
+    result = realstack.eventually(resumed, "the retried preload's result", 420, real_stack.describe)
+    # the retry took the resume path: it kept (re-checked, did not fetch again) bytes the killed run had written
+    assert result.get("reason") == Reason.DOWNLOADED.value, result
+    assert 0 < int(result.get("kept") or 0) <= model.total_bytes, f"the retry did not resume: {result}"
     real_stack.wait_state(name, "DeploymentComplete", timeout=420)
     seconds = time.monotonic() - killed
     cache = weights / key
@@ -137,7 +174,8 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
         True,
         seconds,
         leaks,
-        f"killed at {written / realstack.MiB:.0f} of {model.total_bytes / realstack.MiB:.0f} MiB",
+        f"killed at {written / realstack.MiB:.0f} of {model.total_bytes / realstack.MiB:.0f} MiB; "
+        f"resumed with {int(result['kept']) / realstack.MiB:.0f} MiB kept",
     )
     assert leaks == []
 
@@ -151,6 +189,20 @@ def _operator_pod(stack: realstack.Stack) -> Any:
     return pods[0] if len(pods) == 1 else None
 
 
+def _mid_reconcile(stack: realstack.Stack, name: str) -> str | None:
+    """The endpoint's state, when the operator has started its reconcile but not finished it: the endpoint carries
+    the operator's finalizer, its Deployment exists with no replica available, and it is DeploymentInProgress."""
+    body = stack.endpoint(name) or {}
+    state = (body.get("status") or {}).get("state")
+    if f"{GROUP}/warmstart" not in (body.get("metadata") or {}).get("finalizers", []):
+        return None
+    apps = client.AppsV1Api(stack.api)
+    found = apps.list_namespaced_deployment(stack.namespace, field_selector=f"metadata.name={names.child_name(name)}")
+    if not found.items or (found.items[0].status.available_replicas or 0) > 0:
+        return None
+    return str(state) if state == EndpointState.DEPLOYMENT_IN_PROGRESS else None
+
+
 def test_operator_killed_mid_reconcile_comes_back_and_finishes_it(
     real_stack: realstack.Stack, created: list[str]
 ) -> None:
@@ -162,13 +214,24 @@ def test_operator_killed_mid_reconcile_comes_back_and_finishes_it(
     manifest = realstack.sim_endpoint(
         name, real_stack, model, replicas=1, weights=False, host_path=str(real_stack.hostpath_root / name), router=False
     )
-    real_stack.create_endpoint(manifest)
-    time.sleep(1.0)  # mid-reconcile: the endpoint's first handler is running or queued
-    victims = _host_pids(str(pod.metadata.uid), "warmstart", "operator")
-    assert victims, "no operator process on the host"
-    for pid in victims:
-        os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
+    core = client.CoreV1Api(real_stack.api)
+    # the node cordoned, the model pod waits: the reconcile stays mid-way (Deployment created, status not final) for
+    # as long as the test needs, instead of a sleep that may end before the reconcile starts or after it finished
+    core.patch_node(real_stack.node, {"spec": {"unschedulable": True}})
+    try:
+        real_stack.create_endpoint(manifest)
+        realstack.eventually(
+            lambda: _mid_reconcile(real_stack, name), "the endpoint's reconcile under way", 120, real_stack.describe
+        )
+        victims = _host_pids(str(pod.metadata.uid), "warmstart", "operator")
+        assert victims, "no operator process on the host"
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        # still mid-reconcile after the kill: what is left of it is the restarted operator's work
+        assert _mid_reconcile(real_stack, name), "the reconcile was not in progress when the operator was killed"
+    finally:
+        core.patch_node(real_stack.node, {"spec": {"unschedulable": False}})
     real_stack.wait_state(name, "DeploymentComplete", timeout=300)
     after_kill = time.monotonic() - killed
     pod = realstack.eventually(

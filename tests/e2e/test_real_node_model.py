@@ -32,6 +32,7 @@ from warmstart.api import GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.api.routers import RouterConfig
 from warmstart.api.sources import ModelSourceConfig
+from warmstart.controllers import filling
 from warmstart.demo import realengine
 from warmstart.render import daemonsets, deployments, keys, labels, names, preload_containers, router, security
 
@@ -389,7 +390,8 @@ def _tainted(core: client.CoreV1Api, node: str, taint: dict[str, str]) -> Iterat
 def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
     real_stack: realstack.Stack, real_core: client.CoreV1Api
 ) -> None:
-    """Weights caching ON, but the node got no preload Job: the model pod's own init containers fill the cache."""
+    """Weights caching ON, but the node got no preload Job: the model pod's own init containers fill the cache, and the
+    operator labels the node ready from that pod's result."""
     name = "cold"
     model = realstack.upload_model(real_stack.real.s3, real_stack.bucket, f"models/{name}", COLD_SIZES, 7)
     host_path = real_stack.hostpath_root / name
@@ -450,9 +452,19 @@ def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
             for uploaded in model.files:
                 digest = hashlib.sha256((weights / uploaded.path).read_bytes()).hexdigest()
                 assert digest == uploaded.sha256, uploaded.path
-            assert not (real_core.read_node(real_stack.node).metadata.labels or {}).get(
-                nodelabels.weights_ready_label(key)
-            ), "only the operator's Jobs label a node"
+            # the operator read the pod's own preload (it ran the operator's init container) and labelled the node,
+            # so the next pod there is steered to it and counted warm
+            label = nodelabels.weights_ready_label(key)
+            realstack.eventually(
+                lambda: (real_core.read_node(real_stack.node).metadata.labels or {}).get(label) == nodelabels.READY,
+                "the node the model pod filled to be labelled ready",
+                explain=real_stack.describe,
+            )
+            events = real_core.list_namespaced_event(
+                real_stack.namespace, field_selector=f"involvedObject.name={name}"
+            ).items
+            filled = [e.message for e in events if e.reason == filling.REASON]
+            assert filled and f"filled node {real_stack.node}" in filled[0], filled
         finally:
             objects.delete_namespaced_custom_object(GROUP, VERSION, real_stack.namespace, realstack.PLURAL, name)
             realstack.eventually(lambda: real_stack.endpoint(name) is None, "the cold endpoint to be deleted", 120)

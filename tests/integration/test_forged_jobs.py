@@ -11,7 +11,6 @@ reconciled after the forged Job completed), the first node must still be unlabel
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -121,9 +120,11 @@ def test_a_tenant_job_with_the_operators_name_and_a_controller_reference_does_no
 ) -> None:
     """The tenant is first: before the operator runs, it creates the Job of attempt 1 under the operator's own field
     manager name. Its creator, its uid and its template are not the operator's: it never counts, and the operator's
-    apply of that name is refused by the API server (the template is immutable)."""
-    instance_type, (node,) = own_nodes.add(1)
-    batch = client.BatchV1Api(api_client)
+    apply of that name is refused by the API server (the template is immutable). Positive control: the cache's second
+    node gets the operator's own Job, which is let finish; once that node is labelled and counted (the operator has
+    reconciled with the forged Job complete all along), the forged Job's node must be neither."""
+    instance_type, (node, genuine_node) = own_nodes.add(2)
+    batch, core = client.BatchV1Api(api_client), client.CoreV1Api(api_client)
     name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
     cache = kube.wait_for(lambda: kube.get_custom(api_client, namespace, "modeldatacacheconfigs", name))
     key = name.removeprefix("weights-")
@@ -139,12 +140,26 @@ def test_a_tenant_job_with_the_operators_name_and_a_controller_reference_does_no
         what="the forged Job complete",
     )
     with operating.operator(str(cluster.kubeconfig), [namespace], render=SLOW):
-        kube.wait_for(
-            lambda: status_of(api_client, namespace, name).get("nodes"), what="the operator reconciled the cache"
+        selector = f"{labels.NODE_LABEL}={genuine_node},{labels.ROLE_LABEL}={jobs.ROLE_PRELOAD}"
+        genuine = kube.wait_for(
+            lambda: core.list_namespaced_pod(namespace, label_selector=selector).items, what="the genuine preload pod"
         )
-        time.sleep(8)  # several resync intervals (2 s) for the operator to (wrongly) act on it
+        for pod in genuine:  # kwok restarts the pod's delay: the operator's own Job completes now
+            core.patch_namespaced_pod(
+                pod.metadata.name, namespace, {"metadata": {"annotations": {"sim.warmstart.io/duration": "1s"}}}
+            )
+        kube.wait_for(
+            lambda: (
+                genuine_node in labeled(api_client, key)
+                and status_of(api_client, namespace, name).get("readyNodes", 0) >= 1
+            ),
+            what="the operator's own Job's node labelled and counted",
+        )
         assert node not in labeled(api_client, key)
-        assert status_of(api_client, namespace, name).get("readyNodes", 0) == 0
+        status = status_of(api_client, namespace, name)
+        assert status.get("readyNodes") == 1
+        states = {n["node"]: n["state"] for n in status.get("nodes") or []}
+        assert states.get(genuine_node) == "Ready" and states.get(node) != "Ready", states
 
 
 def test_a_tenant_job_swapped_in_for_the_operators_running_job_does_not_mark_a_node_ready(

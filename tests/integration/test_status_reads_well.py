@@ -5,7 +5,7 @@ got (nodes ready / target, replicas available) and what the user can do.
 One endpoint goes through Pending (no node of its instance type), Downloading (the preload Jobs run for
 PRELOAD_SECONDS), DeploymentInProgress (its model pods start slowly), DeploymentComplete, and a switch of routing on
 (router pods wait for a node that fits their selector) and off. A second endpoint waits longer than its
-maxDeployTimeInSeconds (Degraded); a third asks for a privileged init container in a `baseline` namespace (Failed).
+maxDeployTimeInSeconds (Degraded); a third asks for a hostPath volume in a `baseline` namespace (Failed).
 
 With WARMSTART_STATUS_SNAPSHOTS=<file>, the test also writes what `kubectl get` and `kubectl describe` showed in each
 state into that Markdown file, after its MARKER line (`make status-snapshots` updates docs/status.md).
@@ -307,16 +307,21 @@ def test_every_state_of_an_endpoint_says_what_it_waits_for_how_far_it_got_and_wh
                 )
                 message = _message(degraded, "Degraded")
                 assert "waited" in message and "(maxDeployTimeInSeconds=3)" in message
-                assert "pods on cold nodes download at start (preloading weights: 0/2 target nodes ready" in message
+                # cache access csi: a pod on a cold node waits for the node's preload Job, it does not download
+                cold = "pods on cold nodes wait until the operator's preload Job has filled their node"
+                assert f"{cold} (their cache volume mounts then) (preloading weights: 0/2 target nodes ready" in message
                 snapshots.take("Degraded: deployed before the weights were ready", namespace, "impatient")
                 _label_nodes(api_client, nodes, None)
         finally:
             history.stop()
 
-        # Failed: a privileged init container in a namespace that enforces Pod Security baseline
-        privileged = {"initContainers": [{"name": "root", "image": "busybox", "securityContext": {"privileged": True}}]}
+        # Failed: a hostPath volume (under the allowed root, so the pass-through rules let it by) in a namespace that
+        # enforces Pod Security baseline
+        scratch = {
+            "volumes": [{"name": "scratch", "hostPath": {"path": "/opt/dlami/nvme/scratch", "type": "Directory"}}]
+        }
         kube.create_custom(
-            api_client, ep.endpoint_manifest("refused", baseline_namespace, instance_type, kubernetes=privileged)
+            api_client, ep.endpoint_manifest("refused", baseline_namespace, instance_type, kubernetes=scratch)
         )
         failed = _status_when(
             api_client,
@@ -327,7 +332,7 @@ def test_every_state_of_an_endpoint_says_what_it_waits_for_how_far_it_got_and_wh
         )
         assert _reason(failed, "Ready") == "PodSecurityRejected"
         refusal = _message(failed, "Ready")
-        assert 'violates PodSecurity "baseline:latest"' in refusal and "privileged" in refusal
-        assert "hostPath" not in refusal, "only the spec's own field is refused (the cache needs no hostPath)"
+        assert 'violates PodSecurity "baseline:latest"' in refusal and 'hostPath volumes (volume "scratch")' in refusal
+        assert "model-weights" not in refusal, "only the spec's own volume is refused (the cache needs no hostPath)"
         assert refusal.endswith(guarding.POD_SECURITY_ACTION), refusal
         snapshots.take("DeploymentFailed: the namespace does not admit the model pod", baseline_namespace, "refused")

@@ -2,12 +2,15 @@
 
 A few seeds of: kill -9 at a random byte offset then a resume, ENOSPC from another writer on a small tmpfs, and S3
 faults through the fault-injecting proxy (transient 5xx, bodies cut short, a store that answers 503 to everything, a
-403). Each run checks its invariants: nothing published incomplete, the resume publishes exactly the uploaded bytes,
-the reason and its retryable flag are the right ones, nothing left behind.
+403). Each run checks its invariants: nothing published incomplete, a kill counts only when it landed before the
+preload completed, the rerun took the resume path (it kept bytes of the killed run) and publishes exactly the uploaded
+bytes, the reason and its retryable flag are the right ones, nothing left behind.
 """
 
 from __future__ import annotations
 
+import pathlib
+import shutil
 import time
 from collections.abc import Iterator
 
@@ -31,6 +34,24 @@ def _ok(runs: list[Run], expected: int) -> None:
 
 def test_kill_9_at_random_offsets_then_resume(bench: chaos_preload.Bench) -> None:
     _ok(list(chaos_preload.kill_runs(bench, 2, seed=3, deadline=time.monotonic() + 300)), 2)
+
+
+def test_a_rerun_that_did_not_resume_is_a_violation(
+    bench: chaos_preload.Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume check can fail: the killed run's staging removed before the rerun, so it downloads afresh."""
+    kill_at = chaos_preload._kill_at
+
+    def then_wipe(
+        bench: chaos_preload.Bench, bucket: str, key: str, root: pathlib.Path, offset: int
+    ) -> tuple[bool, int, list[str]]:
+        landed = kill_at(bench, bucket, key, root, offset)
+        shutil.rmtree(root / "warmstart" / "weights" / f".staging-{key}")
+        return landed
+
+    monkeypatch.setattr(chaos_preload, "_kill_at", then_wipe)
+    (run,) = chaos_preload.kill_runs(bench, 1, seed=4, deadline=time.monotonic() + 300)
+    assert run.converged and run.violations == ["the rerun did not resume: it kept 0 B of the killed run's download"]
 
 
 def test_enospc_mid_download_is_retryable_and_leaves_nothing(bench: chaos_preload.Bench) -> None:

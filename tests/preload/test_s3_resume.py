@@ -74,6 +74,8 @@ def test_sigkill_mid_download_then_rerun_resumes_and_completes(
 
     assert (code, result["reason"]) == (0, "Downloaded")
     assert f"{kept} kept from an interrupted run" in result["message"]
+    size = len(next(iter(files.values())))  # every file has the same size
+    assert kept * size <= result["kept"] < len(files) * size  # the whole files kept, plus any part prefixes
     assert tree_digests(cache_dir(root, "resume")) == digests(files)
     assert not (root / "warmstart" / "weights" / ".staging-resume").exists()
 

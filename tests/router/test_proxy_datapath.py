@@ -8,7 +8,11 @@ the test needs control over what is sent and read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -106,61 +110,20 @@ async def test_a_client_that_stops_reading_holds_back_the_replica(routers: Route
         await runner.cleanup()
 
 
-async def test_a_client_that_never_reads_its_reply_loses_the_connection_and_its_replica_slot(
-    routers: RouterFactory,
-) -> None:
-    """The write deadline: a client whose socket stays full is cut off, and its slot and replica connection go back."""
-    chunk = b"x" * (64 * 1024)
-    replica_ended: list[str] = []
+@dataclasses.dataclass
+class EndlessStream:
+    """A streaming request through the router to a replica that would stream forever; only the router can end it."""
 
-    async def endless(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        try:
-            while True:  # the replica would stream forever; only the router can end it
-                await response.write(b"data: " + chunk + b"\n\n")
-        except (ConnectionError, asyncio.CancelledError):
-            replica_ended.append("the router closed the replica connection")
-            raise
-
-    app = web.Application()
-    app.router.add_post("/v1/completions", endless)
-    runner, port = await admin.serve(app, "127.0.0.1", 0)
-    try:
-        config = RouterConfig(read_timeout_seconds=600, write_timeout_seconds=0.5, max_concurrent_requests=1)
-        router = await routers(config, [f"http://127.0.0.1:{port}"])
-        host, router_port = router.url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(router_port))
-        body = b'{"prompt": "x", "stream": true}'
-        writer.write(
-            b"POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        await writer.drain()
-        assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)).startswith(b"HTTP/1.1 200")
-        [replica] = router.router.fleet.replicas()
-        for _ in range(600):  # the client reads nothing more; the router must give the slot back by itself
-            if replica.inflight == 0 and replica_ended:
-                break
-            await asyncio.sleep(0.01)
-        assert replica.inflight == 0
-        assert router.router.status()["inflight"] == 0
-        assert replica_ended
-        try:  # what was in the socket buffers, then the end: the router broke the connection
-            while await asyncio.wait_for(reader.read(4 * MIB), timeout=30):
-                pass
-        except ConnectionResetError:
-            pass
-        writer.close()
-    finally:
-        await runner.cleanup()
+    router: Any
+    replica: Any
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    replica_ended: list[str]
 
 
-async def test_a_client_that_reads_a_trickle_loses_the_connection_and_its_replica_slot(
-    routers: RouterFactory,
-) -> None:
-    """The write deadline counts every pause of a response together: a client that reads a little now and then, so
-    that no single pause lasts the write timeout, is cut off all the same, and its slot goes back."""
+@contextlib.asynccontextmanager
+async def endless_stream(routers: RouterFactory, write_timeout: float) -> AsyncIterator[EndlessStream]:
+    """The router (one replica slot, the given write timeout) answering one streaming request, its head read."""
     chunk = b"x" * (64 * 1024)
     replica_ended: list[str] = []
 
@@ -178,7 +141,7 @@ async def test_a_client_that_reads_a_trickle_loses_the_connection_and_its_replic
     app.router.add_post("/v1/completions", endless)
     runner, port = await admin.serve(app, "127.0.0.1", 0)
     try:
-        config = RouterConfig(read_timeout_seconds=600, write_timeout_seconds=1.0, max_concurrent_requests=1)
+        config = RouterConfig(read_timeout_seconds=600, write_timeout_seconds=write_timeout, max_concurrent_requests=1)
         router = await routers(config, [f"http://127.0.0.1:{port}"])
         host, router_port = router.url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(router_port), limit=64 * 1024)
@@ -190,26 +153,53 @@ async def test_a_client_that_reads_a_trickle_loses_the_connection_and_its_replic
         await writer.drain()
         assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=30)).startswith(b"HTTP/1.1 200")
         [replica] = router.router.fleet.replicas()
+        yield EndlessStream(router, replica, reader, writer, replica_ended)
+        writer.close()
+    finally:
+        await runner.cleanup()
+
+
+async def _slot_freed(stream: EndlessStream) -> None:
+    for _ in range(600):
+        if stream.replica.inflight == 0 and stream.replica_ended:
+            break
+        await asyncio.sleep(0.01)
+    assert stream.replica.inflight == 0
+    assert stream.router.router.status()["inflight"] == 0
+    assert stream.replica_ended
+
+
+async def test_a_client_that_never_reads_its_reply_loses_the_connection_and_its_replica_slot(
+    routers: RouterFactory,
+) -> None:
+    """The write deadline: a client whose socket stays full is cut off, and its slot and replica connection go back."""
+    async with endless_stream(routers, write_timeout=0.5) as stream:
+        await _slot_freed(stream)  # the client reads nothing more; the router gives the slot back by itself
+        try:  # what was in the socket buffers, then the end: the router broke the connection
+            while await asyncio.wait_for(stream.reader.read(4 * MIB), timeout=30):
+                pass
+        except ConnectionResetError:
+            pass
+
+
+async def test_a_client_that_reads_a_trickle_loses_the_connection_and_its_replica_slot(
+    routers: RouterFactory,
+) -> None:
+    """The write deadline counts every pause of a response together: a client that reads a little now and then, so
+    that no single pause lasts the write timeout, is cut off all the same, and its slot goes back."""
+    async with endless_stream(routers, write_timeout=1.0) as stream:
         received = 0
         for _ in range(3000):  # 64 KiB every 10 ms: the client keeps reading, slowly, until the router hangs up
             try:
-                data = await asyncio.wait_for(reader.read(64 * 1024), timeout=30)
+                data = await asyncio.wait_for(stream.reader.read(64 * 1024), timeout=30)
             except ConnectionResetError:
                 break
             if not data:
                 break
             received += len(data)
             await asyncio.sleep(0.01)
-        assert replica_ended, f"the router kept serving a trickle reader ({received} bytes read)"
-        for _ in range(600):
-            if replica.inflight == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert replica.inflight == 0
-        assert router.router.status()["inflight"] == 0
-        writer.close()
-    finally:
-        await runner.cleanup()
+        assert stream.replica_ended, f"the router kept serving a trickle reader ({received} bytes read)"
+        await _slot_freed(stream)
 
 
 async def test_expect_continue_and_pipelined_requests(sims: SimFactory, routers: RouterFactory) -> None:

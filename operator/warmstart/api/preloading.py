@@ -207,6 +207,8 @@ class Result:
     bytes: int = 0
     seconds: float = 0.0
     files: int = 0
+    kept: int = 0
+    """Bytes an interrupted run left that this run verified and kept (whole files and part prefixes): not fetched."""
 
     @property
     def outcome(self) -> Outcome:
@@ -229,6 +231,7 @@ class Result:
             "bytes": self.bytes,
             "seconds": round(self.seconds, 3),
             "files": self.files,
+            "kept": self.kept,
             "retryable": self.retryable,
         }
         return json.dumps(body, separators=(",", ":"))
@@ -244,6 +247,7 @@ def parse(message: str) -> Result | None:
             bytes=int(body.get("bytes", 0)),
             seconds=float(body.get("seconds", 0.0)),
             files=int(body.get("files", 0)),
+            kept=int(body.get("kept", 0)),
         )
     except (ValueError, KeyError, TypeError):
         return None

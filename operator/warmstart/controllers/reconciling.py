@@ -22,11 +22,22 @@ from warmstart.api.statuses import (
     ResolvedModel,
     WarmPlacement,
 )
-from warmstart.controllers import applying, autoscaling, fsx, guarding, handling, metrics, routing, sharing
+from warmstart.controllers import (
+    applying,
+    autoscaling,
+    filling,
+    fsx,
+    guarding,
+    handling,
+    metrics,
+    routing,
+    sharing,
+)
 from warmstart.controllers.nodes import NodeFacts, all_nodes
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
 from warmstart.render import (
+    cache_volumes,
     caches,
     deployments,
     endpoint_status,
@@ -117,6 +128,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         (now - waiting_since).total_seconds(),
         endpoint.max_deploy_time_seconds,
         handling.timestamp(waiting_since + datetime.timedelta(seconds=endpoint.max_deploy_time_seconds)),
+        access=context.cache_access,
     )
 
     deployment = store.get("apps/v1", "Deployment", endpoint.child_name, endpoint.ref.namespace)
@@ -139,6 +151,8 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
             applying.record(memo, endpoint.ref.uid, children, deployment, error=str(error))
         else:
             applying.record(memo, endpoint.ref.uid, children, deployment)
+    if endpoint.weights_enabled and context.cache_access == cache_volumes.CacheAccess.HOST_PATH:
+        filling.label_filled_nodes(store, memo, body, endpoint, Generation(wkey, ikey), context, deployment, indexes)
     rejection = applying.rejected(memo, endpoint.ref.uid, children)
     if rejection is not None:
         message = f"the API server rejected what this spec renders (fix the spec): {rejection}"[:1024]

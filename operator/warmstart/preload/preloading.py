@@ -164,6 +164,7 @@ def _download(
         bytes=listing.total_bytes,
         seconds=seconds,
         files=len(listing.files),
+        kept=kept_bytes + kept_parts,
     )
 
 

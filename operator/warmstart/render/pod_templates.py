@@ -40,6 +40,21 @@ def token_volume(volume: Mapping[str, Any]) -> bool:
     )
 
 
+def service_account_volume(volume: Mapping[str, Any]) -> bool:
+    """The volume the ServiceAccount admission adds to a pod that mounts its token: `kube-api-access-*`, projected
+    from the token, the cluster's CA bundle and the pod's namespace, nothing else."""
+    sources = (volume.get("projected") or {}).get("sources") or []
+    kinds = [next(iter(s), "") for s in sources if isinstance(s, Mapping) and len(s) == 1]
+    ca: Mapping[str, Any] = next((s["configMap"] for s in sources if isinstance(s, Mapping) and "configMap" in s), {})
+    return (
+        str(volume.get("name", "")).startswith("kube-api-access-")
+        and set(volume) == {"name", "projected"}
+        and sorted(kinds) == ["configMap", "downwardAPI", "serviceAccountToken"]
+        and len(kinds) == len(sources)
+        and ca.get("name") == "kube-root-ca.crt"
+    )
+
+
 def container_mismatch(pod: Mapping[str, Any], template: Mapping[str, Any], added_volumes: set[str]) -> bool:
     for field in (set(pod) | set(template)) - {"env", "volumeMounts"}:
         if pod.get(field) != template.get(field):

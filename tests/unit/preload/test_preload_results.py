@@ -25,7 +25,7 @@ def test_every_reason_has_one_exit_code_and_failures_are_distinct() -> None:
 
 
 def test_termination_message_round_trips(tmp_path: Path) -> None:
-    result = Result(Reason.INSUFFICIENT_CAPACITY, "needs 300 GB", bytes=3, seconds=1.23456, files=2)
+    result = Result(Reason.INSUFFICIENT_CAPACITY, "needs 300 GB", bytes=3, seconds=1.23456, files=2, kept=1)
     path = tmp_path / "termination-log"
     assert results.write_termination_log(str(path), result)
     body = json.loads(path.read_text())
@@ -36,9 +36,10 @@ def test_termination_message_round_trips(tmp_path: Path) -> None:
         "bytes": 3,
         "seconds": 1.235,
         "files": 2,
+        "kept": 1,
         "retryable": False,
     }
-    assert preloading.parse(path.read_text()) == Result(Reason.INSUFFICIENT_CAPACITY, "needs 300 GB", 3, 1.235, 2)
+    assert preloading.parse(path.read_text()) == Result(Reason.INSUFFICIENT_CAPACITY, "needs 300 GB", 3, 1.235, 2, 1)
     assert preloading.parse("not json") is None
 
 

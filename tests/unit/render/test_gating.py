@@ -6,6 +6,7 @@ import pytest
 
 from warmstart.api.states import CacheState
 from warmstart.api.statuses import CacheSummary
+from warmstart.render.cache_volumes import CacheAccess
 from warmstart.render.gating import Gate, decide
 
 LIMIT = 600
@@ -116,3 +117,24 @@ def test_gate_opens_degraded_once_max_deploy_time_is_reached_whatever_it_waited_
 def test_gate_stays_closed_just_before_max_deploy_time() -> None:
     gate = decide(True, summary(CacheState.DOWNLOADING, 1, 4), LIMIT - 0.5, LIMIT)
     assert (gate.open, gate.degraded) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("access", "cold"),
+    [
+        (CacheAccess.HOST_PATH, "pods on cold nodes download at start"),
+        (CacheAccess.CSI, "pods on cold nodes wait until the operator's preload Job has filled their node"),
+    ],
+    ids=["hostPath", "csi"],
+)
+def test_a_degraded_gate_says_what_pods_on_cold_nodes_do_with_this_cache_access(access: CacheAccess, cold: str) -> None:
+    """With cache access csi a cold node's pod does not download: its volume waits for the node's preload Job."""
+    late = decide(True, summary(CacheState.DOWNLOADING, 1, 4), LIMIT, LIMIT, access=access)
+    failed = decide(True, summary(CacheState.FAILED, 1, 3), 0, LIMIT, access=access)
+    assert late.degraded and cold in late.message
+    assert failed.degraded and ("pods download at start" in failed.message) == (access == CacheAccess.HOST_PATH)
+    if access == CacheAccess.CSI:
+        assert "download" not in late.message + failed.message
+        assert "wait for their node's preload, which fails the same way until the model source is fixed" in (
+            failed.message
+        )
