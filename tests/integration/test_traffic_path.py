@@ -154,9 +154,18 @@ def test_client_service_moves_to_the_router_and_back_without_a_gap(
             assert any(_all("model", s.targets, 2) for s in samples[:gone]), (
                 "the router was deleted before the Service reached the model pods"
             )
-            for leftover in ("configmap", "poddisruptionbudget", "role", "service"):
-                name = models if leftover == "service" else ROUTER
-                assert kube.get(str(cluster.kubeconfig), leftover, name, namespace) is None, leftover
+            # the operator deletes the router's objects one after the other in the same pass: all of them go
+            leftovers = {
+                kind: models if kind == "service" else ROUTER
+                for kind in ("configmap", "poddisruptionbudget", "role", "service")
+            }
+
+            def left() -> list[str]:
+                return [
+                    k for k, n in leftovers.items() if kube.get(str(cluster.kubeconfig), k, n, namespace) is not None
+                ]
+
+            kube.wait_for(lambda: not left(), 60, what="every router object removed")
             assert kube.get(str(cluster.kubeconfig), "service", ROUTER, namespace) is not None, "a foreign Service went"
             kube.wait_for(lambda: "routerName" not in ep.status(api_client, namespace, NAME), what="routerName gone")
 
