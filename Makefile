@@ -21,12 +21,13 @@ demo: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
 	$(BIN)/warmstart demo --dir $(CLUSTER_DIR) $(DEMO_ARGS)
 
-## test: every test (unit, real-control-plane integration, e2e); reuses a running cluster if WARMSTART_KUBECONFIG is set
+## test: every test (unit, real-control-plane integration, e2e, the real engine last: its first compile is long);
+## reuses a running cluster if WARMSTART_KUBECONFIG is set
 test: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
-	$(BIN)/pytest -q -m 'not engine'
+	$(BIN)/pytest -q
 
-## test-engine: the real llama.cpp engine on the real node (compiles the engine image first: long on a cold machine)
+## test-engine: only the real llama.cpp engine on the real node (compiles the engine image first: long on a cold machine)
 test-engine: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
 	$(BIN)/pytest -q -m engine

@@ -354,8 +354,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--skip-bench", action="store_true", help="skip the real node's warm vs cold measurement")
     parser.add_argument(
         "--engine",
-        action="store_true",
-        help="also serve the real llama.cpp engine on the real node (compiles its image first: docs/engine.md)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the real llama.cpp engine on the real node (default; its image compiles on the first run, "
+        "docs/engine.md); --no-engine leaves it out",
     )
     parser.add_argument("--skip-routing", action="store_true", help="skip the router comparison")
     args = parser.parse_args(argv)
