@@ -269,7 +269,7 @@ def sim_endpoint(
 #: allowed exactly, so the chart lists them all; `smollm2` is the engine endpoint's; `nvme-models` is the root under
 #: which the HyperPod-style endpoint's own model directory lies (a pass-through hostPath must lie strictly under an
 #: allowed root)
-CACHE_ROOTS = ("seed", "cold", "kill-preload", "nvme-models", "smollm2")
+CACHE_ROOTS = ("seed", "cold", "kill-preload", "nvme-models", "smollm2", "kv-events")
 
 
 def chart_values(

@@ -98,14 +98,38 @@ def preload_args(
     args = [SUBCOMMAND, "--source-json", source_json(source), "--key", key, "--root", root, "--if-missing"]
     if admit_reader:
         args.append("--admit-reader")
+    args += _source_access_args(source)
+    if expected_bytes:
+        args += ["--expected-bytes", str(expected_bytes)]
+    return args
+
+
+#: the files a router reads to tokenize requests as the engine does (router/tokenizing.py)
+TOKENIZER_FILES = ("chat_template.jinja", "tokenizer.json", "tokenizer_config.json")
+#: the cache key of a router pod's tokenizer files, in the pod's own emptyDir
+TOKENIZER_KEY = "tokenizer"
+
+
+def tokenizer_args(source: ModelSourceConfig, root: str) -> list[str]:
+    """`preload --files` of the model's TOKENIZER_FILES into `<root>/warmstart/weights/tokenizer/`; it exits 0 even
+    when it fails (the router then routes by request text) and reports why in its log and termination message."""
+    files = ",".join(TOKENIZER_FILES)
+    args = [SUBCOMMAND, "--source-json", source_json(source), "--key", TOKENIZER_KEY, "--root", root]
+    return [*args, "--files", files, "--exit-zero", *_source_access_args(source)]
+
+
+def tokenizer_dir(root: str) -> str:
+    """Where `tokenizer_args(source, root)` leaves the files."""
+    return posixpath.join(cache_dir(root), "weights", TOKENIZER_KEY)
+
+
+def _source_access_args(source: ModelSourceConfig) -> list[str]:
+    args = []
     if source.model_source_type in MOUNTED_SOURCES:
         args += ["--mount-root", SOURCE_MOUNT]
     if has_hf_token(source):
         args += ["--hf-token-file", HF_TOKEN_FILE]
-    args += ["--termination-log", TERMINATION_LOG]
-    if expected_bytes:
-        args += ["--expected-bytes", str(expected_bytes)]
-    return args
+    return [*args, "--termination-log", TERMINATION_LOG]
 
 
 def delete_args(key: str, root: str) -> list[str]:

@@ -21,7 +21,7 @@ from warmstart.api.preloading import Reason, Result
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.preload import preloading, results, store
 from warmstart.preload.results import PreloadError
-from warmstart.preload.sources import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Options, open_source
+from warmstart.preload.sources import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Options, Source, open_source, subset
 
 log = logging.getLogger("warmstart.preload")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
@@ -40,6 +40,17 @@ def parser() -> argparse.ArgumentParser:
         "--admit-reader",
         action="store_true",
         help="once the cache is complete and proven for this pod, record its namespace as a reader of --key",
+    )
+    p.add_argument(
+        "--files",
+        metavar="NAMES",
+        help="only these comma-separated top-level files of the model, those the source has (a tokenizer's)",
+    )
+    p.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 whatever the outcome, which the log and the termination message still report "
+        "(for a fetch its pod can run without)",
     )
     p.add_argument(
         "--mount-root", default=contract.SOURCE_MOUNT, help="where the Job mounts an fsx or kubernetesVolume source"
@@ -163,7 +174,12 @@ def _fill(
     if args.if_missing and (done := preloading.present(lay, started, identity)) is not None:
         return done  # the warm path, cache made by this identity: no source is contacted, no secret is read
     opts = options(args)
-    source = open_source(source_config(args, opts), opts)
+    source: Source = open_source(source_config(args, opts), opts)
+    if args.files is not None:
+        try:
+            source = subset.Subset(source, subset.names_of(args.files))
+        except ValueError as exc:
+            raise PreloadError(Reason.INVALID_SOURCE, str(exc)) from exc
     return preloading.preload(
         source,
         lay,
@@ -205,4 +221,4 @@ def main(argv: list[str]) -> int:
     level = logging.INFO if result.outcome == contract.Outcome.SUCCEEDED else logging.ERROR
     log.log(level, "%s: %s", result.reason.value, result.message)
     results.write_termination_log(args.termination_log, result)
-    return result.exit_code
+    return 0 if args.exit_zero else result.exit_code

@@ -13,8 +13,10 @@ from typing import Any
 
 import yaml
 
+from warmstart.api import preloading
 from warmstart.api.routers import CONFIGMAP_KEY, RouterConfig
-from warmstart.render import deployments, labels, names, owners, security
+from warmstart.api.sources import ModelSourceType
+from warmstart.render import deployments, labels, names, owners, preload_containers, security
 from warmstart.render.context import RenderContext
 from warmstart.render.endpoints import Endpoint
 
@@ -29,6 +31,12 @@ ROUTER_ADMIN_PORT_NAME = "admin"
 DRAIN_SECONDS = 5
 #: where router replicas spread (best effort: ScheduleAnyway)
 SPREAD_TOPOLOGY_KEYS = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+#: a router pod's own copy of the model's tokenizer files (an emptyDir its init container fills)
+TOKENIZER_ROOT = "/var/run/warmstart-tokenizer"
+TOKENIZER_VOLUME = "warmstart-tokenizer"
+TOKENIZER_CONTAINER = "warmstart-tokenizer"
+#: sources a router pod fetches from over the network; a mounted source (FSx, a claim) stays with the model pods
+_FETCHED_SOURCES = (ModelSourceType.S3, ModelSourceType.HUGGINGFACE)
 
 
 def name(endpoint_name: str) -> str:
@@ -66,7 +74,27 @@ def config(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None) -> Route
         knobs["maxQueueSize"] = limits.max_queue_size
     if limits and limits.overflow_status_code is not None:
         knobs["overflowStatusCode"] = limits.overflow_status_code
+    if fetches_tokenizer(endpoint):
+        knobs["tokenizerDir"] = preloading.tokenizer_dir(TOKENIZER_ROOT)
     return RouterConfig.model_validate(knobs)
+
+
+def fetches_tokenizer(endpoint: Endpoint) -> bool:
+    """Whether router pods fetch the model's tokenizer files themselves: the router follows KV events and the model
+    comes from S3 or the Hub."""
+    chosen = endpoint.routing.router_config if endpoint.routing else None
+    return bool(chosen and chosen.kv_events) and endpoint.source.model_source_type in _FETCHED_SOURCES
+
+
+def _tokenizer_fetch(endpoint: Endpoint, context: RenderContext) -> tuple[Manifest, list[Manifest], Manifest]:
+    """The init container that copies the model's tokenizer files from its source into the pod's emptyDir (exit 0
+    even when it cannot: the router then routes by request text), the pod's volumes, and the router's read-only
+    mount of the files."""
+    cache = preload_containers.cache_volume(TOKENIZER_VOLUME, TOKENIZER_ROOT, on_node=False)
+    args = preloading.tokenizer_args(endpoint.source, TOKENIZER_ROOT)
+    rendered = preload_containers.render(TOKENIZER_CONTAINER, args, cache, endpoint.source, context)
+    rendered.container["resources"] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    return rendered.container, rendered.volumes, {**cache.mount, "readOnly": True}
 
 
 def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
@@ -185,6 +213,11 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
     }
     if context.router_node_selector:
         pod_spec["nodeSelector"] = dict(context.router_node_selector)
+    if fetches_tokenizer(endpoint):
+        fetch, volumes, mount = _tokenizer_fetch(endpoint, context)
+        pod_spec["initContainers"] = [fetch]
+        pod_spec["volumes"] = volumes
+        container["volumeMounts"] = [mount]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
