@@ -3,6 +3,8 @@
     python bench/routing.py --quick      # every section at small sizes (~10 minutes on a loaded 2-core machine)
     python bench/routing.py              # full run: more routers, bigger workloads, the scale event
     python bench/routing.py --fleet llamacpp   # real engines instead (llama.cpp, bench/routing_llamacpp.py)
+    python bench/routing.py --fleet events     # KV events + engine load vs text vs SGLang, 1/2/4 routers, the goals
+                                               # table (bench/routing_engines.py, which takes the other flags)
 
 Fleet: 8 simulated replicas (a 9th joins in the scale event), one process, time-scaled. The
 ideal bound is one replica with the fleet's total cache, prefill compute and slots, called
@@ -40,6 +42,7 @@ import fleets
 import loading
 import provenance
 import reporting
+import routing_engines
 import routing_llamacpp
 from warmstart.sim import workloads
 from warmstart.sim.engine import EngineParams
@@ -548,12 +551,18 @@ def render(
 
 
 def main() -> int:
+    fleet = argparse.ArgumentParser(add_help=False)
+    fleet.add_argument("--fleet", choices=["sim", "llamacpp", "events"], default="sim")
+    chosen, rest = fleet.parse_known_args()
+    if chosen.fleet == "events":
+        return routing_engines.main(rest)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument(
         "--fleet",
-        choices=["sim", "llamacpp"],
+        choices=["sim", "llamacpp", "events"],
         default="sim",
-        help="sim: simulated vLLM replicas (default); llamacpp: real llama.cpp engines (see routing_llamacpp.py)",
+        help="sim: simulated vLLM replicas (default); llamacpp: real llama.cpp engines (see routing_llamacpp.py); "
+        "events: simulated replicas publishing KV events, routers following them (see routing_engines.py)",
     )
     p.add_argument("--quick", action="store_true", help="demo subset, < 3 minutes")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))

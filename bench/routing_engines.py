@@ -1,6 +1,7 @@
 """Routing from engine truth, measured: KV events + engine load vs the text index vs SGLang, at 1, 2 and 4 routers.
 
     nice python bench/routing_engines.py                  # 3 runs of each (router, count, workload); ~1 hour here
+    nice python bench/routing.py --fleet events           # the same (bench/routing.py passes its other flags on)
     nice python bench/routing_engines.py --runs 1 --counts 2 --workloads shared_prefix
 
 Fleet: 8 ``warmstart sim`` replicas that tokenize with a real tokenizer (``warmstart.sim.tinytokenizer``)
@@ -341,7 +342,7 @@ def render(summary: dict[str, Any], disagree: dict[str, Any], table: list[list[s
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4])
@@ -354,7 +355,7 @@ def main() -> int:
     p.add_argument("--skip-cpu", action="store_true")
     p.add_argument("--no-workloads", action="store_true", help="only the disagreement and CPU measurements")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
-    return asyncio.run(main_async(p.parse_args()))
+    return asyncio.run(main_async(p.parse_args(argv)))
 
 
 if __name__ == "__main__":
