@@ -34,35 +34,68 @@ import realstack
 from warmstart.localcluster import imaging, pushing, running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def real_images(real_clusters: Any) -> tuple[str, str]:
-    """The project image and the shell-less image, built once (cached by content) and pushed to the local registry."""
+    """The project image and the shell-less image, built once (cached by content) and pushed to the current real-node
+    cluster's registry."""
     cluster = real_clusters.get()
     registry = cluster.real.registry
     return pushing.push(imaging.project_image(), registry), pushing.push(imaging.shellless_image(), registry)
 
 
-@pytest.fixture(scope="session")
-def real_stack(
-    real_clusters: Any, real_images: tuple[str, str], helm: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[realstack.Stack]:
-    """The chart installed with the project image, its operator pod on the real node (see :class:`realstack.Stack`)."""
-    cluster = real_clusters.get()
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    stack = realstack.install(helm, cluster, api, *real_images, tmp_path_factory.mktemp("real-stack"))
-    try:
-        yield stack
-    finally:
+class RealStacks:
+    """The chart on the session's current real-node cluster, installed once per cluster, uninstalled at the end."""
+
+    def __init__(self, real_clusters: Any, helm: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._clusters = real_clusters
+        self._helm = helm
+        self._tmp = tmp_path_factory
+        self._current: tuple[running.Cluster, client.ApiClient, realstack.Stack] | None = None
+
+    def get(self) -> realstack.Stack:
+        if self._current is not None:
+            cluster, _, stack = self._current
+            if running.running_cluster(cluster.dir) is not None:
+                return stack
+            self.close()  # another test stopped that cluster: its objects went with it
+        cluster = self._clusters.get()
+        registry = cluster.real.registry
+        images = pushing.push(imaging.project_image(), registry), pushing.push(imaging.shellless_image(), registry)
+        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        stack = realstack.install(self._helm, cluster, api, *images, self._tmp.mktemp("real-stack"))
+        self._current = (cluster, api, stack)
+        return stack
+
+    def close(self) -> None:
+        current, self._current = self._current, None
+        if current is None:
+            return
+        cluster, api, stack = current
         try:
             if running.running_cluster(cluster.dir) is not None:
-                realstack.uninstall(helm, stack)
-            # else a later test (tests/integration/test_real_node.py) stopped this cluster for a fresh start: its
-            # objects went with it, and only the host directory is left to remove
+                realstack.uninstall(self._helm, stack)
         finally:
             api.close()
             shutil.rmtree(stack.hostpath_root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
+def real_stacks(
+    real_clusters: Any, helm: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealStacks]:
+    stacks = RealStacks(real_clusters, helm, tmp_path_factory)
+    try:
+        yield stacks
+    finally:
+        stacks.close()
+
+
+@pytest.fixture(scope="module")
+def real_stack(real_stacks: RealStacks) -> realstack.Stack:
+    """The chart installed with the project image, its operator pod on the real node (see :class:`realstack.Stack`)."""
+    return real_stacks.get()
+
+
+@pytest.fixture(scope="module")
 def real_core(real_stack: realstack.Stack) -> client.CoreV1Api:
     return client.CoreV1Api(real_stack.api)
