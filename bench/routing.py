@@ -553,10 +553,8 @@ def main() -> int:
     fleet = argparse.ArgumentParser(add_help=False)
     fleet.add_argument("--fleet", choices=["sim", "llamacpp", "events"], default="sim")
     chosen, rest = fleet.parse_known_args()
-    if chosen.fleet == "events":
-        import routing_engines  # it builds on this module: imported only when asked for
-
-        return routing_engines.main(rest)
+    if chosen.fleet == "events":  # bench/routing_engines.py builds on this module: run it, don't import it
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).with_name("routing_engines.py")), *rest])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument(
         "--fleet",
