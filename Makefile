@@ -39,6 +39,7 @@ test-unit: $(BIN)/warmstart
 crds: $(BIN)/warmstart
 	$(BIN)/warmstart crds --out crds
 	$(BIN)/warmstart crds --out charts/warmstart/crds
+	$(BIN)/warmstart crds --inference-pool > charts/warmstart/files/inference.networking.k8s.io_inferencepools.yaml
 	$(BIN)/python -c 'from warmstart.render import api_reference; print(api_reference.page(), end="")' > docs/api-reference.md
 
 ## csi-protos: regenerate operator/warmstart/csi/protos/ from the CSI spec's csi.proto and the kubelet's plugin

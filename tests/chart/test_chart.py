@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import golden
+from warmstart.api import inferencepools
 from warmstart.controllers import settings as settings_module
 from warmstart.render import cache_volumes, daemonsets, priority
 
@@ -57,6 +58,7 @@ VALUES: dict[str, dict[str, Any]] = {
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "priorityClassName": "system-cluster-critical",
+        "gatewayInference": {"installInferencePoolCRD": True},
     },
 }
 
@@ -179,6 +181,19 @@ def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(
     assert ("", "secrets") not in granted
     assert granted[("", "persistentvolumeclaims")] == {"list", "create", "patch", "delete"}
     assert granted[("keda.sh", "scaledobjects")] == {"create", "patch", "delete"}
+    # gateway mode: the endpoint's InferencePool by name (never listed or watched), and the picker's Lease, whose get
+    # and update the picker's Role grants
+    assert granted[("inference.networking.k8s.io", "inferencepools")] == {"get", "create", "patch", "delete"}
+    assert granted[("coordination.k8s.io", "leases")] == {"get", "create", "patch", "update", "delete"}
+
+
+def test_the_inference_pool_crd_is_installed_only_when_asked(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    assert by_kind(documents(template(helm, {}, tmp_path)), "CustomResourceDefinition") == []
+    (crd,) = by_kind(documents(template(helm, VALUES["ha"], tmp_path)), "CustomResourceDefinition")
+    assert crd == inferencepools.crd()
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    generated = (CHART / inferencepools.CHART_FILE).read_text()
+    assert yaml.safe_load(generated) == inferencepools.crd(), "charts/warmstart/files is stale: make crds"
 
 
 def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Path, tmp_path: pathlib.Path) -> None:

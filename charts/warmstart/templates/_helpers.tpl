@@ -121,6 +121,15 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [list, create, patch, delete]
+# gateway mode (intelligentRoutingSpec.endpointPicker): the endpoint's InferencePool, applied and pruned by name
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, create, patch, delete]
+# the endpoint picker's Lease: the operator creates it (owned by the endpoint) and grants the picker get and update on
+# it alone, which it may grant only by holding them
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, patch, update, delete]
 # autoScalingSpec: the KEDA ScaledObject of an endpoint (KEDA itself makes the HPA)
 - apiGroups: [keda.sh]
   resources: [scaledobjects]

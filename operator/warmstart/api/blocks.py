@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import Field
 
 from warmstart.api.autoscaling import AutoScalingSpec
-from warmstart.api.base import ApiModel
+from warmstart.api.base import ApiModel, api_config
+from warmstart.api.gateways import EndpointPickerSpec
 from warmstart.api.routerknobs import RouterKnobs
 from warmstart.api.sources import NO_DOTDOT
 from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
@@ -59,6 +60,13 @@ class ModelCacheConfig(ApiModel):
 class IntelligentRoutingSpec(ApiModel):
     """The router in front of the model replicas."""
 
+    model_config = api_config(
+        {
+            "rule": "!has(self.endpointPicker) || (has(self.enabled) && self.enabled)",
+            "message": "endpointPicker needs enabled: true (it is how routing is served)",
+        }
+    )
+
     enabled: bool = Field(default=False, description="Deploy the router in front of the model replicas.")
     routing_strategy: RoutingStrategyField = Field(
         default=RoutingStrategy.PREFIXAWARE,
@@ -78,6 +86,11 @@ class IntelligentRoutingSpec(ApiModel):
     router_config: RouterKnobs | None = Field(
         default=None,
         description="warmstart extension: the router's tuning knobs (docs/router.md); unset knobs keep their defaults.",
+    )
+    endpoint_picker: EndpointPickerSpec | None = Field(
+        default=None,
+        description="warmstart extension: serve routing as a Gateway API Inference Extension endpoint picker behind "
+        "your own gateway (an InferencePool and the picker's pods; docs/gateway.md) instead of warmstart's proxy.",
     )
 
 

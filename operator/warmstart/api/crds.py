@@ -10,7 +10,17 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from warmstart.api import ALPHA_VERSION, CRD_OWNER, CRD_OWNER_LABEL, GROUP, VERSION, caches, endpoints, jumpstart
+from warmstart.api import (
+    ALPHA_VERSION,
+    CRD_OWNER,
+    CRD_OWNER_LABEL,
+    GROUP,
+    VERSION,
+    caches,
+    endpoints,
+    inferencepools,
+    jumpstart,
+)
 from warmstart.api.schemas import structural
 
 
@@ -188,7 +198,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="warmstart crds", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("crds"), help="directory to write (default: crds)")
     parser.add_argument("--stdout", action="store_true", help="print a multi-document YAML stream instead")
+    parser.add_argument(
+        "--inference-pool", action="store_true", help="print the Gateway API Inference Extension's InferencePool CRD"
+    )
     args = parser.parse_args(argv)
+    if args.inference_pool:
+        print(yaml.dump(inferencepools.crd(), Dumper=_NoAliasDumper, sort_keys=False, width=120), end="")
+        return 0
     if args.stdout:
         print("---\n".join(rendered().values()), end="")
         return 0

@@ -49,3 +49,4 @@ class ConditionType(StrEnum):
     AUTOSCALING = "Autoscaling"
     KV_EVENTS = "KVEvents"
     ROUTING = "Routing"
+    INFERENCE_POOL = "InferencePool"

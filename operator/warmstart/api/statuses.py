@@ -114,6 +114,11 @@ class EndpointStatus(ApiModel):
     warm_placement: WarmPlacement | None = Field(default=None, description="Pods on warm versus cold nodes.")
     deployment_name: str | None = Field(default=None, description="The model Deployment.")
     router_name: str | None = Field(default=None, description="The router Deployment and Service, while routing is on.")
+    endpoint_picker_name: str | None = Field(
+        default=None,
+        description="In gateway mode (intelligentRoutingSpec.endpointPicker): the endpoint picker's Deployment and "
+        "Service; the InferencePool carries the endpoint's name.",
+    )
     gate_opened_at: str | None = Field(default=None, description="When the deployment gate opened (RFC 3339).")
     waiting_since: str | None = Field(
         default=None, description="When the endpoint started waiting for the current cache generation."

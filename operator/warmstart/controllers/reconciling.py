@@ -48,6 +48,7 @@ from warmstart.render import (
     monitoring,
     names,
     owners,
+    pickers,
     resource_claims,
     router,
     services,
@@ -56,7 +57,7 @@ from warmstart.render import fsx as render_fsx
 from warmstart.render.conditions import condition, merge_conditions
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
-from warmstart.render.endpoint_status import DeploymentFacts, RouterFacts
+from warmstart.render.endpoint_status import DeploymentFacts, PickerFacts, RouterFacts
 from warmstart.render.endpoints import Endpoint
 from warmstart.render.unsupported import unsupported_fields
 
@@ -135,12 +136,13 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     if gate.open and _serving_weights_key(deployment) != wkey:
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
     traffic = _traffic(store, endpoint, old_status, context)
+    served = routing.pool_served(store, memo) if endpoint.endpoint_picker is not None else False
     warm_nodes = _warm_nodes(endpoint, wkey, indexes) if endpoint.routing_enabled else None
     scaling = autoscaling.plan(store, endpoint, context, old_status)
     if scaling.remove:
         autoscaling.remove(store, endpoint)
     children = [
-        *_children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes),
+        *_children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes, served),
         *scaling.manifests,
     ]
     if applying.needed(memo, endpoint.ref.uid, children, deployment):
@@ -167,9 +169,14 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
             {"spec": {"replicas": endpoint.replicas}},
             endpoint.ref.namespace,
         )
-    router_name = router.name(endpoint.ref.name) if endpoint.routing_enabled or traffic.retiring else None
+    router_name = router.name(endpoint.ref.name) if endpoint.proxy_enabled or traffic.retiring else None
     if router_name is None and old_status.get("routerName"):
-        routing.remove(store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid)
+        routing.remove(store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid, routing.keys(children))
+    picker = _picker_facts(store, endpoint, context, served)
+    if picker is None and old_status.get("endpointPickerName"):
+        routing.remove_picker(
+            store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid, routing.keys(children)
+        )
 
     facts = _deployment_facts(deployment)
     if facts.rolled_out and gate.open:
@@ -183,7 +190,12 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         *unsupported,
         *scaling.conditions,
         *_kv_events_condition(endpoint, generation, old_status),
-        *endpoint_status.routing_condition(traffic, _had(old_status, ConditionType.ROUTING), generation),
+        *(
+            endpoint_status.through_gateway(picker, generation)
+            if picker is not None and not traffic.retiring
+            else endpoint_status.routing_condition(traffic, _had(old_status, ConditionType.ROUTING), generation)
+        ),
+        *endpoint_status.pool_condition(picker, _had(old_status, ConditionType.INFERENCE_POOL), generation),
     ]
     conds.append(
         condition(
@@ -213,6 +225,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         warm_placement=placement,
         deployment_name=endpoint.child_name if deployment is not None else None,
         router_name=router_name,
+        endpoint_picker_name=picker.picker if picker is not None else None,
         waiting_since=handling.timestamp(waiting_since)
         if not gate.open or gate.degraded
         else old_status.get("waitingSince"),
@@ -282,8 +295,10 @@ def _children(
     context: RenderContext,
     via_router: bool,
     warm_nodes: list[str] | None,
+    pool_served: bool,
 ) -> list[Manifest]:
-    """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then router."""
+    """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then the router
+    (or in gateway mode the picker, and the InferencePool where its API is served)."""
     wanted: list[Manifest] = []
     storage = render_fsx.storage_of(endpoint.source)
     if storage is not None:  # the claim (and its static volume) that the Deployment's preload mounts
@@ -300,8 +315,10 @@ def _children(
             deployments.deployment(endpoint, generation, context),
             services.client_service(endpoint, via_router=via_router),
         ]
-    if endpoint.routing_enabled:
+    if endpoint.proxy_enabled:
         wanted += router.manifests(endpoint, context, warm_nodes)
+    elif endpoint.endpoint_picker is not None:
+        wanted += pickers.manifests(endpoint, context, warm_nodes, pool_served)
     if gate_open and endpoint.metrics_enabled and context.pod_monitors:
         wanted.append(monitoring.pod_monitor(endpoint))
     return wanted
@@ -317,7 +334,7 @@ def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any], co
     """
     ns = endpoint.ref.namespace
     name = router.name(endpoint.ref.name)
-    if endpoint.routing_enabled:
+    if endpoint.proxy_enabled:
         found = store.get("apps/v1", "Deployment", name, ns)
         available = int(((found or {}).get("status") or {}).get("availableReplicas") or 0)
         desired = router.replicas(endpoint, context)
@@ -326,6 +343,19 @@ def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any], co
         return RouterFacts(False, False, False, name)
     current = store.get("v1", "Service", endpoint.child_name, ns)
     return RouterFacts(False, False, services.selects_router(current, endpoint), name)
+
+
+def _picker_facts(store: Store, endpoint: Endpoint, context: RenderContext, served: bool) -> PickerFacts | None:
+    """Gateway mode as observed (None in other modes): the pool's API and the picker Deployment's ready pods."""
+    chosen = endpoint.endpoint_picker
+    if chosen is None:
+        return None
+    name = pickers.name(endpoint.ref.name)
+    found = store.get("apps/v1", "Deployment", name, endpoint.ref.namespace)
+    available = int(((found or {}).get("status") or {}).get("availableReplicas") or 0)
+    pool = pickers.pool_name(endpoint.ref.name)
+    desired = router.replicas(endpoint, context)
+    return PickerFacts(pool, name, served, available, desired, chosen.failure_mode.value)
 
 
 def _warm_nodes(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> list[str] | None:
@@ -505,6 +535,7 @@ _OWNED = (
     "warmPlacement",
     "deploymentName",
     "routerName",
+    "endpointPickerName",
     "waitingSince",
     "gateOpenedAt",
     "deploymentStatus",
@@ -529,6 +560,8 @@ def delete(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str, An
         handling.patch_status(store, kind, body, {"state": EndpointState.DELETION_IN_PROGRESS.value})
         if (body.get("status") or {}).get("routerName"):
             routing.remove(store, ns, name, uid)
+        if (body.get("status") or {}).get("endpointPickerName"):
+            routing.remove_picker(store, ns, name, uid)
         store.delete("apps/v1", "Deployment", names.child_name(name), ns)
         store.delete("v1", "Service", names.child_name(name), ns)
         fsx.release(store, ns, uid)

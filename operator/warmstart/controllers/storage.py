@@ -78,6 +78,8 @@ _KINDS: dict[str, tuple[str, bool]] = {
     "PersistentVolumeClaim": ("persistentvolumeclaims", True),
     "ScaledObject": ("scaledobjects", True),
     "HorizontalPodAutoscaler": ("horizontalpodautoscalers", True),
+    "Lease": ("leases", True),
+    "InferencePool": ("inferencepools", True),
 }
 
 

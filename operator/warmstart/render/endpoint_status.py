@@ -168,3 +168,52 @@ def state(conds: list[Condition], deployment: DeploymentFacts) -> EndpointState:
     if progressing is not None and progressing.status == ConditionStatus.TRUE:
         return EndpointState.DEPLOYMENT_IN_PROGRESS
     return EndpointState.DEPLOYMENT_IN_PROGRESS
+
+
+@dataclass(frozen=True)
+class PickerFacts:
+    """Gateway mode as observed: whether the InferencePool API is served, and the picker's pods."""
+
+    pool: str
+    picker: str
+    served: bool
+    available: int
+    desired: int
+    failure_mode: str
+
+
+#: the reason of an endpoint in gateway mode on a cluster without the InferencePool CRD
+POOL_CRD_MISSING = "InferencePoolCRDMissing"
+
+
+def pool_condition(picker: PickerFacts | None, had: bool, generation: int) -> list[Condition]:
+    """``InferencePool``: gateway mode's pool and picker; in other modes one that says it is off, once the endpoint
+    had one."""
+    if picker is None:
+        message = "gateway mode is off (intelligentRoutingSpec.endpointPicker is not set or routing is off)"
+        return [condition(ConditionType.INFERENCE_POOL, False, "GatewayModeOff", message, generation)] if had else []
+    if not picker.served:
+        message = (
+            "the API server does not serve inference.networking.k8s.io/v1 InferencePool: install the Gateway API "
+            "Inference Extension CRDs (or the warmstart chart with gatewayInference.installInferencePoolCRD=true); "
+            f"the model pods and the picker {picker.picker} run meanwhile, and the pool follows once the CRD is there"
+        )
+        return [condition(ConditionType.INFERENCE_POOL, False, POOL_CRD_MISSING, message, generation)]
+    pods = f"{picker.available} ready of {picker.desired} picker pods (only the Lease's leader is ready)"
+    if picker.available < 1:
+        message = (
+            f"InferencePool {picker.pool} is applied; no picker pod is ready yet ({pods}), so the gateway applies "
+            f"failureMode {picker.failure_mode}: kubectl describe deployment {picker.picker}"
+        )
+        return [condition(ConditionType.INFERENCE_POOL, False, "PickerStarting", message, generation)]
+    message = f"InferencePool {picker.pool} selects the model pods; failureMode {picker.failure_mode}; {pods}"
+    return [condition(ConditionType.INFERENCE_POOL, True, "PickerReady", message, generation)]
+
+
+def through_gateway(picker: PickerFacts, generation: int) -> list[Condition]:
+    """``Routing`` in gateway mode: clients come through the user's gateway."""
+    message = (
+        f"clients reach the model pods through your gateway's HTTPRoute to the InferencePool {picker.pool}, which "
+        f"asks the endpoint picker {picker.picker}; the endpoint's own Service goes straight to the model pods"
+    )
+    return [condition(ConditionType.ROUTING, True, "ThroughGateway", message, generation)]

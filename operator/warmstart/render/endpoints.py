@@ -23,6 +23,7 @@ from warmstart.api.blocks import (
 )
 from warmstart.api.caches import NodeTargeting
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
+from warmstart.api.gateways import EndpointPickerSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.api.scheduling import NodeAffinity
 from warmstart.api.sources import ModelSourceConfig, ModelSourceType
@@ -107,6 +108,16 @@ class Endpoint(BaseModel):
     @property
     def routing_enabled(self) -> bool:
         return bool(self.routing and self.routing.enabled)
+
+    @property
+    def endpoint_picker(self) -> EndpointPickerSpec | None:
+        """Gateway mode's setting while routing is on (an InferencePool and the picker), else None."""
+        return self.routing.endpoint_picker if self.routing is not None and self.routing.enabled else None
+
+    @property
+    def proxy_enabled(self) -> bool:
+        """Whether warmstart's proxy router serves this endpoint (routing on, not in gateway mode)."""
+        return self.routing_enabled and self.endpoint_picker is None
 
     @property
     def metrics_enabled(self) -> bool:

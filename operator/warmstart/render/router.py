@@ -2,13 +2,17 @@
 the model pods' headless Service it follows, least-privilege RBAC, and a NetworkPolicy that opens its traffic port to
 clients and its admin port only to the peers the admin lists.
 
+Gateway mode's endpoint picker (`render/pickers.py`) is the same program in another mode: it reuses these pieces
+under its own name and labels (a :class:`Workload`).
+
 Clients reach the router through the endpoint's own Service (`render/services.py` points it here once a router pod is
 ready); the router reaches the model pods through the EndpointSlices of `<endpoint>-models`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -39,9 +43,24 @@ TOKENIZER_CONTAINER = "warmstart-tokenizer"
 _FETCHED_SOURCES = (ModelSourceType.S3, ModelSourceType.HUGGINGFACE)
 
 
-def name(endpoint_name: str) -> str:
-    """`<endpoint>-router`, hash-shortened when that is not a DNS-1035 label (the router Service needs one)."""
-    return names.child_name(endpoint_name, "-router")
+@dataclass(frozen=True)
+class Workload:
+    """One of the two ways the router runs for an endpoint: its objects' name suffix and its pods' component label."""
+
+    component: str
+    suffix: str
+
+
+#: the proxy in front of the model pods (clients call it through the endpoint's Service)
+PROXY = Workload("router", "-router")
+#: the Gateway API Inference Extension endpoint picker (the user's gateway asks it; render/pickers.py)
+PICKER = Workload("endpoint-picker", "-epp")
+
+
+def name(endpoint_name: str, workload: Workload = PROXY) -> str:
+    """`<endpoint>-router` (`-epp` for the picker), hash-shortened when that is not a DNS-1035 label (its Service
+    needs one)."""
+    return names.child_name(endpoint_name, workload.suffix)
 
 
 def models_service_name(endpoint_name: str) -> str:
@@ -49,9 +68,9 @@ def models_service_name(endpoint_name: str) -> str:
     return names.child_name(endpoint_name, "-models")
 
 
-def pod_selector(endpoint: Endpoint) -> dict[str, str]:
-    """The labels of this endpoint's router pods."""
-    return {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value}
+def pod_selector(endpoint: Endpoint, workload: Workload = PROXY) -> dict[str, str]:
+    """The labels of this endpoint's router (or picker) pods."""
+    return {labels.COMPONENT: workload.component, labels.ENDPOINT_LABEL: endpoint.label_value}
 
 
 def replicas(endpoint: Endpoint, context: RenderContext) -> int:
@@ -97,97 +116,142 @@ def _tokenizer_fetch(endpoint: Endpoint, context: RenderContext) -> tuple[Manife
     return rendered.container, rendered.volumes, {**cache.mount, "readOnly": True}
 
 
-def _meta(endpoint: Endpoint, extra: dict[str, str] | None = None) -> Manifest:
+def metadata(endpoint: Endpoint, workload: Workload = PROXY) -> Manifest:
+    """Name, labels and controller owner of one of the workload's objects."""
     ref = endpoint.ref
     return {
-        "name": name(ref.name),
+        "name": name(ref.name, workload),
         "namespace": ref.namespace,
-        "labels": labels.managed(
-            {labels.COMPONENT: "router", labels.ENDPOINT_LABEL: endpoint.label_value, **(extra or {})}
-        ),
+        "labels": labels.managed({labels.COMPONENT: workload.component, labels.ENDPOINT_LABEL: endpoint.label_value}),
         "ownerReferences": [owners.owner_reference(ref.kind, ref.name, ref.uid, controller=True)],
     }
 
 
-def configmap(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None) -> Manifest:
+def configmap(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None, workload: Workload = PROXY) -> Manifest:
     """Only the knobs the endpoint sets (and `warmNodes` when given); every other knob keeps its documented default."""
     chosen = config(endpoint, warm_nodes).model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(endpoint),
+        "metadata": metadata(endpoint, workload),
         "data": {CONFIGMAP_KEY: yaml.safe_dump(chosen, sort_keys=True)},
     }
 
 
-def service_account(endpoint: Endpoint) -> Manifest:
+def service_account(endpoint: Endpoint, workload: Workload = PROXY) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _meta(endpoint),
+        "metadata": metadata(endpoint, workload),
         "automountServiceAccountToken": True,
     }
 
 
-def role(endpoint: Endpoint) -> Manifest:
-    """Read the model Service's EndpointSlices and this router's ConfigMap; nothing else."""
+def role(endpoint: Endpoint, workload: Workload = PROXY, extra_rules: Sequence[Manifest] = ()) -> Manifest:
+    """Read the model Service's EndpointSlices and this workload's ConfigMap (plus `extra_rules`); nothing else."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": _meta(endpoint),
+        "metadata": metadata(endpoint, workload),
         "rules": [
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
             {
                 "apiGroups": [""],
                 "resources": ["configmaps"],
-                "resourceNames": [name(endpoint.ref.name)],
+                "resourceNames": [name(endpoint.ref.name, workload)],
                 "verbs": ["get", "list", "watch"],
             },
+            *extra_rules,
         ],
     }
 
 
-def role_binding(endpoint: Endpoint) -> Manifest:
-    router = name(endpoint.ref.name)
+def role_binding(endpoint: Endpoint, workload: Workload = PROXY) -> Manifest:
+    own = name(endpoint.ref.name, workload)
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": _meta(endpoint),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": router},
-        "subjects": [{"kind": "ServiceAccount", "name": router, "namespace": endpoint.ref.namespace}],
+        "metadata": metadata(endpoint, workload),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": own},
+        "subjects": [{"kind": "ServiceAccount", "name": own, "namespace": endpoint.ref.namespace}],
     }
 
 
-def spread(endpoint: Endpoint) -> list[Manifest]:
-    """Spread router pods over nodes, then zones; best effort, so a small cluster still runs every replica."""
+def spread(endpoint: Endpoint, workload: Workload = PROXY) -> list[Manifest]:
+    """Spread the workload's pods over nodes, then zones; best effort, so a small cluster still runs every replica."""
     return [
         {
             "maxSkew": 1,
             "topologyKey": key,
             "whenUnsatisfiable": "ScheduleAnyway",
-            "labelSelector": {"matchLabels": pod_selector(endpoint)},
+            "labelSelector": {"matchLabels": pod_selector(endpoint, workload)},
             "matchLabelKeys": ["pod-template-hash"],
         }
         for key in SPREAD_TOPOLOGY_KEYS
     ]
 
 
-def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
-    """The router pods: rolled with maxUnavailable 0, spread, draining for `DRAIN_SECONDS` before they stop."""
-    router = name(endpoint.ref.name)
-    selector = pod_selector(endpoint)
+def discovery_args(endpoint: Endpoint, workload: Workload = PROXY) -> list[str]:
+    """The flags by which the program follows the model pods' EndpointSlices and its ConfigMap."""
+    return [
+        "--namespace",
+        endpoint.ref.namespace,
+        "--service",
+        models_service_name(endpoint.ref.name),
+        "--configmap",
+        name(endpoint.ref.name, workload),
+    ]
+
+
+def workload_deployment(
+    endpoint: Endpoint, context: RenderContext, workload: Workload, container: Manifest, strategy: Manifest
+) -> Manifest:
+    """The workload's Deployment around its main container: the operator image, its ServiceAccount, spread, the
+    router node selector and (following KV events from a fetched source) the tokenizer fetch."""
+    selector = pod_selector(endpoint, workload)
     container = {
-        "name": "router",
+        "name": container["name"],
         "image": context.operator_image,
         "imagePullPolicy": context.image_pull_policy,
+        **container,
+        "securityContext": dict(security.RESTRICTED),
+    }
+    pod_spec: Manifest = {
+        "serviceAccountName": name(endpoint.ref.name, workload),
+        "containers": [container],
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "topologySpreadConstraints": spread(endpoint, workload),
+    }
+    if context.router_node_selector:
+        pod_spec["nodeSelector"] = dict(context.router_node_selector)
+    if fetches_tokenizer(endpoint):
+        fetch, volumes, mount = _tokenizer_fetch(endpoint, context)
+        pod_spec["initContainers"] = [fetch]
+        pod_spec["volumes"] = volumes
+        container["volumeMounts"] = [mount]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(endpoint, workload),
+        "spec": {
+            "replicas": replicas(endpoint, context),
+            "selector": {"matchLabels": selector},
+            "strategy": strategy,
+            "template": {
+                "metadata": {"labels": {**labels.managed(), **selector}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
+    """The router pods: rolled with maxUnavailable 0, spread, draining for `DRAIN_SECONDS` before they stop."""
+    container = {
+        "name": "router",
         "args": [
             "router",
-            "--namespace",
-            endpoint.ref.namespace,
-            "--service",
-            models_service_name(endpoint.ref.name),
-            "--configmap",
-            router,
+            *discovery_args(endpoint),
             "--port",
             str(ROUTER_PORT),
             "--admin-port",
@@ -203,52 +267,29 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         "livenessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 10},
         "lifecycle": {"preStop": {"sleep": {"seconds": DRAIN_SECONDS}}},
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": dict(security.RESTRICTED),
     }
-    pod_spec: Manifest = {
-        "serviceAccountName": router,
-        "containers": [container],
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "topologySpreadConstraints": spread(endpoint),
-    }
-    if context.router_node_selector:
-        pod_spec["nodeSelector"] = dict(context.router_node_selector)
-    if fetches_tokenizer(endpoint):
-        fetch, volumes, mount = _tokenizer_fetch(endpoint, context)
-        pod_spec["initContainers"] = [fetch]
-        pod_spec["volumes"] = volumes
-        container["volumeMounts"] = [mount]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _meta(endpoint),
-        "spec": {
-            "replicas": replicas(endpoint, context),
-            "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-            "template": {
-                "metadata": {"labels": {**labels.managed(), **selector}},
-                "spec": pod_spec,
-            },
-        },
-    }
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    return workload_deployment(endpoint, context, PROXY, container, rolling)
 
 
-def disruption_budget(endpoint: Endpoint) -> Manifest:
-    """At most one router pod evicted at a time (a drain of a one-router endpoint is not blocked)."""
+def disruption_budget(endpoint: Endpoint, workload: Workload = PROXY, max_unavailable: int | str = 1) -> Manifest:
+    """At most `max_unavailable` of the workload's pods evicted at a time (a drain of a one-router endpoint is not
+    blocked)."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _meta(endpoint),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pod_selector(endpoint)}},
+        "metadata": metadata(endpoint, workload),
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": pod_selector(endpoint, workload)}},
     }
 
 
-def network_policy(endpoint: Endpoint, context: RenderContext) -> Manifest:
-    """Router pods accept the traffic port from anyone; the admin port (/metrics, /router/status) only from
+def network_policy(
+    endpoint: Endpoint, context: RenderContext, workload: Workload = PROXY, traffic_port: int = ROUTER_PORT
+) -> Manifest:
+    """The workload's pods accept the traffic port from anyone; the admin port (/metrics, /router/status) only from
     `context.router_admin_from` (the chart's `router.adminFrom`; none by default: `kubectl port-forward` still works,
     it does not cross the pod network). Egress is left open: the router calls the API server and the model pods."""
-    ingress: list[Manifest] = [{"ports": [{"port": ROUTER_PORT, "protocol": "TCP"}]}]
+    ingress: list[Manifest] = [{"ports": [{"port": traffic_port, "protocol": "TCP"}]}]
     if context.router_admin_from:
         ingress.append(
             {
@@ -259,9 +300,9 @@ def network_policy(endpoint: Endpoint, context: RenderContext) -> Manifest:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta(endpoint),
+        "metadata": metadata(endpoint, workload),
         "spec": {
-            "podSelector": {"matchLabels": pod_selector(endpoint)},
+            "podSelector": {"matchLabels": pod_selector(endpoint, workload)},
             "policyTypes": ["Ingress"],
             "ingress": ingress,
         },
@@ -271,7 +312,7 @@ def network_policy(endpoint: Endpoint, context: RenderContext) -> Manifest:
 def models_service(endpoint: Endpoint) -> Manifest:
     """Headless Service of the model pods: no virtual IP, only EndpointSlices (ready pods) for the router to follow."""
     port = endpoint.worker.model_invocation_port
-    meta = _meta(endpoint)
+    meta = metadata(endpoint)
     meta["name"] = models_service_name(endpoint.ref.name)
     return {
         "apiVersion": "v1",
