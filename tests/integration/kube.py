@@ -79,10 +79,15 @@ def get_custom(api: Any, namespace: str, plural: str, name: str) -> dict[str, An
         raise
 
 
+#: the InferencePool CRD as the chart ships it (gatewayInference.installInferencePoolCRD)
+INFERENCE_POOL_CRD = ROOT / "charts" / "warmstart" / "files" / "inference.networking.k8s.io_inferencepools.yaml"
+
+
 def install_crds(kubeconfig: str) -> None:
-    """Apply crds/ server-side and wait until every CRD is Established."""
-    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(ROOT / "crds"))
+    """Apply crds/ and the chart's InferencePool CRD server-side and wait until every CRD is Established."""
+    for path in (ROOT / "crds", INFERENCE_POOL_CRD):
+        kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(path))
+        kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(path))
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float = 90.0, interval: float = 0.5, what: str = "condition") -> T:

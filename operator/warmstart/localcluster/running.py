@@ -30,6 +30,7 @@ from warmstart.localcluster import (
     certs,
     clusterstate,
     flags,
+    gatewaycrds,
     kubeconfigs,
     nodeadvertising,
     nodeplans,
@@ -114,6 +115,7 @@ def up(
         with cluster.api_client() as api:
             try:
                 nodes.wait_ready(api, nodes.create_nodes(api, node_spec), timeout)  # creates missing ones only
+                gatewaycrds.install(api, timeout)  # gateway mode's InferencePool, as the chart installs it when asked
             except BaseException:
                 _down_after_failure(directory)
                 raise
