@@ -166,7 +166,7 @@ def _render_everything(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> 
     context = RenderContext(operator_image="warmstart:test", pod_monitors=True, resource_claims=True)
     endpoint = resolving.resolve(kind, body, context, resolving.JumpStartCache.empty())
     generation = Generation(endpoint.weights_key({}), endpoint.image_key())
-    reconciling._children(endpoint, True, generation, context, endpoint.routing_enabled, ["node-a"])
+    reconciling._children(endpoint, True, generation, context, endpoint.proxy_enabled, ["node-a"], True)
     scaling = render_autoscaling.spec_of(endpoint)
     if scaling is not None:
         render_autoscaling.scaled_object(endpoint, scaling, "us-west-2")
