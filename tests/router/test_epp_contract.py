@@ -376,15 +376,44 @@ async def test_an_aborted_stream_leaves_nothing_in_flight(pickers: PickerFactory
     assert aborted == 3
 
 
-async def test_a_gateway_that_closes_the_stream_mid_response_releases_the_slot(pickers: PickerFactory) -> None:
+async def test_without_the_response_body_the_stream_end_is_the_response_end(pickers: PickerFactory) -> None:
+    """A gateway whose response body mode is NONE ends the stream when the response ends (seen with Envoy)."""
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(response_mode=NO_BODY), request_body(completion("no response body")))
+    endpoint = pick_of(await stream.read())[0].split(",")[0]
+    await stream.read()
+    url = f"http://{endpoint}"
+    await stream.send(response_headers(200))
+    await stream.read()
+    assert sum(picker.router.metrics.ttft_of(url).counts) == 1  # the headers are the first byte it sees
+    assert picker.inflight()[endpoint] == 1
+    await stream.end()
+    await settled(picker)
+    strategy = picker.router.policy.strategy.value
+    assert picker.router.metrics.request(strategy, url, "ok").value == 1
+    # cancelled mid-response (the client went away): released, and counted as aborted
+    cancelled = picker.stream()
+    await cancelled.send(request_headers(response_mode=NO_BODY), request_body(completion("no response body")))
+    endpoint = pick_of(await cancelled.read())[0].split(",")[0]
+    await cancelled.read()
+    await cancelled.send(response_headers(200))
+    await cancelled.read()
+    cancelled.cancel()
+    await settled(picker)
+    assert picker.router.metrics.request(strategy, f"http://{endpoint}", "aborted").value == 1
+
+
+async def test_a_stream_closed_before_the_response_counts_as_aborted(pickers: PickerFactory) -> None:
     picker = await pickers()
     stream = picker.stream()
     await stream.send(request_headers(), request_body(completion("closed")))
-    await stream.read_n(2)
-    await stream.send(response_headers(200))
+    endpoint = pick_of(await stream.read())[0].split(",")[0]
     await stream.read()
-    await stream.end()  # the gateway half-closes without the response's end
+    await stream.end()
     await settled(picker)
+    url = f"http://{endpoint}"
+    assert picker.router.metrics.request(picker.router.policy.strategy.value, url, "aborted").value == 1
 
 
 async def test_the_same_prefix_goes_to_the_same_replica(pickers: PickerFactory) -> None:
