@@ -23,7 +23,7 @@ import signal
 
 from warmstart.api import strategies
 from warmstart.api.routers import RouterConfig
-from warmstart.router import admin, discovery, extproc, proxying
+from warmstart.router import admin, discovery, electing, extproc, proxying
 from warmstart.router.routing import Router
 
 log = logging.getLogger("warmstart.router")
@@ -61,6 +61,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--configmap", help="in-cluster: ConfigMap holding router.yaml")
     p.add_argument("--port-name", help="in-cluster: EndpointSlice port name to use (default: first port)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")
+    p.add_argument(
+        "--lease",
+        help="epp mode: elect a leader through this coordination.k8s.io Lease (in --namespace); only the leader is "
+        "ready (router/electing.py)",
+    )
+    p.add_argument("--lease-identity", help="this candidate's name in the Lease (the pod's name)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -79,6 +85,15 @@ def build_sources(args: argparse.Namespace) -> list[discovery.Source]:
             )
         )
     return sources
+
+
+def _elector(args: argparse.Namespace) -> electing.LeaseElector | None:
+    """The Lease elector the flags ask for (epp mode with --lease), else None."""
+    if not args.lease:
+        return None
+    if args.mode != "epp" or not args.namespace or not args.lease_identity:
+        raise SystemExit("warmstart router: --lease is for --mode epp and needs --namespace and --lease-identity")
+    return electing.LeaseElector(_api_client(args.kubeconfig), args.namespace, args.lease, args.lease_identity)
 
 
 def _api_client(kubeconfig: str | None) -> object:
@@ -101,8 +116,11 @@ async def run(args: argparse.Namespace) -> int:
     router.start()
     traffic: proxying.TrafficServer | None = None
     picker: extproc.PickerServer | None = None
+    elector = _elector(args)
+    if elector is not None:
+        await elector.start()
     if args.mode == "epp":
-        picker = await extproc.serve(router, args.host, args.grpc_port)
+        picker = await extproc.serve(router, args.host, args.grpc_port, ready=elector.is_leader if elector else None)
         listening = f"ext_proc gRPC :{picker.port}"
     else:
         traffic = await proxying.serve(router, args.host, args.port, header_timeout=args.header_timeout)
@@ -124,6 +142,8 @@ async def run(args: argparse.Namespace) -> int:
     await stop.wait()
     if picker is not None:
         await picker.stop()
+    if elector is not None:
+        await elector.stop()  # gives the Lease up: a standby leads within its retry period
     if traffic is not None:
         await traffic.cleanup()
     await admin_runner.cleanup()

@@ -198,3 +198,22 @@ def test_pool_conditions_follow_the_picker_and_turn_off_only_once_had() -> None:
     assert (off.status.value, off.reason) == ("False", "GatewayModeOff")
     (routing,) = endpoint_status.through_gateway(_facts(), generation=1)
     assert (routing.type, routing.reason) == (ConditionType.ROUTING, "ThroughGateway")
+
+
+def test_the_router_command_line_accepts_what_the_picker_deployment_runs() -> None:
+    from warmstart.router import cli
+
+    (container,) = pickers.deployment(_endpoint({}), CONTEXT)["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "router"
+    args = cli.parser().parse_args(container["args"][1:])
+    assert (args.mode, args.grpc_port, args.lease, args.lease_identity) == (
+        "epp",
+        9002,
+        "example-model-epp",
+        "$(POD_NAME)",  # the kubelet expands it from the env the container declares
+    )
+    assert [e["name"] for e in container["env"]] == ["POD_NAME"]
+    with pytest.raises(SystemExit):
+        cli._elector(cli.parser().parse_args(["--mode", "proxy", "--lease", "x", "--namespace", "n"]))
+    with pytest.raises(SystemExit):
+        cli._elector(cli.parser().parse_args(["--mode", "epp", "--lease", "x", "--namespace", "n"]))
