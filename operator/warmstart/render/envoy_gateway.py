@@ -4,9 +4,16 @@ It follows GIE's reference gateway configuration: one listener whose HTTP connec
 against the picker (request and response headers, bodies in FULL_DUPLEX_STREAMED mode, trailers), then routes to an
 ORIGINAL_DST cluster that takes the destination from the `x-gateway-destination-endpoint` header the picker sets.
 `failureMode` maps to `failure_mode_allow`; with FailOpen a request the picker did not place goes to the model
-Service instead. Three more things a plain Envoy needs for the protocol:
-- the client's own `x-gateway-destination-endpoint` is removed before the picker runs, so no client chooses a host
-  (with FailOpen and the picker down it would otherwise pick any address Envoy reaches);
+Service instead.
+
+FailOpen buffers the request body (BUFFERED, as GIE's first reference policy did) instead of streaming it: Envoy hands
+a FULL_DUPLEX_STREAMED body to the picker without keeping a copy, so when the picker's stream fails Envoy answers 500
+whatever `failure_mode_allow` says (measured on Envoy 1.40). Buffered, Envoy still holds the body and goes on to the
+model Service. The picker then answers the headers at once and picks on the body message.
+
+Three more things a plain Envoy needs for the protocol:
+- the client's own `x-gateway-destination-endpoint` is removed as the request arrives, before any route is chosen, so
+  no client chooses a host (with FailOpen and the picker down it would otherwise pick any address Envoy reaches);
 - the endpoint that served is written back as `envoy.lb/x-gateway-destination-endpoint-served` metadata on the
   response, which the picker reads from its metadata context (the route adds it as a header from Envoy's own
   upstream address, and a header-to-metadata rule moves it into metadata before the picker sees the response);
@@ -41,7 +48,9 @@ FALLBACK_CLUSTER = "model_service"
 
 _EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-_HEADER_MUTATION = "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
+_EARLY_HEADER_MUTATION = (
+    "type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation"
+)
 _HEADER_TO_METADATA = "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config"
 _SET_METADATA = "type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config"
 _ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -97,6 +106,16 @@ def listener(spec: GatewaySpec) -> Config:
         "@type": _HCM,
         "stat_prefix": "inference_gateway",
         "codec_type": "AUTO",
+        # before the route is chosen: no client header can select the ORIGINAL_DST route or its address
+        "early_header_mutation_extensions": [
+            {
+                "name": "envoy.http.early_header_mutation.header_mutation",
+                "typed_config": {
+                    "@type": _EARLY_HEADER_MUTATION,
+                    "mutations": [{"remove": DESTINATION_HEADER}],
+                },
+            }
+        ],
         "route_config": route_config(spec),
         "http_filters": http_filters(spec),
     }
@@ -110,16 +129,8 @@ def listener(spec: GatewaySpec) -> Config:
 
 
 def http_filters(spec: GatewaySpec) -> list[Config]:
-    """Strip the client's destination header, (hint), ask the picker, move the served endpoint into metadata, route."""
-    filters = [
-        {
-            "name": "strip_destination",
-            "typed_config": {
-                "@type": _HEADER_MUTATION,
-                "mutations": {"request_mutations": [{"remove": DESTINATION_HEADER}]},
-            },
-        }
-    ]
+    """(The gateway's subset hint,) ask the picker, move the served endpoint into metadata, route."""
+    filters: list[Config] = []
     if spec.subset_hint is not None:
         filters.append(
             {
@@ -165,7 +176,7 @@ def ext_proc(spec: GatewaySpec) -> Config:
         "allow_mode_override": False,
         "processing_mode": {
             "request_header_mode": "SEND",
-            "request_body_mode": "FULL_DUPLEX_STREAMED",
+            "request_body_mode": request_body_mode(spec.failure_mode),
             "request_trailer_mode": "SEND",
             "response_header_mode": "SEND",
             "response_body_mode": "FULL_DUPLEX_STREAMED",
@@ -179,6 +190,11 @@ def ext_proc(spec: GatewaySpec) -> Config:
             "receiving_namespaces": {"untyped": [DESTINATION_NAMESPACE]},
         },
     }
+
+
+def request_body_mode(failure_mode: FailureMode) -> str:
+    """FULL_DUPLEX_STREAMED, except with FailOpen: BUFFERED, so Envoy still has the body if the picker fails."""
+    return "BUFFERED" if failure_mode == "FailOpen" else "FULL_DUPLEX_STREAMED"
 
 
 def route_config(spec: GatewaySpec) -> Config:

