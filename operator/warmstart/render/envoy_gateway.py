@@ -17,6 +17,8 @@ Three more things a plain Envoy needs for the protocol:
 - the endpoint that served is written back as `envoy.lb/x-gateway-destination-endpoint-served` metadata on the
   response, which the picker reads from its metadata context (the route adds it as a header from Envoy's own
   upstream address, and a header-to-metadata rule moves it into metadata before the picker sees the response);
+- ORIGINAL_DST reads a single `ip:port`, and the picker may name fallbacks after its pick (`a,b`, in retry order): a
+  Lua filter after the picker keeps the first, so the fallbacks are not tried by this gateway;
 - an optional static subset hint (`envoy.lb.subset_hint/x-gateway-destination-endpoint-subset`), as a Gateway sets
   one for a route that may use only part of the pool.
 
@@ -53,6 +55,17 @@ _EARLY_HEADER_MUTATION = (
 )
 _HEADER_TO_METADATA = "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config"
 _SET_METADATA = "type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config"
+_LUA = "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"
+#: ORIGINAL_DST reads one `ip:port`; the picker may name fallbacks after it (`a,b`): keep the first
+_FIRST_PICK = f"""
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  local pick = headers:get("{DESTINATION_HEADER}")
+  if pick ~= nil and string.find(pick, ",", 1, true) ~= nil then
+    headers:replace("{DESTINATION_HEADER}", string.match(pick, "^[^,]*"))
+  end
+end
+"""
 _ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 _HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
@@ -144,6 +157,9 @@ def http_filters(spec: GatewaySpec) -> list[Config]:
             }
         )
     filters.append({"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc(spec)})
+    filters.append(
+        {"name": "first_pick", "typed_config": {"@type": _LUA, "default_source_code": {"inline_string": _FIRST_PICK}}}
+    )
     # encoders run in reverse order: this one sees the response before the picker does
     filters.append(
         {

@@ -118,6 +118,19 @@ def test_the_served_endpoint_reaches_the_picker_as_metadata() -> None:
     assert rule["remove"] is True
 
 
+def test_only_the_first_endpoint_of_a_pick_list_reaches_original_dst() -> None:
+    """The picker names fallbacks after its pick (`a,b`); ORIGINAL_DST would parse none of a list and find no host."""
+    filters = _filters(envoy_gateway.bootstrap(GatewaySpec(picker=PICKER)))
+    names = [f["name"] for f in filters]
+    assert (
+        names.index("envoy.filters.http.ext_proc")
+        < names.index("first_pick")
+        < names.index("envoy.filters.http.router")
+    )
+    source = filters[names.index("first_pick")]["typed_config"]["default_source_code"]["inline_string"]
+    assert 'headers:replace("x-gateway-destination-endpoint", string.match(pick, "^[^,]*"))' in source
+
+
 def test_fail_open_sends_unplaced_requests_to_the_model_service() -> None:
     config = envoy_gateway.bootstrap(GatewaySpec(picker=PICKER, failure_mode="FailOpen", fallback=MODELS))
     assert _routes(config)[1]["route"]["cluster"] == envoy_gateway.FALLBACK_CLUSTER
