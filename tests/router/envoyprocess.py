@@ -16,12 +16,21 @@ import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import yaml
 
 from warmstart.render import envoy_gateway
 from warmstart.render.envoy_gateway import Address, GatewaySpec
+
+
+def address_of(url: str) -> Address:
+    """``http://127.0.0.1:8000`` -> Address("127.0.0.1", 8000)."""
+    parts = urlsplit(url)
+    if parts.hostname is None or parts.port is None:
+        raise ValueError(f"no host and port in {url!r}")
+    return Address(parts.hostname, parts.port)
 
 
 def envoy_binary() -> Path:

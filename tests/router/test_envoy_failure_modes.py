@@ -12,17 +12,11 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from envoyprocess import envoy_process
+from envoyprocess import address_of, envoy_process
 from proxyharness import RunningReplica, SimFactory
-from warmstart.render.envoy_gateway import Address, GatewaySpec
+from warmstart.render.envoy_gateway import GatewaySpec
 
 BODY = {"model": "sim-llm", "prompt": "the quick brown fox " * 40, "max_tokens": 4}
-
-
-def _address(url: str) -> Address:
-    parts = urlsplit(url)
-    assert parts.hostname is not None and parts.port is not None
-    return Address(parts.hostname, parts.port)
 
 
 def _served(replicas: list[RunningReplica]) -> dict[str, int]:
@@ -33,7 +27,7 @@ async def test_fail_open_serves_through_the_model_service(
     sims: SimFactory, refused_url: str, client: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     fallback, other = await sims(2)
-    spec = GatewaySpec(picker=_address(refused_url), failure_mode="FailOpen", fallback=[_address(fallback.url)])
+    spec = GatewaySpec(picker=address_of(refused_url), failure_mode="FailOpen", fallback=[address_of(fallback.url)])
     async with envoy_process(spec, tmp_path) as envoy:
         for _ in range(3):
             async with client.post(envoy.url + "/v1/completions", json=BODY) as response:
@@ -46,7 +40,7 @@ async def test_fail_close_answers_5xx_and_sends_nothing(
     sims: SimFactory, refused_url: str, client: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     (replica,) = await sims(1)
-    spec = GatewaySpec(picker=_address(refused_url), failure_mode="FailClose")
+    spec = GatewaySpec(picker=address_of(refused_url), failure_mode="FailClose")
     async with envoy_process(spec, tmp_path) as envoy:
         # the client even names a replica itself: FailClose still sends nothing anywhere
         headers = {"x-gateway-destination-endpoint": urlsplit(replica.url).netloc}
@@ -61,7 +55,7 @@ async def test_with_the_picker_down_a_client_cannot_choose_the_destination(
     """The attack: with FailOpen, a client's own x-gateway-destination-endpoint would steer Envoy's ORIGINAL_DST
     cluster to any address it reaches. The gateway removes the header before the picker runs."""
     fallback, target = await sims(2)
-    spec = GatewaySpec(picker=_address(refused_url), failure_mode="FailOpen", fallback=[_address(fallback.url)])
+    spec = GatewaySpec(picker=address_of(refused_url), failure_mode="FailOpen", fallback=[address_of(fallback.url)])
     async with envoy_process(spec, tmp_path) as envoy:
         headers = {"x-gateway-destination-endpoint": urlsplit(target.url).netloc}
         async with client.post(envoy.url + "/v1/completions", json=BODY, headers=headers) as response:
