@@ -7,6 +7,11 @@ Outside a cluster::
 In a cluster (what the operator's router Deployment runs)::
 
     warmstart router --namespace NS --service MODEL_SERVICE --configmap ROUTER_CONFIGMAP
+
+As a Gateway API Inference Extension endpoint picker (a gateway's ext_proc filter asks it, over
+gRPC, which replica gets each request; there is no HTTP traffic port)::
+
+    warmstart router --mode epp --grpc-port 9002 --namespace NS --service MODEL_SERVICE --configmap CM
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import signal
 
 from warmstart.api import strategies
 from warmstart.api.routers import RouterConfig
-from warmstart.router import admin, discovery, proxying
+from warmstart.router import admin, discovery, extproc, proxying
 from warmstart.router.routing import Router
 
 log = logging.getLogger("warmstart.router")
@@ -26,8 +31,17 @@ log = logging.getLogger("warmstart.router")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="warmstart router", description="Prefix-aware router for LLM replicas.")
+    p.add_argument(
+        "--mode",
+        choices=("proxy", "epp"),
+        default="proxy",
+        help="proxy: serve HTTP traffic (default); epp: be a gateway's endpoint picker over ext_proc gRPC",
+    )
     p.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=8080, help="traffic listen port (default 8080)")
+    p.add_argument("--port", type=int, default=8080, help="traffic listen port in proxy mode (default 8080)")
+    p.add_argument(
+        "--grpc-port", type=int, default=9002, help="ext_proc and gRPC health port in epp mode (default 9002; 0 = any)"
+    )
     p.add_argument(
         "--admin-port", type=int, default=9090, help="port of /metrics and /router/status (default 9090; 0 = any)"
     )
@@ -85,12 +99,20 @@ async def run(args: argparse.Namespace) -> int:
     for source in sources:
         await source.start(router)
     router.start()
-    traffic = await proxying.serve(router, args.host, args.port, header_timeout=args.header_timeout)
+    traffic: proxying.TrafficServer | None = None
+    picker: extproc.PickerServer | None = None
+    if args.mode == "epp":
+        picker = await extproc.serve(router, args.host, args.grpc_port)
+        listening = f"ext_proc gRPC :{picker.port}"
+    else:
+        traffic = await proxying.serve(router, args.host, args.port, header_timeout=args.header_timeout)
+        listening = f"HTTP :{traffic.port}"
     admin_runner, admin_port = await admin.serve(admin.make_admin_app(router), args.host, args.admin_port)
     log.info(
-        "router listening on %s:%d (admin :%d), strategy %s, %d replicas",
+        "router (%s mode) listening on %s %s (admin :%d), strategy %s, %d replicas",
+        args.mode,
         args.host,
-        traffic.port,
+        listening,
         admin_port,
         router.config.strategy.value,
         len(router.fleet),
@@ -100,7 +122,10 @@ async def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await traffic.cleanup()
+    if picker is not None:
+        await picker.stop()
+    if traffic is not None:
+        await traffic.cleanup()
     await admin_runner.cleanup()
     for source in sources:
         await source.stop()

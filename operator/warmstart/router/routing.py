@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -149,8 +149,11 @@ class Router:
         if added or removed:
             log.info("replicas changed: +%d -%d, now %d", len(added), len(removed), len(self.fleet))
 
-    def decide(self, parsed: ParsedBody, session: str | None) -> Routed:
-        """Hash the prompt's head and ask the policy for ordered candidates (records metrics)."""
+    def decide(self, parsed: ParsedBody, session: str | None, only: Collection[str] | None = None) -> Routed:
+        """Hash the prompt's head and ask the policy for ordered candidates (records metrics).
+
+        ``only`` restricts the candidates to those replica URLs (a gateway's subset hint).
+        """
         started = time.perf_counter()
         config = self.config
         key = key_of(
@@ -162,7 +165,10 @@ class Router:
             if token_keys is None:
                 self.engine_metrics.untokenized.inc()
             key = replace(key, token_blocks=token_keys)
-        decision = policy.choose(self.fleet.snapshot(), key)
+        snapshot = self.fleet.snapshot()
+        if only is not None:
+            snapshot = strategies.Snapshot(tuple([replica for replica in snapshot.replicas if replica.name in only]))
+        decision = policy.choose(snapshot, key)
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.candidates:
             if decision.spilled:

@@ -1,0 +1,317 @@
+"""The endpoint picker: Envoy's ``ExternalProcessor.Process`` stream, one HTTP request per stream, picked by the router.
+
+The gateway runs its ext_proc filter with the request body in ``FULL_DUPLEX_STREAMED`` mode (and
+trailers sent), as the Gateway API Inference Extension's reference configuration does. For each
+stream:
+
+1. Request headers: kept; the subset hint is read from the filter metadata. Headers that end
+   the request (no body) are answered with a pick at once.
+2. Request body pieces: held (under the router's body limit and byte budget) until the body ends
+   (``end_of_stream``, or the request trailers). Then the body is parsed as the proxy parses it,
+   the request waits for a free slot like a proxied one (overload answers 429), the router's
+   policy picks among the hinted (or all) replicas, and the picker sends the held headers answer
+   with the pick list in ``x-gateway-destination-endpoint`` and in the ``envoy.lb`` dynamic
+   metadata, then hands the body back as streamed body mutations.
+3. Response: headers, body pieces and trailers pass through unchanged. The response headers'
+   ``envoy.lb/x-gateway-destination-endpoint-served`` moves the accounting to the replica that
+   served; the first body piece is the TTFT; the response's end (or the stream's, however it
+   ends) releases the in-flight slot.
+
+Refusals are immediate HTTP answers: 400 bad JSON, 413 body over the limit, 429 overload, 503 no
+ready endpoint or an empty or unmatched subset hint. Prompts are never logged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from google.protobuf import json_format
+
+from warmstart.router import picking, replies
+from warmstart.router.admission import QueueFull
+from warmstart.router.assignments import Assignment
+from warmstart.router.bodies import BadBody, BodyParser, ParsedBody
+from warmstart.router.health import Health
+from warmstart.router.reading import ByteBudget, HeldBody, Refusal
+from warmstart.router.routing import Router
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
+_FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+_NO_BODY = ParsedBody("", 0, None)
+_streams = itertools.count()
+
+
+def _metadata(message: pb.ProcessingRequest) -> dict[str, Any]:
+    """The request's filter metadata as plain values."""
+    filter_metadata = message.metadata_context.filter_metadata
+    return {name: json_format.MessageToDict(value) for name, value in filter_metadata.items()}
+
+
+def _headers(message: pb.HttpHeaders) -> dict[str, str]:
+    """Header names (lowercase, as Envoy sends them) -> value; Envoy sends values as ``raw_value`` bytes."""
+    return {h.key: h.raw_value.decode("latin-1") if h.raw_value else h.value for h in message.headers.headers}
+
+
+class Exchange:
+    """One HTTP request's trip through the picker (one Process stream): its state and answers."""
+
+    def __init__(self, picker: Picker) -> None:
+        self.picker = picker
+        self.router = picker.router
+        self.started = time.perf_counter()
+        self.headers: dict[str, str] = {}
+        self.hint: list[str] | None = None
+        self.body: HeldBody | None = None
+        self.assignment: Assignment | None = None
+        self.status = 0
+        self.streamed_response = True
+        self.picked = False
+        self.done = False
+
+    async def handle(self, message: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        """The answers to one message from the gateway (none while the request body is held)."""
+        kind = message.WhichOneof("request")
+        if message.HasField("protocol_config"):
+            self.streamed_response = message.protocol_config.response_body_mode == _FULL_DUPLEX
+        if kind == "request_headers":
+            return await self.request_headers(message)
+        if kind == "request_body":
+            return await self.request_body(message.request_body)
+        if kind == "request_trailers":
+            if self.picked:
+                return [replies.request_trailers()]
+            return await self.pick(end=False) + [replies.request_trailers()]
+        if kind == "response_headers":
+            return self.response_headers(message)
+        if kind == "response_body":
+            return self.response_body(message.response_body)
+        if kind == "response_trailers":
+            self.finish()
+            return [replies.response_trailers()]
+        return []
+
+    async def request_headers(self, message: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        self.started = time.perf_counter()
+        self.headers = _headers(message.request_headers)
+        self.hint = picking.subset_hint(_metadata(message))
+        if message.request_headers.end_of_stream:
+            return await self.pick(end=None)
+        body = HeldBody(self.picker.budget, self.client())
+        self.body = body
+        if not body.open():
+            return self.refuse(picking.Refused(429, picking.Reason.BUSY, "too many request bodies from this client"))
+        return []
+
+    def client(self) -> str:
+        """Who sent the request, for the byte budget's shares: the gateway's last ``x-forwarded-for`` hop.
+
+        Without one, each request is its own client (only the router-wide budget applies).
+        """
+        forwarded = self.headers.get("x-forwarded-for", "")
+        hop = forwarded.rsplit(",", 1)[-1].strip()
+        return hop if hop else f"stream-{next(_streams)}"
+
+    async def request_body(self, part: pb.HttpBody) -> list[pb.ProcessingResponse]:
+        body = self.body
+        if body is None or self.picked:  # a body after a bodyless pick: not a stream Envoy sends
+            return []
+        limit = self.router.config.max_body_bytes
+        if body.size + len(part.body) > limit:
+            message = f"request body exceeds the endpoint picker's limit of {limit} bytes"
+            return self.refuse(picking.Refused(413, picking.Reason.BODY_TOO_LARGE, message))
+        if part.body:
+            refusal = body.add(part.body)
+            if refusal is not None:
+                status = int(refusal)
+                message = (
+                    "this client holds its share of the picker's body buffer; retry later"
+                    if refusal is Refusal.CLIENT_SHARE
+                    else "the endpoint picker's body buffer is full; retry later"
+                )
+                return self.refuse(picking.Refused(status, picking.Reason.BUSY, message))
+        if part.end_of_stream:
+            return await self.pick(end=True)
+        return []
+
+    async def pick(self, end: bool | None) -> list[pb.ProcessingResponse]:
+        """Parse, admit, decide and answer; ``end`` ends the handed-back body (None: the request has none)."""
+        self.picked = True
+        router = self.router
+        config = router.config
+        strategy = router.policy.strategy.value
+        body = self.body
+        raw = b""
+        if body is not None:
+            body.complete()
+            raw = body.data()
+        parsed = _NO_BODY
+        if raw:
+            try:
+                parsed = await self.picker.parser.parse(
+                    raw, config.block_chars * config.max_blocks, config.session_field, self.client()
+                )
+            except BadBody as bad:
+                router.metrics.request(strategy, "", "bad_request").inc()
+                return self.refuse(picking.Refused(400, picking.Reason.BAD_REQUEST, str(bad)))
+        urls = router.fleet.urls()
+        allowed: frozenset[str] | None = None
+        if self.hint is not None:
+            if not self.hint:
+                return self.refuse(
+                    picking.Refused(503, picking.Reason.SUBSET_EMPTY, "the gateway's subset hint names no endpoint")
+                )
+            allowed = picking.within(self.hint, urls)
+        if not urls or (allowed is not None and not allowed):
+            return self.refuse(picking.unavailable(hinted=allowed is not None))
+        session_header = self.headers.get(config.session_header.lower())
+        session = session_header if session_header else parsed.session
+        try:
+            await router.admission.admit(config.max_queue_size)
+        except QueueFull:
+            router.metrics.overflows.inc()
+            router.metrics.request(strategy, "", "overflow").inc()
+            message = "every model replica is at its concurrency limit and the queue is full; retry later"
+            return self.refuse(picking.Refused(config.overflow_status_code, picking.Reason.OVERLOADED, message))
+        # no await from admission to taking the slot
+        routed = router.decide(parsed, session, only=allowed)
+        candidates = routed.decision.candidates
+        inflight = {url: replica.inflight for url in candidates if (replica := router.fleet.get(url)) is not None}
+        outcome = picking.pick(
+            [url for url in candidates if url in inflight],
+            inflight,
+            config.max_concurrent_requests,
+            config.retries,
+            hinted=allowed is not None,
+        )
+        if isinstance(outcome, picking.Refused):
+            return self.refuse(outcome)
+        replica = router.fleet.get(outcome.urls[0])
+        assert replica is not None  # taken from the fleet above, with no await since
+        matched_chars = routed.decision.matched_blocks * config.block_chars
+        self.assignment = Assignment(
+            router, replica, routed.key, max(0, routed.key.chars - matched_chars), self.started
+        )
+        router.metrics.added_seconds.observe(time.perf_counter() - self.started)
+        answers = [replies.picked(outcome.value)]
+        if end is not None:
+            answers += replies.request_body(raw, end)
+        if body is not None:
+            body.release()
+        return answers
+
+    def refuse(self, refusal: picking.Refused) -> list[pb.ProcessingResponse]:
+        """Answer the request with an immediate HTTP response; the stream is over."""
+        log.info("request refused: %d %s", refusal.status, refusal.reason.value)
+        if refusal.reason in (picking.Reason.NO_ENDPOINT, picking.Reason.SUBSET_EMPTY, picking.Reason.SUBSET_UNMATCHED):
+            self.router.metrics.request(self.router.policy.strategy.value, "", "no_replica").inc()
+        self.done = True
+        self.close()
+        return [replies.refused(refusal)]
+
+    def response_headers(self, message: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        headers = message.response_headers
+        status = _headers(headers).get(":status", "")
+        self.status = int(status) if status.isdigit() else 0
+        served = picking.served_endpoint(_metadata(message))
+        assignment = self.assignment
+        if served is not None and assignment is not None:
+            url = picking.url_in(served, self.router.fleet.urls())
+            if url is not None:
+                assignment.served_by(url)
+        if headers.end_of_stream:
+            self.finish()
+        return [replies.response_headers()]
+
+    def response_body(self, part: pb.HttpBody) -> list[pb.ProcessingResponse]:
+        if self.assignment is not None:
+            self.assignment.first_byte()
+        if part.end_of_stream:
+            self.finish()
+        return [replies.response_body(part.body, part.end_of_stream, self.streamed_response)]
+
+    def finish(self) -> None:
+        """The response is complete: release the slot with its outcome."""
+        if self.assignment is not None:
+            self.assignment.first_byte()
+            self.assignment.release("ok" if 0 < self.status < 500 else "error")
+
+    def close(self) -> None:
+        """The stream is over, however: release whatever the request still holds."""
+        if self.body is not None:
+            self.body.release()
+        if self.assignment is not None:
+            self.assignment.release("aborted")
+
+
+class Picker(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    """The ``ExternalProcessor`` service: one :class:`Exchange` per stream, over the router's fleet and policy."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        config = router.config
+        self.budget = ByteBudget(
+            config.max_buffered_bytes, config.max_buffered_bytes_per_client, config.max_bodies_per_client
+        )
+        self.parser = BodyParser()
+
+    def refresh_limits(self) -> None:
+        config = self.router.config
+        self.budget.limit = config.max_buffered_bytes
+        self.budget.client_limit = config.max_buffered_bytes_per_client
+        self.budget.client_bodies = config.max_bodies_per_client
+
+    async def Process(
+        self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.ProcessingResponse]:
+        self.refresh_limits()
+        exchange = Exchange(self)
+        try:
+            async for message in request_iterator:
+                for answer in await exchange.handle(message):
+                    yield answer
+                if exchange.done:
+                    return
+        finally:
+            exchange.close()
+
+    def close(self) -> None:
+        self.parser.close()
+
+
+class PickerServer:
+    """The running gRPC server: the picker, its health services and the bound port."""
+
+    def __init__(self, server: grpc.aio.Server, picker: Picker, health: Health, port: int) -> None:
+        self.server, self.picker, self.health, self.port = server, picker, health, port
+
+    async def stop(self, grace: float | None = 5.0) -> None:
+        await self.health.shutdown()
+        await self.server.stop(grace)
+        self.picker.close()
+
+
+async def serve(router: Router, host: str, port: int, ready: Callable[[], bool] | None = None) -> PickerServer:
+    """Serve the picker and the gRPC health services on ``host:port`` (0 = any free port).
+
+    ``ready`` is an extra readiness gate (a leader elector's "am I the leader"): readiness is
+    SERVING only while the fleet has a replica and ``ready()`` is true.
+    """
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    picker = Picker(router)
+    health = Health(router, ready, services=(SERVICE_NAME,))
+    pb_grpc.add_ExternalProcessorServicer_to_server(picker, server)
+    health.add_to(server)
+    bound = server.add_insecure_port(f"{host}:{port}" if ":" not in host else f"[{host}]:{port}")
+    await server.start()
+    health.start()
+    return PickerServer(server, picker, health, bound)
