@@ -22,6 +22,9 @@ from google.protobuf import json_format, struct_pb2
 from warmstart.router import picking
 
 FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+STREAMED = processing_mode_pb2.ProcessingMode.STREAMED
+NO_BODY = processing_mode_pb2.ProcessingMode.NONE
 
 
 def _metadata(filter_metadata: Mapping[str, Mapping[str, Any]] | None) -> base_pb2.Metadata:
@@ -44,8 +47,12 @@ def request_headers(
     end: bool = False,
     hint: object = None,
     metadata: Mapping[str, Mapping[str, Any]] | None = None,
+    mode: int = FULL_DUPLEX,
 ) -> pb.ProcessingRequest:
-    """Request headers (``:method`` POST etc.), with the subset hint ``hint`` when it is not None."""
+    """Request headers (``:method`` POST etc.), with the subset hint ``hint`` when it is not None.
+
+    ``mode`` is the request body mode the gateway announces (its response body mode is FULL_DUPLEX_STREAMED).
+    """
     base = {":method": "POST", ":path": "/v1/completions", ":authority": "gw", "content-type": "application/json"}
     filter_metadata = dict(metadata or {})
     if hint is not None:
@@ -53,7 +60,7 @@ def request_headers(
     return pb.ProcessingRequest(
         request_headers=pb.HttpHeaders(headers=_header_map({**base, **(headers or {})}), end_of_stream=end),
         metadata_context=_metadata(filter_metadata),
-        protocol_config=pb.ProtocolConfiguration(request_body_mode=FULL_DUPLEX, response_body_mode=FULL_DUPLEX),
+        protocol_config=pb.ProtocolConfiguration(request_body_mode=mode, response_body_mode=FULL_DUPLEX),
     )
 
 
@@ -116,10 +123,10 @@ class Stream:
         self.call.cancel()
 
 
-def pick_of(answer: pb.ProcessingResponse) -> tuple[str, str]:
-    """(the destination header's value, the ``envoy.lb`` dynamic metadata's value) of a headers answer."""
-    assert answer.WhichOneof("response") == "request_headers", answer
-    headers = answer.request_headers.response.header_mutation.set_headers
+def pick_of(answer: pb.ProcessingResponse, phase: str = "request_headers") -> tuple[str, str]:
+    """(the destination header's value, the ``envoy.lb`` dynamic metadata's value) of a headers (or body) answer."""
+    assert answer.WhichOneof("response") == phase, answer
+    headers = getattr(answer, phase).response.header_mutation.set_headers
     values = [h.header.raw_value.decode() for h in headers if h.header.key == picking.DESTINATION_ENDPOINT]
     assert len(values) == 1, headers
     metadata = json_format.MessageToDict(answer.dynamic_metadata)

@@ -18,6 +18,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from eppharness import (
+    BUFFERED,
+    NO_BODY,
+    STREAMED,
     Stream,
     body_pieces,
     completion,
@@ -449,3 +452,67 @@ async def test_health_watch_follows_readiness(pickers: PickerFactory) -> None:
     second = await asyncio.wait_for(watch.read(), 30)
     assert second.status == health_pb2.HealthCheckResponse.SERVING
     watch.cancel()
+
+
+async def test_buffered_mode_answers_the_headers_and_picks_with_the_body(pickers: PickerFactory) -> None:
+    """A gateway in BUFFERED mode waits for the headers answer, then sends the whole body in one message."""
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(mode=BUFFERED))
+    answer = await stream.read()
+    assert answer.WhichOneof("response") == "request_headers"
+    assert not answer.request_headers.response.header_mutation.set_headers
+    await stream.send(request_body(completion("buffered")))
+    header, metadata = pick_of(await stream.read(), phase="request_body")
+    assert header == metadata and header.split(",")[0] in ENDPOINTS
+    assert sum(picker.inflight().values()) == 1
+    await stream.send(response_headers(200, end=True))
+    await stream.read()
+    await stream.end()
+    await settled(picker)
+
+
+async def test_no_body_mode_picks_at_the_headers(pickers: PickerFactory) -> None:
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(mode=NO_BODY))
+    header, metadata = pick_of(await stream.read())
+    assert header == metadata
+    stream.cancel()
+    await settled(picker)
+
+
+async def test_streamed_mode_is_refused_with_a_clear_message(pickers: PickerFactory) -> None:
+    """STREAMED forwards the headers before the body ends, so the pick could never reach them."""
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(mode=STREAMED))
+    status, body = immediate(await stream.read())
+    assert status == 500 and body["error"]["type"] == picking.Reason.UNSUPPORTED_MODE
+    assert "FULL_DUPLEX_STREAMED" in body["error"]["message"]
+
+
+async def test_one_client_cannot_hold_the_whole_body_buffer(pickers: PickerFactory) -> None:
+    """Bodies held while they arrive count against the client's share (its address as the gateway forwards it)."""
+    picker = await pickers(RouterConfig(max_buffered_bytes=64 * 1024, max_buffered_bytes_per_client=8 * 1024))
+    hog = picker.stream()
+    await hog.send(
+        request_headers({"x-forwarded-for": "203.0.113.7"}), request_body(b'{"prompt": "' + b"a" * 6000, end=False)
+    )
+    second = picker.stream()
+    await second.send(
+        request_headers({"x-forwarded-for": "203.0.113.7"}), request_body(b'{"prompt": "' + b"b" * 6000, end=False)
+    )
+    status, body = immediate(await second.read())
+    assert status == 429 and body["error"]["type"] == picking.Reason.BUSY
+    other = picker.stream()  # another client still gets through
+    await other.send(request_headers({"x-forwarded-for": "198.51.100.1"}), request_body(completion("other")))
+    pick_of(await other.read())
+    for stream in (hog, other):
+        stream.cancel()
+    await settled(picker)
+    for _ in range(200):
+        if picker.server.picker.budget.held == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert picker.server.picker.budget.held == 0

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "envoy.service.ext_proc.v3.ExternalProcessor"
 _FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+_BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+_NONE = processing_mode_pb2.ProcessingMode.NONE
 _NO_BODY = ParsedBody("", 0, None)
 _streams = itertools.count()
 
@@ -74,14 +76,19 @@ class Exchange:
         self.body: HeldBody | None = None
         self.assignment: Assignment | None = None
         self.status = 0
+        self.client = ""
+        self.request_mode: int = _FULL_DUPLEX
+        """How the gateway sends the request body (FULL_DUPLEX_STREAMED unless it says otherwise)."""
         self.streamed_response = True
+        """The gateway streams the response body full-duplex: each piece must be handed back."""
         self.picked = False
         self.done = False
 
     async def handle(self, message: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         """The answers to one message from the gateway (none while the request body is held)."""
         kind = message.WhichOneof("request")
-        if message.HasField("protocol_config"):
+        if message.HasField("protocol_config"):  # Envoy sends it on the stream's first message
+            self.request_mode = message.protocol_config.request_body_mode
             self.streamed_response = message.protocol_config.response_body_mode == _FULL_DUPLEX
         if kind == "request_headers":
             return await self.request_headers(message)
@@ -103,16 +110,27 @@ class Exchange:
     async def request_headers(self, message: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         self.started = time.perf_counter()
         self.headers = _headers(message.request_headers)
+        self.client = self._client()
         self.hint = picking.subset_hint(_metadata(message))
-        if message.request_headers.end_of_stream:
+        mode = self.request_mode
+        if message.request_headers.end_of_stream or mode == _NONE:
             return await self.pick(end=None)
-        body = HeldBody(self.picker.budget, self.client())
+        if mode not in (_FULL_DUPLEX, _BUFFERED):
+            name = processing_mode_pb2.ProcessingMode.BodySendMode.Name(mode)
+            message_text = (
+                f"the gateway sends request bodies in {name} mode; the endpoint picker needs "
+                "FULL_DUPLEX_STREAMED (or BUFFERED, or NONE to pick without the body)"
+            )
+            return self.refuse(picking.Refused(500, picking.Reason.UNSUPPORTED_MODE, message_text))
+        body = HeldBody(self.picker.budget, self.client)
         self.body = body
         if not body.open():
             return self.refuse(picking.Refused(429, picking.Reason.BUSY, "too many request bodies from this client"))
+        if mode == _BUFFERED:
+            return [replies.request_headers()]  # the gateway waits for this before it sends the body
         return []
 
-    def client(self) -> str:
+    def _client(self) -> str:
         """Who sent the request, for the byte budget's shares: the gateway's last ``x-forwarded-for`` hop.
 
         Without one, each request is its own client (only the router-wide budget applies).
@@ -139,12 +157,18 @@ class Exchange:
                     else "the endpoint picker's body buffer is full; retry later"
                 )
                 return self.refuse(picking.Refused(status, picking.Reason.BUSY, message))
+        if self.request_mode == _BUFFERED:  # the whole body in one message (trailers may follow)
+            return await self.pick(end=None, buffered=True)
         if part.end_of_stream:
             return await self.pick(end=True)
         return []
 
-    async def pick(self, end: bool | None) -> list[pb.ProcessingResponse]:
-        """Parse, admit, decide and answer; ``end`` ends the handed-back body (None: the request has none)."""
+    async def pick(self, end: bool | None, buffered: bool = False) -> list[pb.ProcessingResponse]:
+        """Parse, admit, decide and answer.
+
+        ``end`` ends the handed-back body (None: no body to hand back); ``buffered``: the pick
+        answers the gateway's buffered body message instead of its held headers.
+        """
         self.picked = True
         router = self.router
         config = router.config
@@ -158,7 +182,7 @@ class Exchange:
         if raw:
             try:
                 parsed = await self.picker.parser.parse(
-                    raw, config.block_chars * config.max_blocks, config.session_field, self.client()
+                    raw, config.block_chars * config.max_blocks, config.session_field, self.client
                 )
             except BadBody as bad:
                 router.metrics.request(strategy, "", "bad_request").inc()
@@ -202,7 +226,7 @@ class Exchange:
             router, replica, routed.key, max(0, routed.key.chars - matched_chars), self.started
         )
         router.metrics.added_seconds.observe(time.perf_counter() - self.started)
-        answers = [replies.picked(outcome.value)]
+        answers = [replies.picked(outcome.value, in_body=buffered)]
         if end is not None:
             answers += replies.request_body(raw, end)
         if body is not None:

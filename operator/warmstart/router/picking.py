@@ -37,6 +37,7 @@ class Reason(str, enum.Enum):
     SUBSET_EMPTY = "SubsetHintEmpty"
     SUBSET_UNMATCHED = "SubsetHintUnmatched"
     OVERLOADED = "Overloaded"
+    UNSUPPORTED_MODE = "UnsupportedProcessingMode"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,15 +33,26 @@ def _header(name: str, value: str) -> base_pb2.HeaderValueOption:
     )
 
 
-def picked(value: str) -> pb.ProcessingResponse:
-    """The request-headers answer: ``x-gateway-destination-endpoint`` and ``envoy.lb`` metadata, both ``value``."""
+def picked(value: str, in_body: bool = False) -> pb.ProcessingResponse:
+    """The pick: header ``x-gateway-destination-endpoint`` and ``envoy.lb`` metadata, both ``value``.
+
+    It answers the held request headers; with ``in_body``, the buffered request body (the
+    gateway's BUFFERED mode, where the headers were answered already and are mutated here).
+    """
     metadata = struct_pb2.Struct()
     metadata.update({picking.LB_NAMESPACE: {picking.DESTINATION_ENDPOINT: value}})
     common = pb.CommonResponse(
         header_mutation=pb.HeaderMutation(set_headers=[_header(picking.DESTINATION_ENDPOINT, value)]),
         clear_route_cache=True,
     )
+    if in_body:
+        return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common), dynamic_metadata=metadata)
     return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=common), dynamic_metadata=metadata)
+
+
+def request_headers() -> pb.ProcessingResponse:
+    """The request headers go on unchanged (BUFFERED mode: the pick comes with the body)."""
+    return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=pb.CommonResponse()))
 
 
 def _streamed(data: bytes, end: bool) -> pb.CommonResponse:
