@@ -5,6 +5,8 @@
     python bench/routing.py --fleet llamacpp   # real engines instead (llama.cpp, bench/routing_llamacpp.py)
     python bench/routing.py --fleet events     # KV events + engine load vs text vs SGLang, 1/2/4 routers, the goals
                                                # table (bench/routing_engines.py, which takes the other flags)
+    python bench/routing.py --fleet gateway    # Envoy + the endpoint picker vs the proxy vs SGLang, added latency
+                                               # and CPU per process, the goals (bench/routing_gateway.py)
 
 Fleet: 8 simulated replicas (a 9th joins in the scale event), one process, time-scaled. The
 ideal bound is one replica with the fleet's total cache, prefill compute and slots, called
@@ -551,17 +553,20 @@ def render(
 
 def main() -> int:
     fleet = argparse.ArgumentParser(add_help=False)
-    fleet.add_argument("--fleet", choices=["sim", "llamacpp", "events"], default="sim")
+    fleet.add_argument("--fleet", choices=["sim", "llamacpp", "events", "gateway"], default="sim")
     chosen, rest = fleet.parse_known_args()
-    if chosen.fleet == "events":  # bench/routing_engines.py builds on this module: run it, don't import it
-        os.execv(sys.executable, [sys.executable, str(Path(__file__).with_name("routing_engines.py")), *rest])
+    # bench/routing_engines.py and bench/routing_gateway.py build on this module: run them, don't import them
+    if chosen.fleet in ("events", "gateway"):
+        program = "routing_engines.py" if chosen.fleet == "events" else "routing_gateway.py"
+        os.execv(sys.executable, [sys.executable, str(Path(__file__).with_name(program)), *rest])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument(
         "--fleet",
-        choices=["sim", "llamacpp", "events"],
+        choices=["sim", "llamacpp", "events", "gateway"],
         default="sim",
         help="sim: simulated vLLM replicas (default); llamacpp: real llama.cpp engines (see routing_llamacpp.py); "
-        "events: simulated replicas publishing KV events, routers following them (see routing_engines.py)",
+        "events: simulated replicas publishing KV events, routers following them (see routing_engines.py); "
+        "gateway: Envoy + the endpoint picker vs the proxy vs SGLang (see routing_gateway.py)",
     )
     p.add_argument("--quick", action="store_true", help="demo subset, < 3 minutes")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "out"))
