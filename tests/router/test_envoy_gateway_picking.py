@@ -56,7 +56,7 @@ async def test_every_request_lands_on_the_picked_replica(
         assert len(gw.picks) == 24
         # the picker counted each request on the replica whose engine counted it, and holds no slot
         assert gw.served() == _engine_counts(replicas)
-        assert gw.inflight() == 0
+        assert await gw.settled_inflight() == 0
 
 
 async def test_a_stream_passes_through_unchanged(
@@ -71,7 +71,7 @@ async def test_a_stream_passes_through_unchanged(
             assert response.status == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             pieces = [piece async for piece in response.content.iter_any()]
-        assert gw.inflight() == 0
+        assert await gw.settled_inflight() == 0
     through = sse_events(b"".join(pieces))
     assert through[-1] == "[DONE]"
     assert len(through) == len(direct) > 12  # one event per token, then usage and [DONE]
@@ -219,22 +219,23 @@ async def test_fail_open_falls_back_to_the_model_service_once_the_picker_stops(
     assert _engine_counts(fleet) == {r.url: 0 for r in fleet}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a FailOpen gateway buffers the request body (Envoy 1.40 answers 500 when a full-duplex picker stream "
-    "fails, failure_mode_allow or not); the picker answers request headers only once it has the body, so Envoy "
-    "waits for its message timeout and then bypasses it. The picker must answer the headers at once in BUFFERED "
-    "mode and put its pick in the body answer.",
-)
 async def test_fail_open_picks_while_the_picker_runs(
     sims: SimFactory, client: aiohttp.ClientSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """FailOpen buffers the request body (Envoy cannot fail open from a full-duplex stream): the picker still picks,
+    from the buffered body, and no request waits for a message timeout to reach the model Service."""
     *fleet, service = await sims(3)
+    by_name = {r.replica.name: r for r in fleet}
     urls = [r.url for r in fleet]
     async with gateway(
-        urls, tmp_path, monkeypatch, failure_mode="FailOpen", fallback=[service.url], message_timeout_s=2.0
+        urls, tmp_path, monkeypatch, failure_mode="FailOpen", fallback=[service.url], message_timeout_s=30.0
     ) as gw:
-        async with client.post(gw.url + "/v1/completions", json=_body(DOCUMENT)) as response:
-            assert response.status == 200
-            assert response.headers["x-sim-replica"] != service.replica.name
-        assert len(gw.picks) == 1
+        for i in range(4):
+            async with client.post(gw.url + "/v1/completions", json=_body(f"group {i}: {DOCUMENT}")) as response:
+                assert response.status == 200
+                served = by_name[response.headers["x-sim-replica"]]  # never the model Service's fallback
+            assert gw.picks[-1].split(",")[0] == _endpoint(served)
+        assert len(gw.picks) == 4
+        assert gw.served() == _engine_counts(fleet)
+        assert await gw.settled_inflight() == 0
+    assert service.replica.engine.counters.requests == 0
