@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from envoyprocess import address_of
 from gatewayharness import gateway
@@ -78,6 +79,53 @@ async def test_a_stream_passes_through_unchanged(
     texts = [json.loads(e)["choices"][0]["text"] for e in through[:-1] if json.loads(e)["choices"]]
     direct_texts = [json.loads(e)["choices"][0]["text"] for e in direct[:-1] if json.loads(e)["choices"]]
     assert texts == direct_texts
+
+
+@contextlib.asynccontextmanager
+async def _paced_replica() -> AsyncIterator[tuple[str, asyncio.Event]]:
+    """A replica that streams one SSE event, then waits for the event before it sends the rest."""
+    go_on = asyncio.Event()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-sim-replica": "paced"})
+        await response.prepare(request)
+        await response.write(b'data: {"id": "cmpl-paced-1", "choices": [{"text": "first"}]}\n\n')
+        await go_on.wait()
+        await response.write(b'data: {"id": "cmpl-paced-1", "choices": [{"text": "second"}]}\n\n')
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}", go_on
+    finally:
+        go_on.set()
+        await runner.cleanup()
+
+
+async def test_a_stream_reaches_the_client_while_the_replica_is_still_generating(
+    client: aiohttp.ClientSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first event reaches the client before the replica sends the second: neither Envoy nor the picker (which
+    sees every response piece) holds the stream back. Without streaming this waits forever (the guard fails it)."""
+    async with _paced_replica() as (url, go_on), gateway([url], tmp_path, monkeypatch) as gw:
+        body = _body("tell me a story about " + DOCUMENT, stream=True)
+        async with client.post(gw.url + "/v1/completions", json=body) as response:
+            assert response.status == 200
+            first = await asyncio.wait_for(response.content.readuntil(b"\n\n"), timeout=30)
+            assert b'"first"' in first
+            go_on.set()
+            rest = await response.read()
+        assert b'"second"' in rest and rest.endswith(b"data: [DONE]\n\n")
+        assert await gw.settled_inflight() == 0
 
 
 async def test_a_prefix_group_sticks_to_one_replica(
