@@ -545,3 +545,29 @@ async def test_one_client_cannot_hold_the_whole_body_buffer(pickers: PickerFacto
             break
         await asyncio.sleep(0.01)
     assert picker.server.picker.budget.held == 0
+
+
+async def test_stopping_lets_open_responses_finish_and_refuses_new_streams(pickers: PickerFactory) -> None:
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(), request_body(completion("draining")))
+    await stream.read_n(2)
+    await stream.send(response_headers(200))
+    await stream.read()
+    stopping = asyncio.create_task(picker.server.stop(30))
+    for _ in range(200):  # wait until the server refuses new streams
+        refused = picker.stream()
+        try:
+            await refused.send(request_headers(end=True))
+            await refused.read()
+        except (grpc.aio.AioRpcError, AssertionError):
+            break
+        refused.cancel()
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("a stopping picker still accepted new streams")
+    await stream.send(response_body(b"data: [DONE]\n\n", end=True))  # the open response goes on
+    assert (await stream.read()).WhichOneof("response") == "response_body"
+    await stream.end()
+    await asyncio.wait_for(stopping, 30)
+    assert picker.router.status()["inflight"] == 0

@@ -336,7 +336,8 @@ class PickerServer:
     def __init__(self, server: grpc.aio.Server, picker: Picker, health: Health, port: int) -> None:
         self.server, self.picker, self.health, self.port = server, picker, health, port
 
-    async def stop(self, grace: float | None = 5.0) -> None:
+    async def stop(self, grace: float | None = 25.0) -> None:
+        """Report NOT_SERVING, refuse new streams (GOAWAY), let open ones finish for up to ``grace`` seconds."""
         await self.health.shutdown()
         await self.server.stop(grace)
         self.picker.close()
