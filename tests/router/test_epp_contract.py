@@ -246,6 +246,8 @@ async def test_overload_gets_429_and_a_freed_slot_picks_again(pickers: PickerFac
     await second.send(request_headers(), request_body(completion("second")))
     status, body = immediate(await second.read())
     assert status == 429 and body["error"]["type"] == picking.Reason.OVERLOADED
+    strategy = picker.router.policy.strategy.value
+    assert picker.router.metrics.request(strategy, "", "overflow").value == 1
     answer = second.call  # the refused stream ends; its request holds nothing
     assert await answer.read() is grpc.aio.EOF
     await first.read()  # the body handed back

@@ -176,7 +176,6 @@ class Exchange:
         self.picked = True
         router = self.router
         config = router.config
-        strategy = router.policy.strategy.value
         body = self.body
         raw = b""
         if body is not None:
@@ -189,7 +188,6 @@ class Exchange:
                     raw, config.block_chars * config.max_blocks, config.session_field, self.client
                 )
             except BadBody as bad:
-                router.metrics.request(strategy, "", "bad_request").inc()
                 return self.refuse(picking.Refused(400, picking.Reason.BAD_REQUEST, str(bad)))
         urls = router.fleet.urls()
         allowed: frozenset[str] | None = None
@@ -207,7 +205,6 @@ class Exchange:
             await router.admission.admit(config.max_queue_size)
         except QueueFull:
             router.metrics.overflows.inc()
-            router.metrics.request(strategy, "", "overflow").inc()
             message = "every model replica is at its concurrency limit and the queue is full; retry later"
             return self.refuse(picking.Refused(config.overflow_status_code, picking.Reason.OVERLOADED, message))
         # no await from admission to taking the slot
@@ -240,8 +237,7 @@ class Exchange:
     def refuse(self, refusal: picking.Refused) -> list[pb.ProcessingResponse]:
         """Answer the request with an immediate HTTP response; the stream is over."""
         log.info("request refused: %d %s", refusal.status, refusal.reason.value)
-        if refusal.reason in (picking.Reason.NO_ENDPOINT, picking.Reason.SUBSET_EMPTY, picking.Reason.SUBSET_UNMATCHED):
-            self.router.metrics.request(self.router.policy.strategy.value, "", "no_replica").inc()
+        self.router.metrics.request(self.router.policy.strategy.value, "", refusal.reason.outcome).inc()
         self.done = True
         self.close()
         return [replies.refused(refusal)]
