@@ -236,7 +236,7 @@ class Exchange:
 
     def refuse(self, refusal: picking.Refused) -> list[pb.ProcessingResponse]:
         """Answer the request with an immediate HTTP response; the stream is over."""
-        log.info("request refused: %d %s", refusal.status, refusal.reason.value)
+        log.debug("request refused: %d %s", refusal.status, refusal.reason.value)
         self.router.metrics.request(self.router.policy.strategy.value, "", refusal.reason.outcome).inc()
         self.done = True
         self.close()
