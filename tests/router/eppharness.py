@@ -48,10 +48,11 @@ def request_headers(
     hint: object = None,
     metadata: Mapping[str, Mapping[str, Any]] | None = None,
     mode: int = FULL_DUPLEX,
+    response_mode: int = FULL_DUPLEX,
 ) -> pb.ProcessingRequest:
     """Request headers (``:method`` POST etc.), with the subset hint ``hint`` when it is not None.
 
-    ``mode`` is the request body mode the gateway announces (its response body mode is FULL_DUPLEX_STREAMED).
+    ``mode`` and ``response_mode`` are the request and response body modes the gateway announces.
     """
     base = {":method": "POST", ":path": "/v1/completions", ":authority": "gw", "content-type": "application/json"}
     filter_metadata = dict(metadata or {})
@@ -60,7 +61,7 @@ def request_headers(
     return pb.ProcessingRequest(
         request_headers=pb.HttpHeaders(headers=_header_map({**base, **(headers or {})}), end_of_stream=end),
         metadata_context=_metadata(filter_metadata),
-        protocol_config=pb.ProtocolConfiguration(request_body_mode=mode, response_body_mode=FULL_DUPLEX),
+        protocol_config=pb.ProtocolConfiguration(request_body_mode=mode, response_body_mode=response_mode),
     )
 
 

@@ -246,6 +246,8 @@ async def test_overload_gets_429_and_a_freed_slot_picks_again(pickers: PickerFac
     await second.send(request_headers(), request_body(completion("second")))
     status, body = immediate(await second.read())
     assert status == 429 and body["error"]["type"] == picking.Reason.OVERLOADED
+    strategy = picker.router.policy.strategy.value
+    assert picker.router.metrics.request(strategy, "", "overflow").value == 1
     answer = second.call  # the refused stream ends; its request holds nothing
     assert await answer.read() is grpc.aio.EOF
     await first.read()  # the body handed back
@@ -376,15 +378,44 @@ async def test_an_aborted_stream_leaves_nothing_in_flight(pickers: PickerFactory
     assert aborted == 3
 
 
-async def test_a_gateway_that_closes_the_stream_mid_response_releases_the_slot(pickers: PickerFactory) -> None:
+async def test_without_the_response_body_the_stream_end_is_the_response_end(pickers: PickerFactory) -> None:
+    """A gateway whose response body mode is NONE ends the stream when the response ends (seen with Envoy)."""
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(response_mode=NO_BODY), request_body(completion("no response body")))
+    endpoint = pick_of(await stream.read())[0].split(",")[0]
+    await stream.read()
+    url = f"http://{endpoint}"
+    await stream.send(response_headers(200))
+    await stream.read()
+    assert sum(picker.router.metrics.ttft_of(url).counts) == 1  # the headers are the first byte it sees
+    assert picker.inflight()[endpoint] == 1
+    await stream.end()
+    await settled(picker)
+    strategy = picker.router.policy.strategy.value
+    assert picker.router.metrics.request(strategy, url, "ok").value == 1
+    # cancelled mid-response (the client went away): released, and counted as aborted
+    cancelled = picker.stream()
+    await cancelled.send(request_headers(response_mode=NO_BODY), request_body(completion("no response body")))
+    endpoint = pick_of(await cancelled.read())[0].split(",")[0]
+    await cancelled.read()
+    await cancelled.send(response_headers(200))
+    await cancelled.read()
+    cancelled.cancel()
+    await settled(picker)
+    assert picker.router.metrics.request(strategy, f"http://{endpoint}", "aborted").value == 1
+
+
+async def test_a_stream_closed_before_the_response_counts_as_aborted(pickers: PickerFactory) -> None:
     picker = await pickers()
     stream = picker.stream()
     await stream.send(request_headers(), request_body(completion("closed")))
-    await stream.read_n(2)
-    await stream.send(response_headers(200))
+    endpoint = pick_of(await stream.read())[0].split(",")[0]
     await stream.read()
-    await stream.end()  # the gateway half-closes without the response's end
+    await stream.end()
     await settled(picker)
+    url = f"http://{endpoint}"
+    assert picker.router.metrics.request(picker.router.policy.strategy.value, url, "aborted").value == 1
 
 
 async def test_the_same_prefix_goes_to_the_same_replica(pickers: PickerFactory) -> None:
@@ -516,3 +547,29 @@ async def test_one_client_cannot_hold_the_whole_body_buffer(pickers: PickerFacto
             break
         await asyncio.sleep(0.01)
     assert picker.server.picker.budget.held == 0
+
+
+async def test_stopping_lets_open_responses_finish_and_refuses_new_streams(pickers: PickerFactory) -> None:
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(), request_body(completion("draining")))
+    await stream.read_n(2)
+    await stream.send(response_headers(200))
+    await stream.read()
+    stopping = asyncio.create_task(picker.server.stop(30))
+    for _ in range(200):  # wait until the server refuses new streams
+        refused = picker.stream()
+        try:
+            await refused.send(request_headers(end=True))
+            await refused.read()
+        except (grpc.aio.AioRpcError, AssertionError):
+            break
+        refused.cancel()
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("a stopping picker still accepted new streams")
+    await stream.send(response_body(b"data: [DONE]\n\n", end=True))  # the open response goes on
+    assert (await stream.read()).WhichOneof("response") == "response_body"
+    await stream.end()
+    await asyncio.wait_for(stopping, 30)
+    assert picker.router.status()["inflight"] == 0

@@ -23,6 +23,7 @@ ready endpoint or an empty or unmatched subset hint. Prompts are never logged.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -81,6 +82,8 @@ class Exchange:
         """How the gateway sends the request body (FULL_DUPLEX_STREAMED unless it says otherwise)."""
         self.streamed_response = True
         """The gateway streams the response body full-duplex: each piece must be handed back."""
+        self.response_body_seen = True
+        """The gateway sends the response body at all (not in mode NONE)."""
         self.picked = False
         self.done = False
 
@@ -90,6 +93,7 @@ class Exchange:
         if message.HasField("protocol_config"):  # Envoy sends it on the stream's first message
             self.request_mode = message.protocol_config.request_body_mode
             self.streamed_response = message.protocol_config.response_body_mode == _FULL_DUPLEX
+            self.response_body_seen = message.protocol_config.response_body_mode != _NONE
         if kind == "request_headers":
             return await self.request_headers(message)
         if kind == "request_body":
@@ -172,7 +176,6 @@ class Exchange:
         self.picked = True
         router = self.router
         config = router.config
-        strategy = router.policy.strategy.value
         body = self.body
         raw = b""
         if body is not None:
@@ -185,7 +188,6 @@ class Exchange:
                     raw, config.block_chars * config.max_blocks, config.session_field, self.client
                 )
             except BadBody as bad:
-                router.metrics.request(strategy, "", "bad_request").inc()
                 return self.refuse(picking.Refused(400, picking.Reason.BAD_REQUEST, str(bad)))
         urls = router.fleet.urls()
         allowed: frozenset[str] | None = None
@@ -203,7 +205,6 @@ class Exchange:
             await router.admission.admit(config.max_queue_size)
         except QueueFull:
             router.metrics.overflows.inc()
-            router.metrics.request(strategy, "", "overflow").inc()
             message = "every model replica is at its concurrency limit and the queue is full; retry later"
             return self.refuse(picking.Refused(config.overflow_status_code, picking.Reason.OVERLOADED, message))
         # no await from admission to taking the slot
@@ -235,9 +236,8 @@ class Exchange:
 
     def refuse(self, refusal: picking.Refused) -> list[pb.ProcessingResponse]:
         """Answer the request with an immediate HTTP response; the stream is over."""
-        log.info("request refused: %d %s", refusal.status, refusal.reason.value)
-        if refusal.reason in (picking.Reason.NO_ENDPOINT, picking.Reason.SUBSET_EMPTY, picking.Reason.SUBSET_UNMATCHED):
-            self.router.metrics.request(self.router.policy.strategy.value, "", "no_replica").inc()
+        log.debug("request refused: %d %s", refusal.status, refusal.reason.value)
+        self.router.metrics.request(self.router.policy.strategy.value, "", refusal.reason.outcome).inc()
         self.done = True
         self.close()
         return [replies.refused(refusal)]
@@ -252,6 +252,8 @@ class Exchange:
             url = picking.url_in(served, self.router.fleet.urls())
             if url is not None:
                 assignment.served_by(url)
+        if assignment is not None and not self.response_body_seen:
+            assignment.first_byte()  # the gateway does not show the body: its headers are the first byte seen
         if headers.end_of_stream:
             self.finish()
         return [replies.response_headers()]
@@ -268,6 +270,14 @@ class Exchange:
         if self.assignment is not None:
             self.assignment.first_byte()
             self.assignment.release("ok" if 0 < self.status < 500 else "error")
+
+    def ends_with_stream(self) -> bool:
+        """The gateway does not send the response body: the stream's end (after the headers) is the response's.
+
+        Otherwise the response ends with its last body piece or its trailers, and a stream that
+        ends before that was aborted.
+        """
+        return bool(self.status) and not self.response_body_seen
 
     def close(self) -> None:
         """The stream is over, however: release whatever the request still holds."""
@@ -305,6 +315,10 @@ class Picker(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                     yield answer
                 if exchange.done:
                     return
+            if exchange.ends_with_stream():
+                await asyncio.sleep(0)  # a cancelled stream's messages end too; its cancellation comes next
+                if not context.cancelled():
+                    exchange.finish()
         finally:
             exchange.close()
 
@@ -318,7 +332,8 @@ class PickerServer:
     def __init__(self, server: grpc.aio.Server, picker: Picker, health: Health, port: int) -> None:
         self.server, self.picker, self.health, self.port = server, picker, health, port
 
-    async def stop(self, grace: float | None = 5.0) -> None:
+    async def stop(self, grace: float | None = 25.0) -> None:
+        """Report NOT_SERVING, refuse new streams (GOAWAY), let open ones finish for up to ``grace`` seconds."""
         await self.health.shutdown()
         await self.server.stop(grace)
         self.picker.close()
