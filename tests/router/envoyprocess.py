@@ -2,7 +2,8 @@
 
 Envoy binds its listener and its admin interface to ephemeral ports (port 0): the admin address comes from
 ``--admin-address-path`` and the listener's from the admin's ``/listeners``, so no port is guessed. Ready means the
-admin's ``/ready`` answers 200 (state LIVE).
+admin's ``/ready`` answers 200 (state LIVE). Envoy logs to ``envoy.log`` in the test's directory, at
+``WARMSTART_ENVOY_LOG_LEVEL`` (default ``warning``; ``debug`` shows each ext_proc message).
 """
 
 from __future__ import annotations
@@ -52,16 +53,6 @@ class RunningEnvoy:
     admin_url: str
     process: subprocess.Popen[bytes]
     log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    async def stats(self, session: aiohttp.ClientSession) -> dict[str, int]:
-        """Envoy's counters and gauges by name."""
-        async with session.get(self.admin_url + "/stats?format=json") as response:
-            payload = await response.json()
-        return {s["name"]: int(s["value"]) for s in payload["stats"] if "value" in s}
 
 
 @contextlib.asynccontextmanager

@@ -7,10 +7,12 @@ the real ``replies.picked``), so a test compares each pick with the replica that
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,16 @@ class Gateway:
     def inflight(self) -> int:
         return int(self.router.status()["inflight"])
 
+    async def settled_inflight(self, attempts: int = 200) -> int:
+        """Requests the picker still holds once they settle: it may release a slot just after the client has the
+        response's end (the release rides on the response's last message), so wait for 0 (up to ``attempts``
+        event-loop turns of 50 ms); the count it settles at otherwise."""
+        for _ in range(attempts):
+            if self.inflight() == 0:
+                return 0
+            await asyncio.sleep(0.05)
+        return self.inflight()
+
 
 @contextlib.asynccontextmanager
 async def gateway(
@@ -59,9 +71,9 @@ async def gateway(
     picks: list[str] = []
     real = replies.picked
 
-    def recording(value: str) -> object:
+    def recording(value: str, *args: Any, **kwargs: Any) -> Any:
         picks.append(value)
-        return real(value)
+        return real(value, *args, **kwargs)
 
     monkeypatch.setattr(replies, "picked", recording)
     spec = GatewaySpec(

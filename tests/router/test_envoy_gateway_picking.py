@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from envoyprocess import address_of
 from gatewayharness import gateway
@@ -56,7 +57,7 @@ async def test_every_request_lands_on_the_picked_replica(
         assert len(gw.picks) == 24
         # the picker counted each request on the replica whose engine counted it, and holds no slot
         assert gw.served() == _engine_counts(replicas)
-        assert gw.inflight() == 0
+        assert await gw.settled_inflight() == 0
 
 
 async def test_a_stream_passes_through_unchanged(
@@ -71,13 +72,60 @@ async def test_a_stream_passes_through_unchanged(
             assert response.status == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             pieces = [piece async for piece in response.content.iter_any()]
-        assert gw.inflight() == 0
+        assert await gw.settled_inflight() == 0
     through = sse_events(b"".join(pieces))
     assert through[-1] == "[DONE]"
     assert len(through) == len(direct) > 12  # one event per token, then usage and [DONE]
     texts = [json.loads(e)["choices"][0]["text"] for e in through[:-1] if json.loads(e)["choices"]]
     direct_texts = [json.loads(e)["choices"][0]["text"] for e in direct[:-1] if json.loads(e)["choices"]]
     assert texts == direct_texts
+
+
+@contextlib.asynccontextmanager
+async def _paced_replica() -> AsyncIterator[tuple[str, asyncio.Event]]:
+    """A replica that streams one SSE event, then waits for the event before it sends the rest."""
+    go_on = asyncio.Event()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-sim-replica": "paced"})
+        await response.prepare(request)
+        await response.write(b'data: {"id": "cmpl-paced-1", "choices": [{"text": "first"}]}\n\n')
+        await go_on.wait()
+        await response.write(b'data: {"id": "cmpl-paced-1", "choices": [{"text": "second"}]}\n\n')
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}", go_on
+    finally:
+        go_on.set()
+        await runner.cleanup()
+
+
+async def test_a_stream_reaches_the_client_while_the_replica_is_still_generating(
+    client: aiohttp.ClientSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first event reaches the client before the replica sends the second: neither Envoy nor the picker (which
+    sees every response piece) holds the stream back. Without streaming this waits forever (the guard fails it)."""
+    async with _paced_replica() as (url, go_on), gateway([url], tmp_path, monkeypatch) as gw:
+        body = _body("tell me a story about " + DOCUMENT, stream=True)
+        async with client.post(gw.url + "/v1/completions", json=body) as response:
+            assert response.status == 200
+            first = await asyncio.wait_for(response.content.readuntil(b"\n\n"), timeout=30)
+            assert b'"first"' in first
+            go_on.set()
+            rest = await response.read()
+        assert b'"second"' in rest and rest.endswith(b"data: [DONE]\n\n")
+        assert await gw.settled_inflight() == 0
 
 
 async def test_a_prefix_group_sticks_to_one_replica(
@@ -219,22 +267,23 @@ async def test_fail_open_falls_back_to_the_model_service_once_the_picker_stops(
     assert _engine_counts(fleet) == {r.url: 0 for r in fleet}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a FailOpen gateway buffers the request body (Envoy 1.40 answers 500 when a full-duplex picker stream "
-    "fails, failure_mode_allow or not); the picker answers request headers only once it has the body, so Envoy "
-    "waits for its message timeout and then bypasses it. The picker must answer the headers at once in BUFFERED "
-    "mode and put its pick in the body answer.",
-)
 async def test_fail_open_picks_while_the_picker_runs(
     sims: SimFactory, client: aiohttp.ClientSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """FailOpen buffers the request body (Envoy cannot fail open from a full-duplex stream): the picker still picks,
+    from the buffered body, and no request waits for a message timeout to reach the model Service."""
     *fleet, service = await sims(3)
+    by_name = {r.replica.name: r for r in fleet}
     urls = [r.url for r in fleet]
     async with gateway(
-        urls, tmp_path, monkeypatch, failure_mode="FailOpen", fallback=[service.url], message_timeout_s=2.0
+        urls, tmp_path, monkeypatch, failure_mode="FailOpen", fallback=[service.url], message_timeout_s=30.0
     ) as gw:
-        async with client.post(gw.url + "/v1/completions", json=_body(DOCUMENT)) as response:
-            assert response.status == 200
-            assert response.headers["x-sim-replica"] != service.replica.name
-        assert len(gw.picks) == 1
+        for i in range(4):
+            async with client.post(gw.url + "/v1/completions", json=_body(f"group {i}: {DOCUMENT}")) as response:
+                assert response.status == 200
+                served = by_name[response.headers["x-sim-replica"]]  # never the model Service's fallback
+            assert gw.picks[-1].split(",")[0] == _endpoint(served)
+        assert len(gw.picks) == 4
+        assert gw.served() == _engine_counts(fleet)
+        assert await gw.settled_inflight() == 0
+    assert service.replica.engine.counters.requests == 0

@@ -246,6 +246,8 @@ async def test_overload_gets_429_and_a_freed_slot_picks_again(pickers: PickerFac
     await second.send(request_headers(), request_body(completion("second")))
     status, body = immediate(await second.read())
     assert status == 429 and body["error"]["type"] == picking.Reason.OVERLOADED
+    strategy = picker.router.policy.strategy.value
+    assert picker.router.metrics.request(strategy, "", "overflow").value == 1
     answer = second.call  # the refused stream ends; its request holds nothing
     assert await answer.read() is grpc.aio.EOF
     await first.read()  # the body handed back
@@ -545,3 +547,29 @@ async def test_one_client_cannot_hold_the_whole_body_buffer(pickers: PickerFacto
             break
         await asyncio.sleep(0.01)
     assert picker.server.picker.budget.held == 0
+
+
+async def test_stopping_lets_open_responses_finish_and_refuses_new_streams(pickers: PickerFactory) -> None:
+    picker = await pickers()
+    stream = picker.stream()
+    await stream.send(request_headers(), request_body(completion("draining")))
+    await stream.read_n(2)
+    await stream.send(response_headers(200))
+    await stream.read()
+    stopping = asyncio.create_task(picker.server.stop(30))
+    for _ in range(200):  # wait until the server refuses new streams
+        refused = picker.stream()
+        try:
+            await refused.send(request_headers(end=True))
+            await refused.read()
+        except (grpc.aio.AioRpcError, AssertionError):
+            break
+        refused.cancel()
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("a stopping picker still accepted new streams")
+    await stream.send(response_body(b"data: [DONE]\n\n", end=True))  # the open response goes on
+    assert (await stream.read()).WhichOneof("response") == "response_body"
+    await stream.end()
+    await asyncio.wait_for(stopping, 30)
+    assert picker.router.status()["inflight"] == 0

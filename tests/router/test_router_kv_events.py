@@ -8,6 +8,7 @@ Kubernetes (the fleet is given as backends).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 from collections.abc import AsyncIterator
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
+from eppharness import Stream, pick_of, request_body, request_headers
 from warmstart.api.routers import RouterConfig
-from warmstart.router import admin, proxying
+from warmstart.router import admin, extproc, proxying
 from warmstart.router.routing import Router
 from warmstart.router.tokenizing import ModelTokenizer
 from warmstart.sim import tinytokenizer
@@ -198,3 +201,72 @@ async def test_an_untokenizable_request_is_routed_by_text_never_failed(
         await traffic.cleanup()
         await admin_runner.cleanup()
         await router.stop()
+
+
+async def test_the_endpoint_picker_follows_the_same_engine_events(
+    fleet: tuple[Path, list[tuple[SimReplica, str]]],
+) -> None:
+    """A picker (``--mode epp``) that routed nothing picks where the engines hold each conversation."""
+    tokenizer_dir, replicas = fleet
+    urls = [url for _, url in replicas]
+    config = RouterConfig(
+        strategy="prefixaware",
+        kv_events=True,
+        kv_events_port=EVENTS,
+        kv_events_replay_port=REPLAY,
+        kv_events_ports_relative=True,
+        tokenizer_dir=str(tokenizer_dir),
+        engine_load_interval_seconds=0.05,
+        retries=0,
+    )
+    proxy = await _router(config, urls)
+    picker_router = Router(config, urls)
+    picker_router.start()
+    picker = await extproc.serve(picker_router, "127.0.0.1", 0)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{picker.port}")
+    rng = random.Random(5)
+    systems = [words(rng, 100) for _ in range(6)]
+    url_of = {replica.name: url for replica, url in replicas}
+    try:
+        await asyncio.sleep(0.3)  # subscriptions reach the publishers
+        served_by: dict[str, str] = {}
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            for _round in range(2):
+                for system in systems:
+                    body = {
+                        "messages": [
+                            {"role": "system", "content": system},
+                            {"role": "user", "content": words(rng, 20)},
+                        ],
+                        "max_tokens": 2,
+                    }
+                    async with session.post(proxy[1] + "/v1/chat/completions", json=body) as response:
+                        assert response.status == 200, await response.text()
+                        served_by[system] = url_of[response.headers["x-sim-replica"]]
+        publishing = [(replica, url) for replica, url in replicas if replica.publisher is not None]
+        await _eventually(
+            lambda: all(
+                picker_router.engines.index.engine_hashes(url) == replica.engine.cache.blocks()
+                for replica, url in publishing
+            )
+        )
+        expected = [system for system in systems if served_by[system] in {url for _, url in publishing}]
+        assert len(expected) >= 2, served_by
+        for system in expected:
+            body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "abc"}]}
+            stream = Stream(channel)
+            await stream.send(request_headers(), request_body(json.dumps(body).encode()))
+            header, _ = pick_of(await stream.read())
+            assert header == served_by[system].removeprefix("http://")
+            stream.cancel()
+        registry = picker_router.metrics.registry
+        assert (registry.get_sample_value("warmstart_router_kv_routed_total", {"source": "events"}) or 0) >= len(
+            expected
+        )
+    finally:
+        await channel.close()
+        await picker.stop(0)
+        await picker_router.stop()
+        await proxy[2].cleanup()
+        await proxy[3].cleanup()
+        await proxy[0].stop()

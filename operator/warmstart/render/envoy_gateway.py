@@ -11,7 +11,7 @@ a FULL_DUPLEX_STREAMED body to the picker without keeping a copy, so when the pi
 whatever `failure_mode_allow` says (measured on Envoy 1.40). Buffered, Envoy still holds the body and goes on to the
 model Service. The picker then answers the headers at once and picks on the body message.
 
-Three more things a plain Envoy needs for the protocol:
+What a plain Envoy needs besides, for the protocol:
 - the client's own `x-gateway-destination-endpoint` is removed as the request arrives, before any route is chosen, so
   no client chooses a host (with FailOpen and the picker down it would otherwise pick any address Envoy reaches);
 - the endpoint that served is written back as `envoy.lb/x-gateway-destination-endpoint-served` metadata on the

@@ -51,6 +51,12 @@ def parser() -> argparse.ArgumentParser:
         default=15.0,
         help="seconds a connection may take to send a request's headers; also the idle keep-alive (default 15)",
     )
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=25.0,
+        help="epp mode: on SIGTERM, seconds open streams (responses in progress) may take to finish (default 25)",
+    )
     p.add_argument("--backends", default="", help="comma-separated replica URLs (outside a cluster)")
     p.add_argument("--backends-file", help="file of replica URLs, re-read when it changes")
     p.add_argument("--config", help="RouterConfig YAML/JSON file, re-read when it changes")
@@ -141,7 +147,7 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     if picker is not None:
-        await picker.stop()
+        await picker.stop(args.drain_seconds)
     if elector is not None:
         await elector.stop()  # gives the Lease up: a standby leads within its retry period
     if traffic is not None:

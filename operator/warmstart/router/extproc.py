@@ -176,7 +176,6 @@ class Exchange:
         self.picked = True
         router = self.router
         config = router.config
-        strategy = router.policy.strategy.value
         body = self.body
         raw = b""
         if body is not None:
@@ -189,7 +188,6 @@ class Exchange:
                     raw, config.block_chars * config.max_blocks, config.session_field, self.client
                 )
             except BadBody as bad:
-                router.metrics.request(strategy, "", "bad_request").inc()
                 return self.refuse(picking.Refused(400, picking.Reason.BAD_REQUEST, str(bad)))
         urls = router.fleet.urls()
         allowed: frozenset[str] | None = None
@@ -207,7 +205,6 @@ class Exchange:
             await router.admission.admit(config.max_queue_size)
         except QueueFull:
             router.metrics.overflows.inc()
-            router.metrics.request(strategy, "", "overflow").inc()
             message = "every model replica is at its concurrency limit and the queue is full; retry later"
             return self.refuse(picking.Refused(config.overflow_status_code, picking.Reason.OVERLOADED, message))
         # no await from admission to taking the slot
@@ -239,9 +236,8 @@ class Exchange:
 
     def refuse(self, refusal: picking.Refused) -> list[pb.ProcessingResponse]:
         """Answer the request with an immediate HTTP response; the stream is over."""
-        log.info("request refused: %d %s", refusal.status, refusal.reason.value)
-        if refusal.reason in (picking.Reason.NO_ENDPOINT, picking.Reason.SUBSET_EMPTY, picking.Reason.SUBSET_UNMATCHED):
-            self.router.metrics.request(self.router.policy.strategy.value, "", "no_replica").inc()
+        log.debug("request refused: %d %s", refusal.status, refusal.reason.value)
+        self.router.metrics.request(self.router.policy.strategy.value, "", refusal.reason.outcome).inc()
         self.done = True
         self.close()
         return [replies.refused(refusal)]
@@ -336,7 +332,8 @@ class PickerServer:
     def __init__(self, server: grpc.aio.Server, picker: Picker, health: Health, port: int) -> None:
         self.server, self.picker, self.health, self.port = server, picker, health, port
 
-    async def stop(self, grace: float | None = 5.0) -> None:
+    async def stop(self, grace: float | None = 25.0) -> None:
+        """Report NOT_SERVING, refuse new streams (GOAWAY), let open ones finish for up to ``grace`` seconds."""
         await self.health.shutdown()
         await self.server.stop(grace)
         self.picker.close()

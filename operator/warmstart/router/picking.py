@@ -39,6 +39,15 @@ class Reason(str, enum.Enum):
     OVERLOADED = "Overloaded"
     UNSUPPORTED_MODE = "UnsupportedProcessingMode"
 
+    @property
+    def outcome(self) -> str:
+        """The ``outcome`` label of ``warmstart_router_requests_total`` (the proxy's names for the same cases)."""
+        if self in (Reason.NO_ENDPOINT, Reason.SUBSET_EMPTY, Reason.SUBSET_UNMATCHED):
+            return "no_replica"
+        if self is Reason.OVERLOADED:
+            return "overflow"
+        return "bad_request"
+
 
 @dataclass(frozen=True, slots=True)
 class Refused:

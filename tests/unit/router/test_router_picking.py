@@ -121,3 +121,20 @@ def test_router_decide_restricted_to_a_subset() -> None:
     assert all(set(router.decide(body, None, only=only).decision.candidates) == only for _ in range(4))
     assert router.decide(body, None, only=frozenset()).decision.candidates == ()
     assert len(router.decide(body, None).decision.candidates) == len(FLEET)
+
+
+@pytest.mark.parametrize(
+    ("reason", "outcome"),
+    [
+        (picking.Reason.BAD_REQUEST, "bad_request"),
+        (picking.Reason.BODY_TOO_LARGE, "bad_request"),
+        (picking.Reason.BUSY, "bad_request"),
+        (picking.Reason.UNSUPPORTED_MODE, "bad_request"),
+        (picking.Reason.NO_ENDPOINT, "no_replica"),
+        (picking.Reason.SUBSET_EMPTY, "no_replica"),
+        (picking.Reason.SUBSET_UNMATCHED, "no_replica"),
+        (picking.Reason.OVERLOADED, "overflow"),
+    ],
+)
+def test_refusals_are_counted_under_the_proxys_outcomes(reason: picking.Reason, outcome: str) -> None:
+    assert reason.outcome == outcome
