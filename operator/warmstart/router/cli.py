@@ -146,10 +146,10 @@ async def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if elector is not None:  # first: a standby leads within its retry period while this one drains its streams
+        await elector.stop()
     if picker is not None:
         await picker.stop(args.drain_seconds)
-    if elector is not None:
-        await elector.stop()  # gives the Lease up: a standby leads within its retry period
     if traffic is not None:
         await traffic.cleanup()
     await admin_runner.cleanup()
