@@ -1,11 +1,13 @@
 """Benchmark `warmstart preload` against a bare client that does only what a preload must, and against naive boto3.
 
 The bare client (BARE below, its own process like the others) lists the objects, HEADs each one for its checksum,
-fetches it in ranged GETs from a pool of threads (the preload's `--concurrency` and part size), `pwrite`s each part
-where it belongs, digests it as it arrives with the one check the object offers (the preload's own choice,
-`s3plans.choose`: a full-object CRC combined from the parts, a composite or multipart-ETag digest, or the MD5 of a
-single-part object), fsyncs each file and compares the object's checksum. It keeps no journal, no progress, no
-manifest, no staging directory and no atomic rename: what the preload does beyond it is what the ratio measures.
+fetches it in ranged GETs from a pool of threads (the preload's `--concurrency` and part size), reads each body with
+http.client's `readinto` into one buffer per thread, `pwrite`s it where it belongs and digests it as it arrives with
+the one check the object offers (the preload's own choice, `s3plans.choose`: a full-object CRC combined from the
+parts, a composite or multipart-ETag digest, or the MD5 of a single-part object); then it fsyncs each file and
+compares the object's checksum. It keeps no journal, no progress, no manifest, no staging directory and no atomic
+rename, and digests each part once (the preload also keeps a CRC64NVME per part for its resume journal): what the
+preload does beyond it is what the ratio measures. Times are in-process, from the listing to the last fsync.
 The naive baseline is boto3's `download_file` per object in sequence, with fsync (bench/preload.py's).
 
 One run serves a synthetic model (bench/preload.py's `make_model`) from moto, versitygw and the file-backed server
@@ -79,6 +81,9 @@ for f in files:
     digests[f.ref] = [None] * count
     tasks += [(f, i, i * step, min(step, f.size - i * step)) for i in range(count)]
 
+local = threading.local()
+
+
 def fetch(task):
     f, index, offset, length = task
     plan = plans[f.ref]
@@ -86,10 +91,13 @@ def fetch(task):
     h = partdigests.hasher(algorithm)()
     span = f"bytes={offset}-{offset + length - 1}"
     body = s3.get_object(Bucket=bucket, Key=f.ref, Range=span, IfMatch=f.etag)["Body"]
+    raw = body._raw_stream  # urllib3's response; http.client's below reads into our buffer without a copy
+    view = getattr(local, "view", None) or setattr(local, "view", memoryview(bytearray(1 << 20))) or local.view
     at = offset
-    while chunk := body.read(1 << 20):
-        h.update(chunk)
-        at += os.pwrite(fds[f.ref], chunk, at)
+    while n := raw._fp.readinto(view):
+        h.update(view[:n])
+        at += os.pwrite(fds[f.ref], view[:n], at)
+    raw.release_conn()
     if at != offset + length:
         raise RuntimeError(f"{f.ref}: short part {index}")
     digests[f.ref][index] = {algorithm: h.digest().hex()}
