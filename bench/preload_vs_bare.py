@@ -1,15 +1,15 @@
 """Benchmark `warmstart preload` against a bare client that does only what a preload must, and against naive boto3.
 
 The bare client (BARE below, its own process like the others) lists the objects, HEADs each one for its checksum,
-fetches it in ranged GETs from a pool of threads (the preload's `--concurrency` and part size), reads each body with
-http.client's `readinto` into one buffer per thread, `pwrite`s it where it belongs and digests it as it arrives with
-the one check the object offers (the preload's own choice, `s3plans.choose`: a full-object CRC combined from the
-parts, a composite or multipart-ETag digest, or the MD5 of a single-part object); then it fsyncs each file and
-compares the object's checksum. A thread fdatasyncs the files every 0.5 s or 64 MiB written, so the disk writes
-during the download (the preload does the same). It keeps no journal, no progress, no manifest, no staging directory
-and no atomic rename, and digests each part once (the preload also keeps a CRC64NVME per part for its resume
-journal): what the preload does beyond it is what the ratio measures. Times are in-process, from the listing to the
-last fsync (the naive baseline's from after its listing).
+fetches it in ranged GETs from a pool of threads (the preload's `--concurrency` and part size; file by file, largest
+first, as the preload), reads each body with http.client's `readinto` into one buffer per thread, `pwrite`s it where
+it belongs and digests it as it arrives with the one check the object offers (the preload's own choice,
+`s3plans.choose`: a full-object CRC combined from the parts, a composite or multipart-ETag digest, or the MD5 of a
+single-part object); then it fsyncs each file and compares the object's checksum. A thread fdatasyncs the files
+every 0.5 s or 64 MiB written, so the disk writes during the download (the preload does the same). It keeps no
+journal, no progress, no manifest, no staging directory and no atomic rename, and digests each part once (the
+preload also keeps a CRC64NVME per part for its resume journal): what the preload does beyond it is what the ratio
+measures. Times are in-process, from the listing to the last fsync (the naive baseline's from after its listing).
 The naive baseline is boto3's `download_file` per object in sequence, with fsync (bench/preload.py's).
 
 One run serves a synthetic model (bench/preload.py's `make_model`) from moto, versitygw and the file-backed server
@@ -124,7 +124,7 @@ def writeback():  # the disk writes during the download, not after it: fdatasync
 flusher = threading.Thread(target=writeback, daemon=True)
 flusher.start()
 with ThreadPoolExecutor(concurrency) as pool:
-    list(pool.map(fetch, sorted(tasks, key=lambda t: (t[1], -t[0].size))))
+    list(pool.map(fetch, sorted(tasks, key=lambda t: (-t[0].size, t[0].ref, t[1]))))  # file by file, largest first
 done.set()
 due.set()
 flusher.join()
