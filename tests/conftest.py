@@ -177,6 +177,12 @@ def namespace(api_client: client.ApiClient) -> Iterator[str]:
 
 
 @pytest.fixture
+def second_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """Another fresh namespace, for tests of two tenants."""
+    yield from _fresh_namespace(api_client)
+
+
+@pytest.fixture
 def real_namespace(real_api_client: client.ApiClient) -> Iterator[str]:
     """The same as ``namespace``, in the real-node cluster."""
     yield from _fresh_namespace(real_api_client)

@@ -32,3 +32,12 @@ def image_ready_label(key: str) -> str:
 def weights_evicted_annotation(key: str) -> str:
     """Node annotation set when the weights cache `key` was evicted from that node (value: when)."""
     return f"{CACHE_PREFIX}/evicted-weights-{key}"
+
+
+#: Prefix of the node annotations that reserve NVMe bytes for a weights cache while it fills the node.
+RESERVED_WEIGHTS_PREFIX = f"{CACHE_PREFIX}/reserved-weights-"
+
+
+def weights_reserved_annotation(key: str) -> str:
+    """Node annotation that reserves NVMe bytes (value: bytes) for the weights cache `key` until it is ready there."""
+    return f"{RESERVED_WEIGHTS_PREFIX}{key}"

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec
-from warmstart.controllers import labelling, nodes, preloading, signing, weights_reporting
+from warmstart.controllers import nodes, nvme_reserving, preloading, signing, weights_reporting
 from warmstart.controllers.storage import Store
 from warmstart.render import hostpaths, keys
 from warmstart.render import jobs as render_jobs
@@ -94,9 +94,10 @@ def finalize(
             "CleanupFailed",
             f"cleanup Job failed on {len(failed)} nodes ({', '.join(failed[:5])}); files may remain",
         )
+    reserved = nodelabels.weights_reserved_annotation(key)
     for name, facts in live.items():
-        if label in facts.labels:
-            labelling.set_label(store, name, label, None)
+        if label in facts.labels or reserved in facts.annotations:
+            nvme_reserving.release(store, name, key, unlabel=True)
     for job in cleanups.values():
         if job.phase != planning.JobPhase.RUNNING:
             store.delete("batch/v1", "Job", job.name, owner.namespace)

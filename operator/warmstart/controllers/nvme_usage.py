@@ -2,8 +2,9 @@
 
 The rules are pure (render/nvme_budget.py); this module feeds them from kopf's indexes and carries out an eviction:
 mark the node (annotation naming the evicted cache, so that cache does not preload it again while unreferenced),
-remove the cache's ready label, and run its cleanup Job on the node. The gauges of a node are removed once no live cache
-reports it (the node was deleted, or left every cache's targets), so /metrics keeps no stale series.
+remove the cache's ready label and reservation, and run its cleanup Job on the node. The gauges of a node are removed
+once no live cache reports it (the node was deleted, or left every cache's targets), so /metrics keeps no stale
+series.
 """
 
 from __future__ import annotations
@@ -65,16 +66,19 @@ def weights_usage_index(
         filling=filling,
         uid=uid,
         spec=parsed,
+        source=keys.source_key(parsed.model_source_config),
     )
     return {key: usage}
 
 
 def residents(
-    nodes: Iterable[NodeFacts], usage_index: Mapping[str, Any], own_key: str
+    nodes: Iterable[planning.NodeLike], usage_index: Mapping[str, Any], own_key: str
 ) -> dict[str, list[nvme_budget.Resident]]:
-    """node -> the other caches the operator knows on it."""
+    """node -> the other caches the operator knows on it (ready, reserved, or filling)."""
+    nodes = list(nodes)
     usages = [u for store in usage_index.values() for u in store if isinstance(u, nvme_budget.CacheUsage)]
-    return nvme_budget.residents_by_node({n.name: n.labels for n in nodes}, usages, own_key)
+    reserved = {n.name: nvme_budget.reservations(n.annotations) for n in nodes}
+    return nvme_budget.residents_by_node({n.name: n.labels for n in nodes}, usages, own_key, reserved)
 
 
 def evicted_nodes(nodes: Iterable[NodeFacts], key: str) -> frozenset[str]:
@@ -88,7 +92,10 @@ def evict(store: Store, ctx: RenderContext, node: str, victim: nvme_budget.Resid
     stamp = now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     patch = {
         "metadata": {
-            "annotations": {nodelabels.weights_evicted_annotation(victim.key): stamp},
+            "annotations": {
+                nodelabels.weights_evicted_annotation(victim.key): stamp,
+                nodelabels.weights_reserved_annotation(victim.key): None,
+            },
             "labels": {nodelabels.weights_ready_label(victim.key): None},
         }
     }

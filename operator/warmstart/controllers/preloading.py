@@ -22,7 +22,17 @@ from warmstart.api.caches import (
     ModelDataCacheConfigSpec,
     ModelDataCacheConfigStatus,
 )
-from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, signing, weights_reporting
+from warmstart.controllers import (
+    fsx,
+    handling,
+    labelling,
+    nodes,
+    nvme_reserving,
+    nvme_usage,
+    signing,
+    source_throttling,
+    weights_reporting,
+)
 from warmstart.controllers.resolving import ResolutionFailed
 from warmstart.controllers.storage import FIELD_MANAGER, Invalid, NotFound, StorageError, Store
 from warmstart.render import (
@@ -216,7 +226,8 @@ def reconcile(
     if not lock.acquire(blocking=blocking):
         return
     try:
-        with handling.api_errors("reconciling the weights cache"):
+        source = keys.source_key(spec.model_source_config)
+        with handling.api_errors("reconciling the weights cache"), source_throttling.serialized(source):
             _reconcile(body, spec, memo.store, memo.settings.render, memory(memo), indexes)
     finally:
         lock.release()
@@ -239,6 +250,7 @@ def _reconcile(
         write_status(store, body, old, hostpaths.refused_status(old, generation, refused, handling.now()))
         return
     key = keys.weights_key_in(spec.model_source_config, spec.host_path, meta["namespace"], ctx.cache_sharing_groups)
+    source = keys.source_key(spec.model_source_config)
     cache = owner(body)
     generation = int(meta.get("generation") or 1)
     # the Jobs as this pass sees them, taken before it reads them: a Job that changes while the pass runs differs
@@ -263,6 +275,7 @@ def _reconcile(
         retryable_reasons=retryable_reasons(),
         unavailable=unavailable,
         throttle=throttling.Throttle(ctx.preload_concurrency_nodes, ctx.preload_concurrency_percent),
+        source_busy=source_throttling.busy(source, cache.uid, usage_index),
         residents=nvme_usage.residents(live, usage_index, key),
         eviction_policy=nvme_budget.EvictionPolicy(ctx.cache_eviction_policy),
         evicted=nvme_usage.evicted_nodes(live, key),
@@ -270,8 +283,10 @@ def _reconcile(
         prove_each_reader=ctx.cache_access == cache_volumes.CacheAccess.CSI,
     )
     now = handling.now()
-    plan = planning.plan(observed, now)
+    observed, plan = nvme_reserving.reserved_plan(store, observed, usage_index, now)
     failed = _act_on_nodes(body, spec, store, ctx, remembered, plan, key, live, now)
+    nvme_reserving.release_unused(store, plan, key, live)
+    source_throttling.record(source, cache.uid, plan.status)
     plan.status = summaries.with_failed_steps(observed, plan.status, failed, now)
     if write_status(store, body, old, plan.status):
         remembered.written = (str(meta.get("resourceVersion")), plan.status)
@@ -366,10 +381,9 @@ def _act_on_nodes(
         if step.failed:
             failed[node] = step.failed
     by_name = {n.name: n for n in live}
-    label = nodelabels.weights_ready_label(key)
     for node in plan.label:
         with _OnNode(body, spec, node, "labelling the node cache-ready") as step:
-            if labelling.set_label(store, node, label, nodelabels.READY):
+            if nvme_reserving.label_ready(store, node, key):
                 remembered.labelled[node] = time.monotonic()
                 nvme_usage.unmark(store, by_name[node], key)
             # else: the node left; the next reconcile drops it

@@ -16,7 +16,16 @@ from pydantic import ValidationError
 
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, ModelDataCacheConfigSpec
-from warmstart.controllers import cleaning, fsx, handling, nvme_usage, preloading, waking, weights_reporting
+from warmstart.controllers import (
+    cleaning,
+    fsx,
+    handling,
+    nvme_usage,
+    preloading,
+    source_throttling,
+    waking,
+    weights_reporting,
+)
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import cache_volumes, keys, labels
 from warmstart.render import jobs as render_jobs
@@ -118,6 +127,7 @@ def delete_weights_cache(
         fsx.release(memo.store, body["metadata"]["namespace"], body["metadata"]["uid"])
     weights_reporting.forget(body)
     nvme_usage.forget(body["metadata"]["uid"])
+    source_throttling.forget(body["metadata"]["uid"])
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:

@@ -42,6 +42,12 @@ def weights_key(source: ModelSourceConfig, host_path: str, scope: str) -> str:
     return _digest({"source": _content(source.to_api()), "hostPath": host_path.rstrip("/") or "/", "scope": scope})
 
 
+def source_key(source: ModelSourceConfig) -> str:
+    """The key of what a cache downloads, whoever downloads it and into whichever root: the canonical source spec
+    alone (the warm-up throttle counts preloads per source, across namespaces)."""
+    return _digest({"source": _content(source.to_api())})
+
+
 def weights_key_in(
     source: ModelSourceConfig, host_path: str, namespace: str, groups: Mapping[str, Sequence[str]]
 ) -> str:

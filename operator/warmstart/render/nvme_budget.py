@@ -1,9 +1,11 @@
 """Several caches on one node's NVMe: the space the others use, and which unreferenced ones to evict for a new one.
 
-Pure. The operator knows a cache is on a node when the node holds its ready label or the cache's status shows a
-preload there (Pending or Downloading); it counts the cache's size (spec, else the size a preload measured). Files the
-operator knows nothing about (a cache whose size is unknown, files left by hand) are not counted: the preload itself
-checks free space before writing and fails with DiskFull, which is retried.
+Pure. The operator knows a cache is on a node when the node holds its ready label, a reservation annotation for it
+(written atomically before its first Job there: controllers/nvme_reserving.py), or the cache's status shows a preload
+there (Pending or Downloading); it counts the cache's size (spec, else the size a preload measured, else the bytes
+reserved). Only live caches count, so the reservation of a deleted cache frees its bytes. Files the operator knows
+nothing about (a cache whose size is unknown, files left by hand) are not counted: the preload itself checks free
+space before writing and fails with DiskFull, which is retried.
 
 Eviction policy (operator setting `cache_eviction_policy`, Helm cache.evictionPolicy):
 - `Never`: a cache that does not fit next to the others is Failed/InsufficientCapacity on that node;
@@ -45,6 +47,8 @@ class CacheUsage:
     uid: str = ""
     #: its spec, for the cleanup Job that evicts it
     spec: ModelDataCacheConfigSpec | None = field(default=None, compare=False)
+    #: keys.source_key of its source (the warm-up throttle counts per source)
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,13 +87,32 @@ class Fit:
         )
 
 
+def reservations(annotations: Mapping[str, str]) -> dict[str, int]:
+    """Cache key -> bytes reserved on a node, from its annotations (a malformed value reserves nothing)."""
+    found: dict[str, int] = {}
+    for name, value in annotations.items():
+        if name.startswith(nodelabels.RESERVED_WEIGHTS_PREFIX):
+            try:
+                found[name.removeprefix(nodelabels.RESERVED_WEIGHTS_PREFIX)] = max(int(value), 0)
+            except ValueError:
+                continue
+    return found
+
+
 def residents_by_node(
-    node_labels: Mapping[str, Mapping[str, str]], usages: Iterable[CacheUsage], own_key: str
+    node_labels: Mapping[str, Mapping[str, str]],
+    usages: Iterable[CacheUsage],
+    own_key: str,
+    reserved: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, list[Resident]]:
-    """node -> the other caches of known size on it (ready label, or a preload under way)."""
+    """node -> the other caches of known size on it (ready label, reserved there, or a preload under way).
+
+    `reserved` is node -> key -> bytes (`reservations` of each node's annotations); a reservation counts only for a
+    live cache (one of `usages`), at least its reserved bytes."""
+    reserved = reserved or {}
     by_key: dict[str, CacheUsage] = {}
     for usage in usages:  # one key can have several caches (sharing): it is in use if any is referenced
-        if usage.key == own_key or not usage.size_bytes:
+        if usage.key == own_key:
             continue
         known = by_key.get(usage.key)
         if known is None:
@@ -97,7 +120,7 @@ def residents_by_node(
         else:
             by_key[usage.key] = replace(
                 known,
-                size_bytes=max(known.size_bytes or 0, usage.size_bytes),
+                size_bytes=max(known.size_bytes or 0, usage.size_bytes or 0) or None,
                 referenced=known.referenced or usage.referenced,
                 last_used=max(known.last_used, usage.last_used),
                 filling=known.filling | usage.filling,
@@ -106,10 +129,12 @@ def residents_by_node(
     for key, usage in by_key.items():
         label = nodelabels.weights_ready_label(key)
         for node, labels in node_labels.items():
-            if usage.size_bytes and (labels.get(label) == nodelabels.READY or node in usage.filling):
+            held = reserved.get(node, {}).get(key)
+            size = max(usage.size_bytes or 0, held or 0)
+            if size and (labels.get(label) == nodelabels.READY or node in usage.filling or held is not None):
                 resident = Resident(
                     key,
-                    usage.size_bytes,
+                    size,
                     usage.referenced,
                     usage.last_used,
                     usage.namespace,

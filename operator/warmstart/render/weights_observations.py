@@ -92,6 +92,8 @@ class Observed:
     #: node -> why it is left out (render/node_health.py)
     unavailable: Mapping[str, str] = field(default_factory=dict)
     throttle: throttling.Throttle = field(default_factory=throttling.Throttle)
+    #: preloads of other caches of the same source under way (any namespace): they take this cache's slots too
+    source_busy: int = 0
     #: node -> the other caches on it (render/nvme_budget.py)
     residents: Mapping[str, Sequence[nvme_budget.Resident]] = field(default_factory=dict)
     eviction_policy: nvme_budget.EvictionPolicy = nvme_budget.EvictionPolicy.NEVER

@@ -11,7 +11,8 @@ Rules (docs/weights-cache.md has them for users):
   MAX_ATTEMPTS), or at once when the spec changed since it was created; otherwise the node stays Failed;
 - Jobs on nodes that left the target set are deleted; so are Jobs on unavailable nodes (render/node_health.py),
   which leave the targets and are listed in `unavailableNodes`;
-- at most `throttling.limit` nodes preload at once; the others wait as Pending/Queued without a Job;
+- at most `throttling.limit` nodes preload at once, counting the preloads of other caches of the same source (any
+  namespace); the others wait as Pending/Queued without a Job;
 - the capacity check counts the other caches on the node (render/nvme_budget.py) and may evict unreferenced ones.
 """
 
@@ -296,7 +297,8 @@ def plan(observed: Observed, now: dt.datetime) -> Plan:
     limit = throttling.limit(observed.throttle, observed.spec.preload_concurrency, len(targets))
     latest = _latest_by_node(observed.jobs)
     running = sum(1 for n in targets if n.name in latest and latest[n.name].phase == JobPhase.RUNNING)
-    planner = _NodePlanner(observed=observed, now=now, plan=result, size=size, slots=limit - running)
+    slots = limit - running - observed.source_busy
+    planner = _NodePlanner(observed=observed, now=now, plan=result, size=size, slots=slots)
     entries = [planner.node(n, previous.get(n.name), jobs_by_node.pop(n.name, [])) for n in targets]
     for gone in jobs_by_node.values():  # nodes that left, stopped matching, or are unavailable
         result.delete += [j.name for j in gone]

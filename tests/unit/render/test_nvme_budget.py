@@ -72,6 +72,25 @@ def test_shared_key_is_in_use_when_any_of_its_caches_is_referenced() -> None:
     assert [(r.referenced, r.last_used) for r in found["n"]] == [(True, "2026-03-01T00:00:00Z")]
 
 
+def test_a_reservation_counts_a_live_cache_on_its_node_and_a_gone_cache_frees_its_bytes() -> None:
+    annotations = {
+        nodelabels.weights_reserved_annotation("b"): str(60 * GB),
+        nodelabels.weights_reserved_annotation("gone"): str(50 * GB),
+        nodelabels.weights_reserved_annotation("own"): str(10 * GB),
+        nodelabels.weights_reserved_annotation("bad"): "lots",
+        "unrelated": "1",
+    }
+    reserved = nvme_budget.reservations(annotations)
+    assert reserved == {"b": 60 * GB, "gone": 50 * GB, "own": 10 * GB}
+    usages = [
+        CacheUsage("own", "ns", "weights-own", 10 * GB, True, ""),
+        CacheUsage("b", "ns", "weights-b", None, True, ""),  # size not in its spec yet: the reservation's bytes count
+    ]
+    found = nvme_budget.residents_by_node({"n1": {}, "n2": {}}, usages, "own", {"n1": reserved})
+    assert {node: [(r.key, r.size_bytes) for r in rs] for node, rs in found.items()} == {"n1": [("b", 60 * GB)]}
+    assert not nvme_budget.fit(60 * GB, 100 * GB, found["n1"], EvictionPolicy.NEVER).fits
+
+
 def test_throttle_default_is_sixteen_nodes_or_a_quarter_of_the_targets() -> None:
     default = throttling.Throttle()
     assert [throttling.limit(default, None, n) for n in (4, 16, 64, 100, 500)] == [16, 16, 16, 25, 125]

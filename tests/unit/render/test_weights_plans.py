@@ -248,6 +248,14 @@ def test_throttle_starts_at_most_the_limit_and_queues_the_rest_without_jobs() ->
     assert second.status.queued_nodes == 6 and second.status.state == CacheState.DOWNLOADING
 
 
+def test_preloads_of_the_same_source_by_other_caches_take_this_caches_slots() -> None:
+    fleet = [node(f"n{i:02d}") for i in range(10)]
+    shared = throttled(fleet, spec={"preloadConcurrency": 3}, source_busy=2)
+    assert shared.create == [("n00", 1)] and shared.status.queued_nodes == 9
+    full = throttled(fleet, spec={"preloadConcurrency": 3}, source_busy=5)
+    assert full.create == [] and full.status.queued_nodes == 10
+
+
 def test_default_throttle_lets_a_small_fleet_fill_at_once() -> None:
     plan = run([node(f"n{i:02d}") for i in range(16)])
     assert len(plan.create) == 16 and plan.status.queued_nodes is None and plan.status.preload_concurrency == 16
