@@ -22,7 +22,7 @@ from warmstart.api.caches import (
     ModelDataCacheConfigSpec,
     ModelDataCacheConfigStatus,
 )
-from warmstart.controllers import fsx, handling, labelling, nodes, nvme_usage, signing, weights_reporting
+from warmstart.controllers import fanout, fsx, handling, labelling, nodes, nvme_usage, signing, weights_reporting
 from warmstart.controllers.resolving import ResolutionFailed
 from warmstart.controllers.storage import FIELD_MANAGER, Invalid, NotFound, StorageError, Store
 from warmstart.render import (
@@ -60,8 +60,9 @@ class Memory:
     job_uids: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-#: node facts, the Jobs by cache, NVMe usage, and the nodes where model pods wait for a cache (weights.py)
-Indexes = tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any], Mapping[Any, Any]]
+#: node facts, the Jobs by cache, NVMe usage, the nodes where model pods wait for a cache, and node names by instance
+#: type (weights.py)
+Indexes = tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any]]
 
 
 def memory(memo: kopf.Memo) -> Memory:
@@ -230,7 +231,7 @@ def _reconcile(
     remembered: Memory,
     indexes: Indexes,
 ) -> None:
-    node_facts, jobs_index, usage_index, demand_index = indexes
+    node_facts, jobs_index, usage_index, demand_index, type_index = indexes
     meta = body["metadata"]
     old = _previous_status(body, remembered)
     refused = hostpaths.refusal(spec.host_path, ctx.allowed_host_paths)
@@ -249,7 +250,12 @@ def _reconcile(
     clock = time.monotonic()
     label = nodelabels.weights_ready_label(key)
     remembered.labelled = labelling.recent(remembered.labelled, clock)
-    reachable, unavailable = _reachable(nodes.all_nodes(node_facts), spec, ctx)
+    demanded = frozenset(demand_index.get((cache.namespace, key), ()))
+    # only the nodes this cache can target: a reconcile reads its own nodes, not the whole fleet
+    instance_types = nodes.targeted_instance_types(spec.node_selector, spec.node_affinity)
+    candidates = nodes.candidates(node_facts, type_index, instance_types, demanded)
+    matching = planning.target_nodes(spec, candidates, demanded)
+    reachable, unavailable = _reachable(matching, spec, ctx)
     live = labelling.overlay(reachable, label, remembered.labelled)
     results = read_results(store, cache.namespace, planning.unrecorded(preloads, old))
     observed = planning.Observed(
@@ -266,7 +272,7 @@ def _reconcile(
         residents=nvme_usage.residents(live, usage_index, key),
         eviction_policy=nvme_budget.EvictionPolicy(ctx.cache_eviction_policy),
         evicted=nvme_usage.evicted_nodes(live, key),
-        demanded=frozenset(demand_index.get((cache.namespace, key), ())),
+        demanded=demanded,
         prove_each_reader=ctx.cache_access == cache_volumes.CacheAccess.CSI,
     )
     now = handling.now()
@@ -344,11 +350,12 @@ def _act_on_nodes(
                 )
         if step.failed:
             failed[node] = step.failed
-    for name in plan.delete:
-        store.delete("batch/v1", "Job", name, cache.namespace)
+    fanout.each(plan.delete, lambda name: store.delete("batch/v1", "Job", name, cache.namespace))
     size = planning.model_size(spec, plan.status)
     job_spec = _with_fsx_claim(store, body, spec, ctx, remembered) if plan.create else spec
-    for node, attempt in plan.create:
+
+    def create(item: tuple[str, int]) -> str | None:
+        node, attempt = item
         request = render_jobs.PreloadRequest(
             owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
         )
@@ -363,16 +370,24 @@ def _act_on_nodes(
                 raise
             if render_jobs.made_by(applied, FIELD_MANAGER):
                 remembered.job_uids[applied["metadata"]["name"]] = applied["metadata"]["uid"]
-        if step.failed:
-            failed[node] = step.failed
+        return step.failed
+
     by_name = {n.name: n for n in live}
     label = nodelabels.weights_ready_label(key)
-    for node in plan.label:
+
+    def mark_ready(node: str) -> str | None:
         with _OnNode(body, spec, node, "labelling the node cache-ready") as step:
             if labelling.set_label(store, node, label, nodelabels.READY):
                 remembered.labelled[node] = time.monotonic()
                 nvme_usage.unmark(store, by_name[node], key)
             # else: the node left; the next reconcile drops it
-        if step.failed:
-            failed[node] = step.failed
+        return step.failed
+
+    # bounded concurrency (controllers/fanout.py): a wave of Jobs or labels does not wait round trip after round trip
+    for (node, _), why in zip(plan.create, fanout.each(plan.create, create), strict=True):
+        if why:
+            failed[node] = why
+    for node, why in zip(plan.label, fanout.each(plan.label, mark_ready), strict=True):
+        if why:
+            failed[node] = why
     return failed

@@ -25,6 +25,9 @@ IndexKey = tuple[str, str]
 
 TICK_SECONDS = 1.0
 
+#: the kopf indexes a cache's reconcile reads, in the order of `preloading.Indexes`
+INDEX_NAMES = ("node_facts", "weights_job_index", "weights_usage_index", "csi_demand_index", "nodes_by_instance_type")
+
 
 def weights_job_index(
     body: kopf.Body, namespace: str, meta: Mapping[str, Any], **_: Any
@@ -79,13 +82,14 @@ def reconcile_weights_cache(
     weights_job_index: kopf.Index[Any, Any],
     weights_usage_index: kopf.Index[Any, Any],
     csi_demand_index: kopf.Index[Any, Any],
+    nodes_by_instance_type: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
     """Create, update and resume: reconcile now."""
     if handling.deleting(body):
         return
     spec = handling.spec(body, ModelDataCacheConfigSpec)
-    indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index)
+    indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index, nodes_by_instance_type)
     preloading.reconcile(body, spec, memo, indexes)
 
 
@@ -95,7 +99,7 @@ def _reconcile_when_due(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any
     jobs = indexes["weights_job_index"]
     if preloading.due(body, memo, jobs, memo.settings.resync_seconds):
         spec = handling.spec(body, ModelDataCacheConfigSpec)
-        names = ("node_facts", "weights_job_index", "weights_usage_index", "csi_demand_index")
+        names = INDEX_NAMES
         preloading.reconcile(body, spec, memo, tuple(indexes[n] for n in names), blocking=False)
 
 
