@@ -218,7 +218,10 @@ def measure_fleet(
     size = f"{node_count}x{cache_count}x{endpoint_count}"
     try:
         sa_kubeconfig = apicounting.operator_identity(api, Path(kubeconfig), namespace, out / f"sa-{run}.kubeconfig")
-        created = kwok_nodes.create_nodes(api, [(t, per_group) for t in types], prefix=f"f{run}", parallelism=32)
+        mix = [(t, per_group) for t in types]
+        # named before they exist, so that an interrupted run still deletes every node it made
+        created = [m["metadata"]["name"] for m in kwok_nodes.manifests_for_spec(mix, prefix=f"f{run}")]
+        kwok_nodes.create_nodes(api, mix, prefix=f"f{run}", parallelism=32)
         wait_until = time.monotonic() + 600
         while len(kwok_nodes.ready_nodes(api, created)) < len(created):
             if time.monotonic() > wait_until:
@@ -349,3 +352,31 @@ def print_fleet(figures: FleetFigures) -> None:
     print(f"fleet: {figures.nodes} nodes, {figures.caches} caches, {figures.endpoints} endpoints")
     for label, value in rows:
         print(f"  {label:48} {value}", flush=True)
+
+
+def summarize_profile(raw: str, top: int = 30) -> list[tuple[float, str]]:
+    """The functions with the largest share of py-spy's samples (collapsed stacks: `frame;frame;... count`), each
+    counted once per sample it is on the stack of (inclusive), warmstart's and kopf's first."""
+    total = 0
+    inclusive: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        seen = set()
+        for frame in stack.split(";"):
+            name = frame.split(":")[0] + ")" if " (" in frame else frame
+            if name not in seen:
+                seen.add(name)
+                inclusive[name] = inclusive.get(name, 0) + int(count)
+    ranked = sorted(inclusive.items(), key=lambda item: -item[1])
+    ours = [(100 * n / total, name) for name, n in ranked if "warmstart/" in name or "kopf/" in name]
+    return ours[:top]
+
+
+if __name__ == "__main__":
+    import sys
+
+    for share, name in summarize_profile(Path(sys.argv[1]).read_text()):
+        print(f"{share:5.1f}%  {name}")

@@ -475,11 +475,13 @@ def print_warmup(figures: list[Warmup]) -> None:
 def cleanup(api: client.ApiClient, namespace: str, created: list[str]) -> None:
     """The operator is stopped: strip finalizers so the namespace can go, then delete the nodes."""
     custom = client.CustomObjectsApi(api)
-    with contextlib.suppress(client.ApiException):
-        for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]:
-            custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"], {"metadata": {"finalizers": None}}
-            )
+    for plural in (MDCC_PLURAL, "inferenceendpointconfigs"):
+        with contextlib.suppress(client.ApiException):
+            for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]:
+                with contextlib.suppress(client.ApiException):
+                    custom.patch_namespaced_custom_object(
+                        GROUP, VERSION, namespace, plural, item["metadata"]["name"], {"metadata": {"finalizers": None}}
+                    )
     with contextlib.suppress(client.ApiException):
         client.CoreV1Api(api).delete_namespace(namespace, propagation_policy="Background")
     kwok_nodes.delete_nodes(api, created, parallelism=32)

@@ -151,3 +151,16 @@ def test_only_the_wakeup_handlers_success_lines_are_dropped() -> None:
     assert not running.quiet_wakeups(_record("Handler 'wake_cache_of_job' succeeded."))
     assert running.quiet_wakeups(_record("Handler 'wake_cache_of_job' failed: boom", logging.ERROR))
     assert running.quiet_wakeups(_record("Handler 'reconcile_weights_cache' succeeded."))
+
+
+async def test_a_reconcile_in_its_own_threads_sees_the_handlers_context() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from warmstart.controllers import waking
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var")
+    var.set("handler")
+    seen: list[tuple[str, str]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="own") as pool:
+        await waking.in_thread(lambda: seen.append((threading.current_thread().name, var.get("missing"))), pool)
+    assert seen[0][0].startswith("own") and seen[0][1] == "handler"
