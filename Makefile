@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER_DIR ?= .cluster
 CHAOS_BUDGET ?= 1200
-CHAOS_GROUPS ?= preload,router,operator,realnode,nodes,controlplane
+CHAOS_GROUPS ?= preload,router,operator,peering,realnode,nodes,controlplane
 REAL_NODES ?= 0
 
 .PHONY: demo test test-engine test-unit status-snapshots docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean

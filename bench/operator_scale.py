@@ -19,6 +19,11 @@ is printed next to the figures.
     .venv/bin/python bench/operator_scale.py               # 100/10 then 500/50; own cluster unless WARMSTART_KUBECONFIG
     .venv/bin/python bench/operator_scale.py --sizes 500x50
     .venv/bin/python bench/operator_scale.py --sizes '' --warmup 500 --half-deadline 480
+    nice .venv/bin/python bench/operator_scale.py --sizes '' --fleet 500x50x25,2000x200x100 --profile
+
+With --fleet NODESxCACHESxENDPOINTS it creates nodes, caches and endpoints at once with the chart's settings and
+counts everything (bench/fleet_scale.py): the operator's CPU seconds and every API request it made (counted by the
+API server), the control plane's CPU seconds, and how long an unrelated endpoint's change waits while the fleet warms.
 
 Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes.
 """
@@ -54,6 +59,7 @@ from warmstart.render import keys, labels
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import fleet_scale
 import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,8 +135,14 @@ def scrape_requests(port: int) -> dict[str, int]:
 
 @contextlib.contextmanager
 def operator_process(
-    kubeconfig: str, namespace: str, metrics_port: int, log: Path, settings: dict[str, str] | None = None
+    kubeconfig: str,
+    namespace: str,
+    metrics_port: int,
+    log: Path,
+    settings: dict[str, str] | None = None,
+    wrap: list[str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator as a child process (under `wrap`, e.g. a profiler, when given)."""
     annotations = {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED)}
     env = {
         **os.environ,
@@ -139,6 +151,7 @@ def operator_process(
         **(settings or {}),
     }
     command = [
+        *(wrap or []),
         sys.executable,
         "-m",
         "warmstart.cli",
@@ -462,11 +475,13 @@ def print_warmup(figures: list[Warmup]) -> None:
 def cleanup(api: client.ApiClient, namespace: str, created: list[str]) -> None:
     """The operator is stopped: strip finalizers so the namespace can go, then delete the nodes."""
     custom = client.CustomObjectsApi(api)
-    with contextlib.suppress(client.ApiException):
-        for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, MDCC_PLURAL)["items"]:
-            custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, MDCC_PLURAL, item["metadata"]["name"], {"metadata": {"finalizers": None}}
-            )
+    for plural in (MDCC_PLURAL, "inferenceendpointconfigs"):
+        with contextlib.suppress(client.ApiException):
+            for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]:
+                with contextlib.suppress(client.ApiException):
+                    custom.patch_namespaced_custom_object(
+                        GROUP, VERSION, namespace, plural, item["metadata"]["name"], {"metadata": {"finalizers": None}}
+                    )
     with contextlib.suppress(client.ApiException):
         client.CoreV1Api(api).delete_namespace(namespace, propagation_policy="Background")
     kwok_nodes.delete_nodes(api, created, parallelism=32)
@@ -489,6 +504,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"deadline of each warm-up half; an unfinished one is reported (default {DEADLINE_SECONDS:.0f})",
     )
     parser.add_argument(
+        "--fleet",
+        default="",
+        metavar="NxCxE",
+        help="comma-separated NODESxCACHESxENDPOINTS fleets created at once (bench/fleet_scale.py)",
+    )
+    parser.add_argument("--profile", action="store_true", help="sample the operator with py-spy in --fleet runs")
+    parser.add_argument(
         "--results",
         metavar="NAME",
         help="also write bench/results/<date>-NAME.json: the figures with the command, commit and load average",
@@ -500,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results: list[Figures] = []
     warmed: list[Warmup] = []
+    fleets: list[fleet_scale.FleetFigures] = []
+    fleet_sizes = [tuple(int(x) for x in size.split("x")) for size in args.fleet.split(",") if size]
     with cluster_kubeconfig() as kubeconfig:
         install_crds(kubeconfig)
         api = config.new_client_from_config(config_file=kubeconfig)
@@ -515,6 +539,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"= {figures.total_requests / (figures.nodes + figures.caches):.2f} per (node + cache)",
                 flush=True,
             )
+        for node_count, cache_count, endpoint_count in fleet_sizes:
+            fleet = fleet_scale.measure_fleet(
+                api, kubeconfig, node_count, cache_count, endpoint_count, out, profile=args.profile
+            )
+            fleets.append(fleet)
+            fleet_scale.print_fleet(fleet)
         if args.warmup:
             warmed = warmup(api, kubeconfig, args.warmup, out, args.half_deadline)
             print_warmup(warmed)
@@ -529,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = {
             "sizes": [{**vars(f), "total_requests": f.total_requests} for f in results],
             "warmup": [{**vars(w), "finished": w.finished} for w in warmed],
+            "fleet": [f.to_json() for f in fleets],
         }
         print(f"wrote {provenance.write(args.results, started_run, payload)}")
     if len(results) >= 2:
@@ -537,6 +568,13 @@ def main(argv: list[str] | None = None) -> int:
             f"requests grew {large.total_requests / small.total_requests:.2f}x "
             f"for {(large.nodes + large.caches) / (small.nodes + small.caches):.2f}x nodes + caches "
             f"(the product grew {(large.nodes * large.caches) / (small.nodes * small.caches):.0f}x)"
+        )
+    if len(fleets) >= 2:
+        first, last = fleets[0], fleets[-1]
+        grew = (last.nodes + last.caches) / (first.nodes + first.caches)
+        print(
+            f"fleet: requests grew {last.server_requests / first.server_requests:.2f}x and the operator's CPU "
+            f"{last.operator_cpu_s / first.operator_cpu_s:.2f}x for {grew:.2f}x nodes + caches"
         )
     return 0
 

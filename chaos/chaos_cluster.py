@@ -32,22 +32,35 @@ PLURALS = ("inferenceendpointconfigs", "modeldatacacheconfigs", "modelimagecache
 class OperatorProcess:
     """`warmstart operator` watching one namespace; `kill()` is SIGKILL, `start()` starts a fresh one."""
 
-    def __init__(self, kubeconfig: pathlib.Path, namespace: str, log_dir: pathlib.Path, preload_duration: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: pathlib.Path,
+        namespace: str,
+        log_dir: pathlib.Path,
+        preload_duration: str,
+        *,
+        extra_env: dict[str, str] | None = None,
+        tag: str = "",
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.log_dir = log_dir
+        self.tag = tag
         self.env = {
             **os.environ,
             "WARMSTART_RESYNC_SECONDS": "2",
             "WARMSTART_OPERATOR_IMAGE": "warmstart:chaos",
             "WARMSTART_PRELOAD_POD_ANNOTATIONS": json.dumps({"sim.warmstart.io/duration": preload_duration}),
+            **(extra_env or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.log: pathlib.Path | None = None
 
     def start(self) -> None:
         self.starts += 1
-        log = open(self.log_dir / f"operator-{self.namespace}-{self.starts}.log", "wb")  # noqa: SIM115 - the child's
+        self.log = self.log_dir / f"operator-{self.namespace}{self.tag}-{self.starts}.log"
+        log = open(self.log, "wb")  # noqa: SIM115 - the child's
         argv = [sys.executable, "-m", "warmstart.cli", "operator", "--kubeconfig", str(self.kubeconfig)]
         argv += ["--namespace", self.namespace, "--metrics-port", "0", "--health-port", "0"]
         self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

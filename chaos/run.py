@@ -3,7 +3,8 @@
     .venv/bin/python chaos/run.py [--budget 1200] [--only preload,router,operator,nodes,controlplane,realnode]
                                   [--dir CLUSTER_DIR] [--real-kubeconfig /tmp/shared-real/kubeconfig] [--quick]
 
-Scenario groups: operator SIGKILL (seed / rollout / deletion), kube-apiserver and etcd restarts, node faults
+Scenario groups: operator SIGKILL (seed / rollout / deletion), the active one of two operator replicas SIGKILLed
+during a 500-node warm-up (peering), kube-apiserver and etcd restarts, node faults
 mid-preload, preload faults (kill -9, ENOSPC, S3 5xx/slow/cut), router faults (10,000 requests), and the real node
 (preload container and operator killed). Groups on kwok use the cluster of --dir if one runs there, else start one
 in a temporary directory and stop it at the end. The real-node group reuses the real-node cluster of
@@ -35,8 +36,18 @@ for folder in ("chaos", "tests", "tests/integration", "tests/preload", "tests/ro
 import chaos_report  # noqa: E402
 from chaos_report import Run  # noqa: E402
 
-GROUPS = ("preload", "router", "operator", "realnode", "nodes", "controlplane")
-SHARES = {"preload": 0.12, "router": 0.08, "operator": 0.45, "realnode": 0.13, "nodes": 0.12, "controlplane": 0.10}
+GROUPS = ("preload", "router", "operator", "peering", "realnode", "nodes", "controlplane")
+SHARES = {
+    "preload": 0.12,
+    "router": 0.08,
+    "operator": 0.33,
+    "peering": 0.12,
+    "realnode": 0.13,
+    "nodes": 0.12,
+    "controlplane": 0.10,
+}
+#: kwok nodes warming up when the active operator replica is killed
+PEERING_NODES = 500
 RESERVE = 150.0  # the longest a run may take after it started (the convergence timeout)
 REAL_LOCK = "/tmp/realnode-tests.lock"
 
@@ -105,13 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         "s3": 8,
         "batches": 2 if args.quick else 10,
         "operator": 3 if args.quick else 20,
+        "peering": 1 if args.quick else 2,
         "nodes": 3 if args.quick else 6,
         "controlplane": 2 if args.quick else 4,
     }
     cluster_dir: pathlib.Path | None = None
     own_cluster = False
     api = None
-    if {"operator", "nodes", "controlplane"} & set(wanted):
+    if {"operator", "peering", "nodes", "controlplane"} & set(wanted):
         from kubernetes import config
 
         import kube
@@ -153,6 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                 assert cluster_dir is not None and api is not None
                 kubeconfig = cluster_dir / "kubeconfig"
                 runs += chaos_operator.run_all(api, kubeconfig, log_dir, sizes["operator"], args.seed, deadline, _print)
+            elif group == "peering":
+                import chaos_peering
+
+                assert cluster_dir is not None and api is not None
+                kubeconfig = cluster_dir / "kubeconfig"
+                runs += chaos_peering.run_all(
+                    api, kubeconfig, log_dir, sizes["peering"], PEERING_NODES, args.seed, deadline, _print
+                )
             elif group == "nodes":
                 import chaos_nodes
 

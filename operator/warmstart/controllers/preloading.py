@@ -23,6 +23,7 @@ from warmstart.api.caches import (
     ModelDataCacheConfigStatus,
 )
 from warmstart.controllers import (
+    fanout,
     fsx,
     handling,
     labelling,
@@ -70,8 +71,9 @@ class Memory:
     job_uids: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-#: node facts, the Jobs by cache, NVMe usage, and the nodes where model pods wait for a cache (weights.py)
-Indexes = tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any], Mapping[Any, Any]]
+#: node facts, the Jobs by cache, NVMe usage, the nodes where model pods wait for a cache, and node names by instance
+#: type (weights.py)
+Indexes = tuple[Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any], Mapping[Any, Any], Mapping[str, Any]]
 
 
 def memory(memo: kopf.Memo) -> Memory:
@@ -241,7 +243,7 @@ def _reconcile(
     remembered: Memory,
     indexes: Indexes,
 ) -> None:
-    node_facts, jobs_index, usage_index, demand_index = indexes
+    node_facts, jobs_index, usage_index, demand_index, type_index = indexes
     meta = body["metadata"]
     old = _previous_status(body, remembered)
     refused = hostpaths.refusal(spec.host_path, ctx.allowed_host_paths)
@@ -261,7 +263,12 @@ def _reconcile(
     clock = time.monotonic()
     label = nodelabels.weights_ready_label(key)
     remembered.labelled = labelling.recent(remembered.labelled, clock)
-    reachable, unavailable = _reachable(nodes.all_nodes(node_facts), spec, ctx)
+    demanded = frozenset(demand_index.get((cache.namespace, key), ()))
+    # only the nodes this cache can target: a reconcile reads its own nodes, not the whole fleet
+    instance_types = nodes.targeted_instance_types(spec.node_selector, spec.node_affinity)
+    candidates = nodes.candidates(node_facts, type_index, instance_types, demanded)
+    matching = planning.target_nodes(spec, candidates, demanded)
+    reachable, unavailable = _reachable(matching, spec, ctx)
     live = labelling.overlay(reachable, label, remembered.labelled)
     results = read_results(store, cache.namespace, planning.unrecorded(preloads, old))
     observed = planning.Observed(
@@ -279,7 +286,7 @@ def _reconcile(
         residents=nvme_usage.residents(live, usage_index, key),
         eviction_policy=nvme_budget.EvictionPolicy(ctx.cache_eviction_policy),
         evicted=nvme_usage.evicted_nodes(live, key),
-        demanded=frozenset(demand_index.get((cache.namespace, key), ())),
+        demanded=demanded,
         prove_each_reader=ctx.cache_access == cache_volumes.CacheAccess.CSI,
     )
     now = handling.now()
@@ -359,11 +366,12 @@ def _act_on_nodes(
                 )
         if step.failed:
             failed[node] = step.failed
-    for name in plan.delete:
-        store.delete("batch/v1", "Job", name, cache.namespace)
+    fanout.each(plan.delete, lambda name: store.delete("batch/v1", "Job", name, cache.namespace))
     size = planning.model_size(spec, plan.status)
     job_spec = _with_fsx_claim(store, body, spec, ctx, remembered) if plan.create else spec
-    for node, attempt in plan.create:
+
+    def create(item: tuple[str, int]) -> str | None:
+        node, attempt = item
         request = render_jobs.PreloadRequest(
             owner=cache, key=key, node=node, attempt=attempt, generation=generation, expected_bytes=size
         )
@@ -378,15 +386,23 @@ def _act_on_nodes(
                 raise
             if render_jobs.made_by(applied, FIELD_MANAGER):
                 remembered.job_uids[applied["metadata"]["name"]] = applied["metadata"]["uid"]
-        if step.failed:
-            failed[node] = step.failed
+        return step.failed
+
     by_name = {n.name: n for n in live}
-    for node in plan.label:
+
+    def mark_ready(node: str) -> str | None:
         with _OnNode(body, spec, node, "labelling the node cache-ready") as step:
             if nvme_reserving.label_ready(store, node, key):
                 remembered.labelled[node] = time.monotonic()
                 nvme_usage.unmark(store, by_name[node], key)
             # else: the node left; the next reconcile drops it
-        if step.failed:
-            failed[node] = step.failed
+        return step.failed
+
+    # bounded concurrency (controllers/fanout.py): a wave of Jobs or labels does not wait round trip after round trip
+    for (node, _), why in zip(plan.create, fanout.each(plan.create, create), strict=True):
+        if why:
+            failed[node] = why
+    for node, why in zip(plan.label, fanout.each(plan.label, mark_ready), strict=True):
+        if why:
+            failed[node] = why
     return failed

@@ -33,7 +33,8 @@ from warmstart.controllers import (
     routing,
     sharing,
 )
-from warmstart.controllers.nodes import NodeFacts, all_nodes
+from warmstart.controllers.nodes import all_nodes
+from warmstart.controllers.nodes import lookup as lookup_node
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
 from warmstart.render import (
@@ -473,13 +474,12 @@ def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> War
     pods = sharing.lookup(
         indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.label_value, endpoint.ref.kind.lower())
     )
-    nodes: dict[str, NodeFacts] = {n.name: n for n in all_nodes(indexes["node_facts"])}
     label = nodelabels.weights_ready_label(wkey)
     warm = cold = 0
     for _pod, node in pods:
         if not node:
             continue
-        facts = nodes.get(node)
+        facts = lookup_node(indexes["node_facts"], node)  # the pods' nodes only, not the fleet's
         if endpoint.weights_enabled and facts is not None and facts.labels.get(label) == nodelabels.READY:
             warm += 1
         else:

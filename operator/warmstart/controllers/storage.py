@@ -23,6 +23,9 @@ API_REQUESTS = Counter(
 
 Manifest = dict[str, Any]
 
+#: connections kept to the API server (urllib3's pool)
+CONNECTION_POOL_SIZE = 32
+
 
 class StorageError(Exception):
     """Base of the domain errors."""
@@ -114,6 +117,9 @@ def load_api_client(kubeconfig: str | None = None) -> CountingApiClient:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
+    # every thread that may call at once (kopf's handlers, the status loops, controllers/fanout.py) keeps its
+    # connection: urllib3 would otherwise discard the ones over its default pool size and open new TLS connections
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     return CountingApiClient(configuration)
 
 

@@ -15,8 +15,10 @@ drifting, a retry falling due).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import Executor
 from typing import Any
 
 import kopf
@@ -133,8 +135,10 @@ async def follow(
     stopped: kopf.DaemonStopped,
     step: Callable[[], None],
     logger: kopf.Logger,
+    executor: Executor | None = None,
 ) -> None:
-    """Run `step` (in a thread) whenever `wanted` is woken, and at least every `interval` seconds, until `stopped`.
+    """Run `step` (in a thread of `executor`, else asyncio's default one) whenever `wanted` is woken, and at least
+    every `interval` seconds, until `stopped`.
 
     A failing step is logged (on the object: kopf posts warnings as Events) and runs again on the next wake-up or
     interval, as a failing timer would.
@@ -152,7 +156,7 @@ async def follow(
                 await asyncio.sleep(SETTLE_SECONDS)
                 wake.clear()
             try:
-                await asyncio.to_thread(step)
+                await in_thread(step, executor)
             except (kopf.TemporaryError, kopf.PermanentError) as error:
                 logger.warning(f"Refreshing failed, will retry: {error}")
             except Exception:  # one object's failure must not end its loop
@@ -162,15 +166,24 @@ async def follow(
         wakeups.forget(wanted)
 
 
+async def in_thread(call: Callable[[], None], executor: Executor | None = None) -> None:
+    """Run `call` in a thread of `executor` (None: asyncio's default one) with the caller's context variables (kopf's
+    Events and per-object logger rely on them), as asyncio.to_thread does."""
+    await asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, call)
+
+
 #: what a status loop runs: the object's reconcile, given its live body, the memo and the kopf indexes
 Reconcile = Callable[[kopf.Body, kopf.Memo, dict[str, Any]], None]
 
 
 def status_loop(
-    key_of: Callable[[str, str], Key], reconcile: Reconcile, interval_of: Callable[[kopf.Memo], float]
+    key_of: Callable[[str, str], Key],
+    reconcile: Reconcile,
+    interval_of: Callable[[kopf.Memo], float],
+    executor: Executor | None = None,
 ) -> Callable[..., Awaitable[None]]:
-    """A kopf daemon that runs `reconcile` whenever the object (its key from namespace and name) is woken, and every
-    `interval_of(memo)` seconds at the latest; never on an object being deleted."""
+    """A kopf daemon that runs `reconcile` (in a thread of `executor`) whenever the object (its key from namespace and
+    name) is woken, and every `interval_of(memo)` seconds at the latest; never on an object being deleted."""
 
     async def follow_status(
         body: kopf.Body,
@@ -185,7 +198,7 @@ def status_loop(
             if not handling.deleting(body):
                 reconcile(body, memo, indexes)
 
-        await follow(memo.wakeups, key_of(namespace, name), interval_of(memo), stopped, step, logger)
+        await follow(memo.wakeups, key_of(namespace, name), interval_of(memo), stopped, step, logger, executor)
 
     return follow_status
 

@@ -4,11 +4,17 @@ Level-based: `preloading.reconcile` runs on create, update and resume, and from 
 event wakes at once (controllers/waking.py) and which ticks every second besides: it reconciles when the cache's Jobs
 changed in the index, a retry is due, or `resync_seconds` passed (node joins, leaves and label drift are seen then).
 Deletion runs behind the operator's finalizer (`cleaning.finalize`).
+
+Reconciles of weights caches run in threads of their own (`CACHE_THREADS`), not in kopf's handler threads nor in
+asyncio's default ones, which the endpoints' handlers and status loops use: when a fleet of caches warms up at once,
+an endpoint's change still finds a free thread.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -33,6 +39,13 @@ from warmstart.render import jobs as render_jobs
 IndexKey = tuple[str, str]
 
 TICK_SECONDS = 1.0
+
+#: threads that reconcile weights caches (their create/update/resume handlers and their status loops)
+CACHE_THREADS = 6
+_cache_threads = ThreadPoolExecutor(max_workers=CACHE_THREADS, thread_name_prefix="warmstart-cache")
+
+#: the kopf indexes a cache's reconcile reads, in the order of `preloading.Indexes`
+INDEX_NAMES = ("node_facts", "weights_job_index", "weights_usage_index", "csi_demand_index", "nodes_by_instance_type")
 
 
 def weights_job_index(
@@ -81,21 +94,22 @@ def csi_demand_index(namespace: str, spec: Mapping[str, Any], **_: Any) -> dict[
     return found
 
 
-def reconcile_weights_cache(
+async def reconcile_weights_cache(
     body: kopf.Body,
     memo: kopf.Memo,
     node_facts: kopf.Index[Any, Any],
     weights_job_index: kopf.Index[Any, Any],
     weights_usage_index: kopf.Index[Any, Any],
     csi_demand_index: kopf.Index[Any, Any],
+    nodes_by_instance_type: kopf.Index[Any, Any],
     **_: Any,
 ) -> None:
-    """Create, update and resume: reconcile now."""
+    """Create, update and resume: reconcile now, in the caches' own threads."""
     if handling.deleting(body):
         return
     spec = handling.spec(body, ModelDataCacheConfigSpec)
-    indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index)
-    preloading.reconcile(body, spec, memo, indexes)
+    indexes = (node_facts, weights_job_index, weights_usage_index, csi_demand_index, nodes_by_instance_type)
+    await waking.in_thread(functools.partial(preloading.reconcile, body, spec, memo, indexes), _cache_threads)
 
 
 def _reconcile_when_due(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> None:
@@ -104,7 +118,7 @@ def _reconcile_when_due(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any
     jobs = indexes["weights_job_index"]
     if preloading.due(body, memo, jobs, memo.settings.resync_seconds):
         spec = handling.spec(body, ModelDataCacheConfigSpec)
-        names = ("node_facts", "weights_job_index", "weights_usage_index", "csi_demand_index")
+        names = INDEX_NAMES
         preloading.reconcile(body, spec, memo, tuple(indexes[n] for n in names), blocking=False)
 
 
@@ -140,6 +154,8 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     kopf.index(GROUP, VERSION, MDCC_PLURAL, registry=registry)(nvme_usage.weights_usage_index)  # type: ignore[arg-type]
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on(GROUP, VERSION, MDCC_PLURAL, registry=registry)(reconcile_weights_cache)  # type: ignore[arg-type]
-    follow_status = waking.status_loop(waking.weights_cache_key, _reconcile_when_due, lambda _: TICK_SECONDS)
+    follow_status = waking.status_loop(
+        waking.weights_cache_key, _reconcile_when_due, lambda _: TICK_SECONDS, _cache_threads
+    )
     kopf.daemon(GROUP, VERSION, MDCC_PLURAL, id="follow-status", registry=registry)(follow_status)
     kopf.on.delete(GROUP, VERSION, MDCC_PLURAL, registry=registry)(delete_weights_cache)  # type: ignore[arg-type]

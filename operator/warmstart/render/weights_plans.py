@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from warmstart import placement
 from warmstart.api import nodelabels
@@ -73,9 +74,12 @@ __all__ = [
 ]
 
 
+AnyNode = TypeVar("AnyNode", bound=NodeLike)
+
+
 def target_nodes(
-    spec: ModelDataCacheConfigSpec, nodes: Iterable[NodeLike], demanded: Collection[str] = frozenset()
-) -> list[NodeLike]:
+    spec: ModelDataCacheConfigSpec, nodes: Iterable[AnyNode], demanded: Collection[str] = frozenset()
+) -> list[AnyNode]:
     """Live nodes matching the cache's targeting, or where a model pod waits for it (`demanded`), by name; never a
     control-plane node."""
     matching = [
