@@ -34,6 +34,7 @@ import psutil
 from kubernetes import client
 
 import apicounting
+from scale_fixtures import cleanup, free_port, mdcc, operator_process, scrape_requests
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import nodes as kwok_nodes
@@ -205,8 +206,6 @@ def measure_fleet(
     profile: bool = False,
     deadline_s: float = 1500.0,
 ) -> FleetFigures:
-    # imported here: operator_scale imports this module
-    from operator_scale import cleanup, free_port, mdcc, operator_process, scrape_requests
 
     core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
     run = uuid.uuid4().hex[:6]

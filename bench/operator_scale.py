@@ -34,44 +34,31 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 from kubernetes import client, config
 
-from warmstart.api import API_VERSION, GROUP, VERSION
-from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL
-from warmstart.api.sources import ModelSourceConfig
+from warmstart.api import GROUP, VERSION
+from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import nodes as kwok_nodes
 from warmstart.localcluster import running
-from warmstart.placement import GB, instance_type_affinity
-from warmstart.render import keys, labels
+from warmstart.render import labels
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fleet_scale
 import provenance
+from scale_fixtures import cleanup, free_port, mdcc, operator_process, scrape_requests
 
 ROOT = Path(__file__).resolve().parents[1]
-DOWNLOADED = {
-    "outcome": "Succeeded",
-    "reason": "Downloaded",
-    "message": "ok",
-    "bytes": 16 * GB,
-    "seconds": 2.0,
-    "files": 7,
-    "retryable": False,
-}
 
 
 @dataclass
@@ -87,12 +74,6 @@ class Figures:
     @property
     def total_requests(self) -> int:
         return sum(self.requests.values())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -121,86 +102,6 @@ def install_crds(kubeconfig: str) -> None:
         check=True,
         capture_output=True,
     )
-
-
-def scrape_requests(port: int) -> dict[str, int]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    found: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith("warmstart_api_requests_total{"):
-            method = line.split('method="', 1)[1].split('"', 1)[0]
-            found[method] = int(float(line.rsplit(" ", 1)[1]))
-    return found
-
-
-@contextlib.contextmanager
-def operator_process(
-    kubeconfig: str,
-    namespace: str,
-    metrics_port: int,
-    log: Path,
-    settings: dict[str, str] | None = None,
-    wrap: list[str] | None = None,
-) -> Iterator[subprocess.Popen[bytes]]:
-    """The operator as a child process (under `wrap`, e.g. a profiler, when given)."""
-    annotations = {"sim.warmstart.io/duration": "2s", "sim.warmstart.io/termination-message": json.dumps(DOWNLOADED)}
-    env = {
-        **os.environ,
-        "WARMSTART_OPERATOR_IMAGE": "warmstart:bench",
-        "WARMSTART_PRELOAD_POD_ANNOTATIONS": json.dumps(annotations),
-        **(settings or {}),
-    }
-    command = [
-        *(wrap or []),
-        sys.executable,
-        "-m",
-        "warmstart.cli",
-        "operator",
-        "--kubeconfig",
-        kubeconfig,
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        str(metrics_port),
-        "--health-port",
-        str(free_port()),
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    scrape_requests(metrics_port)
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"operator did not start; see {log}") from None
-                    time.sleep(0.5)
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def mdcc(namespace: str, index: int, instance_type: str) -> dict[str, Any]:
-    source = {
-        "modelSourceType": "s3",
-        "s3Storage": {"bucketName": "bench-bucket", "region": "us-west-2"},
-        "modelLocation": f"models/m{index}",
-    }
-    key = keys.weights_key_in(ModelSourceConfig.model_validate(source), "/opt/dlami/nvme", namespace, {})
-    name = keys.weights_cache_name(key)
-    spec = {"modelSourceConfig": source, "nodeAffinity": instance_type_affinity([instance_type]).to_api()}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": MDCC_KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
 
 
 def measure(api: client.ApiClient, kubeconfig: str, node_count: int, cache_count: int, out: Path) -> Figures:
@@ -470,21 +371,6 @@ def print_warmup(figures: list[Warmup]) -> None:
         " source sees at most the limit of concurrent downloads when throttled.)",
         flush=True,
     )
-
-
-def cleanup(api: client.ApiClient, namespace: str, created: list[str]) -> None:
-    """The operator is stopped: strip finalizers so the namespace can go, then delete the nodes."""
-    custom = client.CustomObjectsApi(api)
-    for plural in (MDCC_PLURAL, "inferenceendpointconfigs"):
-        with contextlib.suppress(client.ApiException):
-            for item in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]:
-                with contextlib.suppress(client.ApiException):
-                    custom.patch_namespaced_custom_object(
-                        GROUP, VERSION, namespace, plural, item["metadata"]["name"], {"metadata": {"finalizers": None}}
-                    )
-    with contextlib.suppress(client.ApiException):
-        client.CoreV1Api(api).delete_namespace(namespace, propagation_policy="Background")
-    kwok_nodes.delete_nodes(api, created, parallelism=32)
 
 
 def main(argv: list[str] | None = None) -> int:

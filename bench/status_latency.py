@@ -35,7 +35,8 @@ import yaml
 from kubernetes import client, config, watch
 
 import provenance
-from operator_scale import cluster_kubeconfig, free_port, install_crds, operator_process
+from operator_scale import cluster_kubeconfig, install_crds
+from scale_fixtures import free_port, operator_process
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.render import labels

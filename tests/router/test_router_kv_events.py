@@ -91,20 +91,25 @@ async def _eventually(check: Any, timeout_steps: int = 100) -> None:
     assert check()
 
 
-async def test_two_routers_hold_the_engines_caches_and_agree(
-    fleet: tuple[Path, list[tuple[SimReplica, str]]],
-) -> None:
-    tokenizer_dir, replicas = fleet
-    urls = [url for _, url in replicas]
-    config = RouterConfig(
+def _events_config(tokenizer_dir: Path, **knobs: Any) -> RouterConfig:
+    """A prefixaware router that follows the fleet's KV events (ports relative to each replica's)."""
+    return RouterConfig(
         strategy="prefixaware",
         kv_events=True,
         kv_events_port=EVENTS,
         kv_events_replay_port=REPLAY,
         kv_events_ports_relative=True,
         tokenizer_dir=str(tokenizer_dir),
-        engine_load_interval_seconds=0.05,
+        **knobs,
     )
+
+
+async def test_two_routers_hold_the_engines_caches_and_agree(
+    fleet: tuple[Path, list[tuple[SimReplica, str]]],
+) -> None:
+    tokenizer_dir, replicas = fleet
+    urls = [url for _, url in replicas]
+    config = _events_config(tokenizer_dir, engine_load_interval_seconds=0.05)
     a = await _router(config, urls)
     b = await _router(config, urls)
     rng = random.Random(3)
@@ -178,14 +183,7 @@ async def test_an_untokenizable_request_is_routed_by_text_never_failed(
     fleet: tuple[Path, list[tuple[SimReplica, str]]],
 ) -> None:
     tokenizer_dir, replicas = fleet
-    config = RouterConfig(
-        strategy="prefixaware",
-        kv_events=True,
-        kv_events_port=EVENTS,
-        kv_events_replay_port=REPLAY,
-        kv_events_ports_relative=True,
-        tokenizer_dir=str(tokenizer_dir),
-    )
+    config = _events_config(tokenizer_dir)
     router, url, traffic, admin_runner, admin_url = await _router(config, [u for _, u in replicas])
     try:
         body = {
@@ -209,16 +207,7 @@ async def test_the_endpoint_picker_follows_the_same_engine_events(
     """A picker (``--mode epp``) that routed nothing picks where the engines hold each conversation."""
     tokenizer_dir, replicas = fleet
     urls = [url for _, url in replicas]
-    config = RouterConfig(
-        strategy="prefixaware",
-        kv_events=True,
-        kv_events_port=EVENTS,
-        kv_events_replay_port=REPLAY,
-        kv_events_ports_relative=True,
-        tokenizer_dir=str(tokenizer_dir),
-        engine_load_interval_seconds=0.05,
-        retries=0,
-    )
+    config = _events_config(tokenizer_dir, engine_load_interval_seconds=0.05, retries=0)
     proxy = await _router(config, urls)
     picker_router = Router(config, urls)
     picker_router.start()

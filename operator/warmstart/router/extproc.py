@@ -36,12 +36,12 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from google.protobuf import json_format
 
-from warmstart.router import picking, replies
+from warmstart.router import picking, reading, replies
 from warmstart.router.admission import QueueFull
 from warmstart.router.assignments import Assignment
 from warmstart.router.bodies import BadBody, BodyParser, ParsedBody
 from warmstart.router.health import Health
-from warmstart.router.reading import ByteBudget, HeldBody, Refusal
+from warmstart.router.reading import HeldBody, Refusal
 from warmstart.router.routing import Router
 
 log = logging.getLogger(__name__)
@@ -292,17 +292,11 @@ class Picker(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        config = router.config
-        self.budget = ByteBudget(
-            config.max_buffered_bytes, config.max_buffered_bytes_per_client, config.max_bodies_per_client
-        )
+        self.budget = reading.configured(router.config)
         self.parser = BodyParser()
 
     def refresh_limits(self) -> None:
-        config = self.router.config
-        self.budget.limit = config.max_buffered_bytes
-        self.budget.client_limit = config.max_buffered_bytes_per_client
-        self.budget.client_bodies = config.max_bodies_per_client
+        reading.configured(self.router.config, self.budget)
 
     async def Process(
         self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext[Any, Any]

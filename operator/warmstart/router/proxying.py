@@ -15,7 +15,7 @@ import json
 import logging
 import time
 
-from warmstart.router import httpserver, upstream
+from warmstart.router import httpserver, reading, upstream
 from warmstart.router.admission import QueueFull
 from warmstart.router.bodies import BadBody, BodyParser
 from warmstart.router.headers import forwarded_request_headers
@@ -50,10 +50,7 @@ class TrafficApp:
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        config = router.config
-        self.budget = ByteBudget(
-            config.max_buffered_bytes, config.max_buffered_bytes_per_client, config.max_bodies_per_client
-        )
+        self.budget = reading.configured(router.config)
         self.parser = BodyParser()
         self.pool = upstream.Pool()
 
@@ -63,10 +60,7 @@ class TrafficApp:
 
     def body_limits(self) -> tuple[int, float]:
         config = self.router.config
-        budget = self.budget
-        budget.limit = config.max_buffered_bytes
-        budget.client_limit = config.max_buffered_bytes_per_client
-        budget.client_bodies = config.max_bodies_per_client
+        reading.configured(config, self.budget)
         return config.max_body_bytes, config.body_timeout_seconds
 
     def write_timeout(self) -> float:

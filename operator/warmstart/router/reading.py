@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import enum
 
+from warmstart.api.routers import RouterConfig
+
 
 class Refusal(enum.IntEnum):
     """Why a body (or its next bytes) was not taken: the HTTP status that says so."""
@@ -118,3 +120,13 @@ class HeldBody:
         if self.share is not None:
             self.budget.give(self.size, self.share, self.client, self.receiving)
         self.size, self.chunks, self.share, self.receiving = 0, [], None, False
+
+
+def configured(config: RouterConfig, budget: ByteBudget | None = None) -> ByteBudget:
+    """A budget with ``config``'s ceilings: ``budget`` resized in place (what it holds stays counted), or a new one."""
+    if budget is None:
+        return ByteBudget(config.max_buffered_bytes, config.max_buffered_bytes_per_client, config.max_bodies_per_client)
+    budget.limit = config.max_buffered_bytes
+    budget.client_limit = config.max_buffered_bytes_per_client
+    budget.client_bodies = config.max_bodies_per_client
+    return budget
