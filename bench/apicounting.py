@@ -10,7 +10,6 @@ peering and Events alike. The schema sends them to the `workload-low` priority l
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import psutil
 import yaml
 from kubernetes import client
 
+from warmstart.localcluster import kubeconfigs
 from warmstart.localcluster.clusterstate import State
 
 #: the control plane's processes, as the local cluster names them
@@ -78,24 +78,7 @@ def operator_identity(api: client.ApiClient, admin: Path, namespace: str, out: P
     token = core.create_namespaced_service_account_token(
         SERVICE_ACCOUNT, namespace, {"spec": {"expirationSeconds": 7200}}
     ).status.token
-    config = yaml.safe_load(admin.read_text())
-    cluster = dict(config["clusters"][0]["cluster"])
-    if "certificate-authority" in cluster:
-        ca = Path(cluster.pop("certificate-authority"))
-        ca = ca if ca.is_absolute() else admin.parent / ca
-        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
-    out.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "local", "cluster": cluster}],
-                "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-                "contexts": [{"name": "bench", "context": {"cluster": "local", "user": SERVICE_ACCOUNT}}],
-                "current-context": "bench",
-            }
-        )
-    )
+    out.write_text(yaml.safe_dump(kubeconfigs.with_token(admin, SERVICE_ACCOUNT, token)))
     return out
 
 

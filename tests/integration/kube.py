@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import time
@@ -11,6 +10,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from warmstart.localcluster import kubeconfigs
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -118,24 +119,7 @@ def service_account_kubeconfig(api: Any, admin: Path, namespace: str, name: str,
         .create_namespaced_service_account_token(name, namespace, {"spec": {"expirationSeconds": 3600}})
         .status.token
     )
-    config = yaml.safe_load(admin.read_text())
-    cluster = dict(config["clusters"][0]["cluster"])
-    if "certificate-authority" in cluster:
-        ca = Path(cluster.pop("certificate-authority"))
-        ca = ca if ca.is_absolute() else admin.parent / ca
-        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
-    out.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "local", "cluster": cluster}],
-                "users": [{"name": name, "user": {"token": token}}],
-                "contexts": [{"name": name, "context": {"cluster": "local", "user": name, "namespace": namespace}}],
-                "current-context": name,
-            }
-        )
-    )
+    out.write_text(yaml.safe_dump(kubeconfigs.with_token(admin, name, token, namespace)))
     return out
 
 
