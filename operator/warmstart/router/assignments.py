@@ -28,6 +28,7 @@ class Assignment:
         self.router, self.replica, self.key, self.started = router, replica, key, started
         self.strategy = router.policy.strategy.value
         self._first = True
+        self._given_back = False
         self._released = False
         self.claim = PrefillClaim(replica, uncached_chars)
         self._take(replica)
@@ -48,7 +49,7 @@ class Assignment:
 
     def served_by(self, url: str) -> None:
         """The gateway reports ``url`` served the request: move the slot there if it is another replica."""
-        if self._released or url == self.replica.url:
+        if self._given_back or url == self.replica.url:
             return
         replica = self.router.fleet.get(url)
         if replica is None:
@@ -68,11 +69,18 @@ class Assignment:
             self.claim.release()
             self.router.metrics.ttft_of(self.replica.url).observe(time.perf_counter() - self.started)
 
+    def give_back(self) -> None:
+        """Give the slot back now (once); the outcome is counted by :meth:`release` when it is known."""
+        if self._given_back:
+            return
+        self._given_back = True
+        self.claim.release()
+        self._give(self.replica)
+
     def release(self, outcome: str) -> None:
         """Give the slot back and count the request's outcome (``ok``, ``error``, ``aborted``); once."""
         if self._released:
             return
         self._released = True
-        self.claim.release()
-        self._give(self.replica)
+        self.give_back()
         self.router.metrics.request(self.strategy, self.replica.url, outcome).inc()

@@ -51,6 +51,9 @@ _FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 _BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
 _NONE = processing_mode_pb2.ProcessingMode.NONE
 _NO_BODY = ParsedBody("", 0, None)
+CANCELLATION_GRACE_S = 0.25
+"""How long a stream that ended after the response's headers (response body mode NONE) waits to learn whether it
+was cancelled, before it counts the request as served. Its slot is given back at once."""
 _streams = itertools.count()
 
 
@@ -271,6 +274,11 @@ class Exchange:
             self.assignment.first_byte()
             self.assignment.release("ok" if 0 < self.status < 500 else "error")
 
+    def response_over(self) -> None:
+        """The stream ended after the response's headers: the replica is done with it either way."""
+        if self.assignment is not None:
+            self.assignment.give_back()
+
     def ends_with_stream(self) -> bool:
         """The gateway does not send the response body: the stream's end (after the headers) is the response's.
 
@@ -285,6 +293,20 @@ class Exchange:
             self.body.release()
         if self.assignment is not None:
             self.assignment.release("aborted")
+
+
+async def _cancelled_within(context: grpc.aio.ServicerContext[Any, Any], grace_s: float) -> bool:
+    """Whether the stream turns out cancelled within ``grace_s``.
+
+    A cancelled stream's messages end just as a half-closed one's do; its cancellation arrives
+    separately (as this task's cancellation or ``context.cancelled()``), later on a busy machine.
+    """
+    deadline = time.monotonic() + grace_s
+    while not context.cancelled():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True
 
 
 class Picker(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
@@ -310,8 +332,8 @@ class Picker(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 if exchange.done:
                     return
             if exchange.ends_with_stream():
-                await asyncio.sleep(0)  # a cancelled stream's messages end too; its cancellation comes next
-                if not context.cancelled():
+                exchange.response_over()
+                if not await _cancelled_within(context, CANCELLATION_GRACE_S):
                     exchange.finish()
         finally:
             exchange.close()
