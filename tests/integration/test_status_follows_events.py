@@ -7,6 +7,7 @@ bench/status_latency.py measures how fast (event -> status) with the chart's def
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -61,3 +62,60 @@ def test_an_endpoint_rolls_out_and_scales_with_no_timer_to_help(
             what="the scale-out in the endpoint's status (woken by the Deployment's progress)",
         )
         assert scaled["state"] == "DeploymentComplete" and scaled["replicas"] == 3
+
+
+def _deployment_gets(api_client: client.ApiClient) -> float:
+    """Every GET of a single Deployment the API server has served (its own counter, any client, any answer)."""
+    text = api_client.call_api(
+        "/metrics", "GET", _preload_content=False, _return_http_data_only=True, auth_settings=["BearerToken"]
+    ).data.decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{") and all(
+            f'{label}="{value}"' in line
+            for label, value in (
+                ("verb", "GET"),
+                ("resource", "deployments"),
+                ("scope", "resource"),
+                ("subresource", ""),
+            )
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_settled_endpoints_status_passes_read_its_deployments_from_the_watch(
+    cluster: Any, api_client: client.ApiClient, namespace: str
+) -> None:
+    """Every status pass of a settled endpoint (here 10 in 5 s) reads its model and router Deployments from the
+    operator's index, so a fleet of idle endpoints costs the API server no reads; the status still follows them."""
+    with (
+        ep.own_nodes(api_client, 1) as (instance_type, _nodes),
+        operating.operator(str(cluster.kubeconfig), [namespace], resync_seconds=0.5),
+    ):
+        manifest = ep.endpoint_manifest(NAME, namespace, instance_type)
+        manifest["spec"]["intelligentRoutingSpec"] = {"enabled": True}
+        kube.create_custom(api_client, manifest)
+        kube.wait_for(
+            lambda: (
+                s
+                if (s := ep.status(api_client, namespace, NAME)).get("state") == "DeploymentComplete"
+                and any(c["type"] == "Routing" and c["reason"] == "ThroughRouter" for c in s.get("conditions", []))
+                else None
+            ),
+            timeout=180,
+            what="DeploymentComplete, through the router",
+        )
+        before = _deployment_gets(api_client)
+        time.sleep(5.0)
+        assert _deployment_gets(api_client) - before == 0, "a status pass GETs a Deployment"
+
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            ep.GROUP, ep.VERSION, namespace, "inferenceendpointconfigs", NAME, {"spec": {"replicas": 2}}
+        )
+        scaled: dict[str, Any] = kube.wait_for(
+            lambda: s if _available(s := ep.status(api_client, namespace, NAME)) == 2 else None,
+            timeout=120,
+            what="the scale-out in the status, read from the index",
+        )
+        assert scaled["replicas"] == 2

@@ -17,7 +17,7 @@ from warmstart.api.endpoints import KIND as IEC_KIND
 from warmstart.api.endpoints import PLURAL as IEC_PLURAL
 from warmstart.api.jumpstart import KIND as JSM_KIND
 from warmstart.api.jumpstart import PLURAL as JSM_PLURAL
-from warmstart.controllers import filling, reconciling, waking
+from warmstart.controllers import deployment_index, filling, reconciling, waking
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.render import labels as label_keys
 
@@ -62,10 +62,12 @@ def _handlers(registry: kopf.OperatorRegistry, interval: float, kind: str, plura
 
 
 def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
-    """Register the endpoint pod index and both kinds' handlers; each endpoint's status loop wakes on the events of
-    its children and caches (controllers/waking.py), and every `settings.resync_seconds` at the latest."""
+    """Register the endpoint pod and Deployment indexes and both kinds' handlers; each endpoint's status loop wakes
+    on the events of its children and caches (controllers/waking.py), and every `settings.resync_seconds` at the
+    latest."""
     endpoint_labels = {label_keys.ENDPOINT_LABEL: kopf.PRESENT}
     kopf.index("", "v1", "pods", labels=endpoint_labels, registry=registry)(endpoint_pods)
     kopf.index("", "v1", "pods", labels=endpoint_labels, registry=registry)(filling.endpoint_pod_preloads)
+    deployment_index.register(registry)
     _handlers(registry, settings.resync_seconds, IEC_KIND, IEC_PLURAL)
     _handlers(registry, settings.resync_seconds, JSM_KIND, JSM_PLURAL)

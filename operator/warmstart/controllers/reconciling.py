@@ -25,6 +25,7 @@ from warmstart.api.statuses import (
 from warmstart.controllers import (
     applying,
     autoscaling,
+    deployment_index,
     filling,
     fsx,
     guarding,
@@ -133,10 +134,10 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         access=context.cache_access,
     )
 
-    deployment = store.get("apps/v1", "Deployment", endpoint.child_name, endpoint.ref.namespace)
+    deployment = deployment_index.deployment(indexes, endpoint.ref.namespace, endpoint.child_name)
     if gate.open and _serving_weights_key(deployment) != wkey:
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
-    traffic = _traffic(store, endpoint, old_status, context)
+    traffic = _traffic(store, indexes, endpoint, old_status, context)
     served = routing.pool_served(store, memo) if endpoint.endpoint_picker is not None else False
     warm_nodes = _warm_nodes(endpoint, wkey, indexes) if endpoint.routing_enabled else None
     scaling = autoscaling.plan(store, endpoint, context, old_status)
@@ -173,7 +174,7 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     router_name = router.name(endpoint.ref.name) if endpoint.proxy_enabled or traffic.retiring else None
     if router_name is None and old_status.get("routerName"):
         routing.remove(store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid, routing.keys(children))
-    picker = _picker_facts(store, endpoint, context, served)
+    picker = _picker_facts(indexes, endpoint, context, served)
     if picker is None and old_status.get("endpointPickerName"):
         routing.remove_picker(
             store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid, routing.keys(children)
@@ -325,7 +326,9 @@ def _children(
     return wanted
 
 
-def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any], context: RenderContext) -> RouterFacts:
+def _traffic(
+    store: Store, indexes: Mapping[str, Any], endpoint: Endpoint, old_status: Mapping[str, Any], context: RenderContext
+) -> RouterFacts:
     """Re-point the endpoint's Service without a gap.
 
     Routing on: to the router only once a router pod is ready (before that, and whenever none is, straight to the
@@ -336,7 +339,7 @@ def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any], co
     ns = endpoint.ref.namespace
     name = router.name(endpoint.ref.name)
     if endpoint.proxy_enabled:
-        found = store.get("apps/v1", "Deployment", name, ns)
+        found = deployment_index.deployment(indexes, ns, name)
         available = int(((found or {}).get("status") or {}).get("availableReplicas") or 0)
         desired = router.replicas(endpoint, context)
         return RouterFacts(True, services.router_available(found), False, name, available, desired)
@@ -346,13 +349,15 @@ def _traffic(store: Store, endpoint: Endpoint, old_status: Mapping[str, Any], co
     return RouterFacts(False, False, services.selects_router(current, endpoint), name)
 
 
-def _picker_facts(store: Store, endpoint: Endpoint, context: RenderContext, served: bool) -> PickerFacts | None:
+def _picker_facts(
+    indexes: Mapping[str, Any], endpoint: Endpoint, context: RenderContext, served: bool
+) -> PickerFacts | None:
     """Gateway mode as observed (None in other modes): the pool's API and the picker Deployment's ready pods."""
     chosen = endpoint.endpoint_picker
     if chosen is None:
         return None
     name = pickers.name(endpoint.ref.name)
-    found = store.get("apps/v1", "Deployment", name, endpoint.ref.namespace)
+    found = deployment_index.deployment(indexes, endpoint.ref.namespace, name)
     available = int(((found or {}).get("status") or {}).get("availableReplicas") or 0)
     pool = pickers.pool_name(endpoint.ref.name)
     desired = router.replicas(endpoint, context)
