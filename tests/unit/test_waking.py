@@ -129,3 +129,28 @@ def test_a_stop_ends_a_waiting_loop_at_once() -> None:
         await asyncio.wait_for(loop, 5)
 
     asyncio.run(scenario())
+
+
+def test_turns_that_are_not_due_take_no_thread() -> None:
+    """A loop with a due check asks it on the event loop each turn and runs the step only on the turns it allows."""
+
+    async def scenario() -> tuple[int, int, set[int]]:
+        wakeups, stopped, asked, steps = waking.Wakeups(), Stopped(), [], []
+        wanted = waking.weights_cache_key("ns", "c")
+
+        def due() -> bool:
+            asked.append(threading.get_ident())
+            return len(asked) % 5 == 0
+
+        loop = asyncio.create_task(
+            waking.follow(wakeups, wanted, 0.01, stopped.waiter, lambda: steps.append(1), LOGGER, due=due)
+        )
+        while len(asked) < 20:
+            await asyncio.sleep(0.01)
+        stopped.set()
+        await asyncio.wait_for(loop, 5)
+        return len(asked), len(steps), set(asked)
+
+    asked, steps, threads = asyncio.run(scenario())
+    assert threads == {threading.get_ident()}, "the due check runs on the event loop"
+    assert steps == asked // 5, "the step runs on the due turns only"

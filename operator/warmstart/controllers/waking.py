@@ -136,9 +136,11 @@ async def follow(
     step: Callable[[], None],
     logger: kopf.Logger,
     executor: Executor | None = None,
+    due: Callable[[], bool] | None = None,
 ) -> None:
     """Run `step` (in a thread of `executor`, else asyncio's default one) whenever `wanted` is woken, and at least
-    every `interval` seconds, until `stopped`.
+    every `interval` seconds, until `stopped`; when `due` is given, only the turns it answers True for (it runs on
+    the event loop, so a turn with nothing to do takes no thread).
 
     A failing step is logged (on the object: kopf posts warnings as Events) and runs again on the next wake-up or
     interval, as a failing timer would.
@@ -155,6 +157,8 @@ async def follow(
             if wake.is_set():
                 await asyncio.sleep(SETTLE_SECONDS)
                 wake.clear()
+            if due is not None and not due():
+                continue
             try:
                 await in_thread(step, executor)
             except (kopf.TemporaryError, kopf.PermanentError) as error:
@@ -174,6 +178,8 @@ async def in_thread(call: Callable[[], None], executor: Executor | None = None) 
 
 #: what a status loop runs: the object's reconcile, given its live body, the memo and the kopf indexes
 Reconcile = Callable[[kopf.Body, kopf.Memo, dict[str, Any]], None]
+#: whether a turn of a status loop has anything to do (same arguments; runs on the event loop, so cheap and pure)
+Due = Callable[[kopf.Body, kopf.Memo, dict[str, Any]], bool]
 
 
 def status_loop(
@@ -181,9 +187,11 @@ def status_loop(
     reconcile: Reconcile,
     interval_of: Callable[[kopf.Memo], float],
     executor: Executor | None = None,
+    due: Due | None = None,
 ) -> Callable[..., Awaitable[None]]:
     """A kopf daemon that runs `reconcile` (in a thread of `executor`) whenever the object (its key from namespace and
-    name) is woken, and every `interval_of(memo)` seconds at the latest; never on an object being deleted."""
+    name) is woken, and every `interval_of(memo)` seconds at the latest, on the turns `due` allows (all without it);
+    never on an object being deleted."""
 
     async def follow_status(
         body: kopf.Body,
@@ -198,7 +206,12 @@ def status_loop(
             if not handling.deleting(body):
                 reconcile(body, memo, indexes)
 
-        await follow(memo.wakeups, key_of(namespace, name), interval_of(memo), stopped, step, logger, executor)
+        def turn_due() -> bool:
+            return due is None or due(body, memo, indexes)
+
+        await follow(
+            memo.wakeups, key_of(namespace, name), interval_of(memo), stopped, step, logger, executor, turn_due
+        )
 
     return follow_status
 

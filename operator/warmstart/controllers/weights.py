@@ -112,14 +112,17 @@ async def reconcile_weights_cache(
     await waking.in_thread(functools.partial(preloading.reconcile, body, spec, memo, indexes), _cache_threads)
 
 
-def _reconcile_when_due(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> None:
-    """The status loop's step: reconcile when this cache's Jobs changed in the index (their events wake the loop:
-    controllers/waking.py), a retry is due, or the resync interval passed; it runs every tick."""
-    jobs = indexes["weights_job_index"]
-    if preloading.due(body, memo, jobs, memo.settings.resync_seconds):
-        spec = handling.spec(body, ModelDataCacheConfigSpec)
-        names = INDEX_NAMES
-        preloading.reconcile(body, spec, memo, tuple(indexes[n] for n in names), blocking=False)
+def _due(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> bool:
+    """Whether this tick reconciles: this cache's Jobs changed in the index (their events wake the loop:
+    controllers/waking.py), a retry is due, or the resync interval passed. Asked on the event loop every tick, so a
+    fleet of idle caches takes no thread."""
+    return preloading.due(body, memo, indexes["weights_job_index"], memo.settings.resync_seconds)
+
+
+def _reconcile_in_loop(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> None:
+    """The status loop's step, on the ticks `_due` allows."""
+    spec = handling.spec(body, ModelDataCacheConfigSpec)
+    preloading.reconcile(body, spec, memo, tuple(indexes[n] for n in INDEX_NAMES), blocking=False)
 
 
 def delete_weights_cache(
@@ -155,7 +158,7 @@ def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> Non
     for on in (kopf.on.create, kopf.on.update, kopf.on.resume):
         on(GROUP, VERSION, MDCC_PLURAL, registry=registry)(reconcile_weights_cache)  # type: ignore[arg-type]
     follow_status = waking.status_loop(
-        waking.weights_cache_key, _reconcile_when_due, lambda _: TICK_SECONDS, _cache_threads
+        waking.weights_cache_key, _reconcile_in_loop, lambda _: TICK_SECONDS, _cache_threads, _due
     )
     kopf.daemon(GROUP, VERSION, MDCC_PLURAL, id="follow-status", registry=registry)(follow_status)
     kopf.on.delete(GROUP, VERSION, MDCC_PLURAL, registry=registry)(delete_weights_cache)  # type: ignore[arg-type]
