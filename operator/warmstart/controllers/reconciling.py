@@ -147,14 +147,16 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         *_children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes, served),
         *scaling.manifests,
     ]
-    if applying.needed(memo, endpoint.ref.uid, children, deployment):
+    changed = applying.pending(memo, endpoint.ref.uid, children, deployment)
+    if changed:
         try:
-            deployment = _apply(store, endpoint, children) or deployment
+            deployment = _apply(store, indexes, endpoint, changed) or deployment
             _remove_unwanted_monitor(store, endpoint, children, context)
         except Invalid as error:  # the spec renders to something the API server refuses: say so, do not loop
             applying.record(memo, endpoint.ref.uid, children, deployment, error=str(error))
         else:
-            applying.record(memo, endpoint.ref.uid, children, deployment)
+            every_child = len(changed) == len(children)
+            applying.record(memo, endpoint.ref.uid, children, deployment, every_child=every_child)
     if endpoint.weights_enabled and context.cache_access == cache_volumes.CacheAccess.HOST_PATH:
         filling.label_filled_nodes(store, memo, body, endpoint, Generation(wkey, ikey), context, deployment, indexes)
     rejection = applying.rejected(memo, endpoint.ref.uid, children)
@@ -372,28 +374,35 @@ def _warm_nodes(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> li
     return sorted(n.name for n in all_nodes(indexes["node_facts"]) if n.labels.get(label) == nodelabels.READY)
 
 
-def _apply(store: Store, endpoint: Endpoint, children: list[Manifest]) -> Manifest | None:
-    """Apply every child; caches under this endpoint's own field manager. Returns the applied Deployment, if any."""
+def _apply(store: Store, indexes: Mapping[str, Any], endpoint: Endpoint, children: list[Manifest]) -> Manifest | None:
+    """Apply these children; caches under this endpoint's own field manager. Returns the applied Deployment, if any."""
     applied_deployment: Manifest | None = None
     for manifest in children:
         if manifest["kind"] in (MDCC_KIND, MIC_KIND, "PersistentVolumeClaim"):
             sharing.attach(store, manifest, endpoint.ref.uid)
         elif manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == endpoint.child_name:
-            _refuse_taken_name(store, manifest)
+            _refuse_taken_name(store, indexes, manifest)
             applied_deployment = store.apply(manifest)
         else:
-            _refuse_taken_name(store, manifest)
+            _refuse_taken_name(store, indexes, manifest)
             store.apply(manifest)
     return applied_deployment
 
 
-def _refuse_taken_name(store: Store, manifest: Manifest) -> None:
+def _refuse_taken_name(store: Store, indexes: Mapping[str, Any], manifest: Manifest) -> None:
     """Refuse to take over a child another endpoint controls (endpoint `a`'s `a-models` Service and an endpoint named
-    `a-models`): a forced apply would make the two fight over it."""
+    `a-models`): a forced apply would make the two fight over it. A Deployment an endpoint owns is in the index; any
+    other object, or a Deployment not there, is read."""
     if owners.controller_of(manifest) is None:
         return
     meta = manifest["metadata"]
-    existing = store.get(manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace"))
+    existing = (
+        deployment_index.deployment(indexes, meta.get("namespace") or "", meta["name"])
+        if manifest["kind"] == "Deployment"
+        else None
+    )
+    if existing is None:
+        existing = store.get(manifest["apiVersion"], manifest["kind"], meta["name"], meta.get("namespace"))
     other = owners.taken_by_another(existing, manifest)
     if other is not None:
         raise Invalid(
