@@ -348,7 +348,29 @@ def _traffic(
     if not old_status.get("routerName"):
         return RouterFacts(False, False, False, name)
     current = store.get("v1", "Service", endpoint.child_name, ns)
-    return RouterFacts(False, False, services.selects_router(current, endpoint), name)
+    retiring = services.selects_router(current, endpoint) or _router_still_serves(store, indexes, endpoint)
+    return RouterFacts(False, False, retiring, name)
+
+
+def _router_still_serves(store: Store, indexes: Mapping[str, Any], endpoint: Endpoint) -> bool:
+    """Whether the client Service's EndpointSlices still list a ready router pod: its selector is back on the model
+    pods, but the EndpointSlice controller has not caught up yet, so the router must stay a little longer."""
+    key = (endpoint.ref.namespace, endpoint.label_value, "")  # router pods carry the endpoint label, not its kind
+    routers = {pod for pod, _node in sharing.lookup(indexes["endpoint_pods"], key)}
+    if not routers:
+        return False
+    slices = store.list(
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+        endpoint.ref.namespace,
+        label_selector=f"kubernetes.io/service-name={endpoint.child_name}",
+    )
+    return any(
+        (found.get("targetRef") or {}).get("name") in routers
+        and (found.get("conditions") or {}).get("ready") is not False
+        for piece in slices
+        for found in piece.get("endpoints") or []
+    )
 
 
 def _picker_facts(
