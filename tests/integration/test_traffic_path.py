@@ -149,6 +149,8 @@ def test_client_service_moves_to_the_router_and_back_without_a_gap(
                 kube.wait_for(
                     lambda: _all("model", _targets(api_client, namespace, NAME), 2), 60, what="model pods again"
                 )
+                # the sampler reads on its own clock: let it record the removal the waits above saw
+                kube.wait_for(lambda: any(not s.router_exists for s in samples), 30, what="the removal sampled")
             assert all(s.targets for s in samples), "the Service had no ready pod at some point"
             gone = next(i for i, s in enumerate(samples) if not s.router_exists)
             assert any(_all("model", s.targets, 2) for s in samples[:gone]), (
