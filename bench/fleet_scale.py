@@ -14,15 +14,16 @@ Measured:
     method (its own counter), per (node + cache);
   - while the fleet warms, every 5 s the probe endpoint's `replicas` flips between 1 and 2: the time until its
     status shows the new generation (`status.observedGeneration`) is what a user waits for.
-With `--profile`, py-spy samples the operator (20 Hz, on-CPU only) and the run writes its collapsed stacks.
+  - before the fleet starts, the operator's CPU over a minute with every node Ready and nothing to do: what the
+    nodes alone cost it (their status updates and leases reach its watches).
+With `--profile`, bench/stack_sampler.py samples the operator's on-CPU stacks (10 Hz) into collapsed stacks.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -43,6 +44,8 @@ from warmstart.render import labels
 IEC_PLURAL = "inferenceendpointconfigs"
 PROBE = "probe"
 PROBE_EVERY_SECONDS = 5.0
+#: how long the operator's CPU is read with every node Ready and nothing else to do
+IDLE_SECONDS = 60.0
 #: the chart's defaults that change what the operator does per node (charts/warmstart/values.yaml)
 CHART_SETTINGS = {
     "WARMSTART_CACHE_ACCESS": "csi",
@@ -73,6 +76,8 @@ class FleetFigures:
     probe_latencies_s: list[float] = field(default_factory=list)
     uptime_start: str = ""
     uptime_end: str = ""
+    #: the operator's CPU seconds per minute with the nodes Ready and no cache or endpoint of the fleet yet
+    idle_cpu_s_per_min: float = 0.0
     profile: str | None = None
 
     @property
@@ -174,25 +179,9 @@ def _count_jobs(api: client.ApiClient, namespace: str) -> int:
 
 
 def profiler(out: Path) -> list[str]:
-    """py-spy as the operator's parent (attaching to a running process is refused on some hosts): on-CPU samples at
-    20 Hz, without pausing the operator, written as collapsed stacks when the operator exits."""
-    spy = shutil.which("py-spy") or str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "py-spy")
-    if not Path(spy).exists():
-        raise RuntimeError("--profile needs py-spy (pip install -e '.[test]')")
-    return [spy, "record", "--rate", "20", "--nonblocking", "--format", "raw", "-o", str(out), "--"]
-
-
-def _operator_of(proc: subprocess.Popen[bytes]) -> psutil.Process:
-    """The operator's process: the child itself, or the profiler's child."""
-    process = psutil.Process(proc.pid)
-    if "py-spy" not in process.name():
-        return process
-    for _ in range(100):
-        children = process.children()
-        if children:
-            return children[0]
-        time.sleep(0.1)
-    return process
+    """bench/stack_sampler.py around the operator: its on-CPU stacks at 10 Hz, weighted by CPU ticks, written as
+    collapsed stacks every 10 s and when the operator exits."""
+    return [sys.executable, str(Path(__file__).with_name("stack_sampler.py")), "--out", str(out), "--rate", "10", "--"]
 
 
 def measure_fleet(
@@ -232,7 +221,7 @@ def measure_fleet(
         profile_out = out / f"profile-{size}.txt"
         wrap = profiler(profile_out) if profile else None
         with operator_process(str(sa_kubeconfig), namespace, port, log, CHART_SETTINGS, wrap) as proc:
-            operator = _operator_of(proc)
+            operator = psutil.Process(proc.pid)
             # the probe endpoint (no cache) on the last group, deployed before the fleet starts
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, IEC_PLURAL, _endpoint(namespace, PROBE, types[-1], cached=False)
@@ -240,6 +229,9 @@ def measure_fleet(
             settle_until = time.monotonic() + 120
             while _observed(custom, namespace, PROBE)[1] < 1 and time.monotonic() < settle_until:
                 time.sleep(0.5)
+            idle_before = sum(operator.cpu_times()[:2])
+            time.sleep(IDLE_SECONDS)
+            idle_cpu = sum(operator.cpu_times()[:2]) - idle_before
             uptime_start = apicounting.uptime()
             cpu_before = apicounting.cpu_seconds(pids)
             bench_before = apicounting.tree_cpu_seconds(psutil.Process().pid)
@@ -286,12 +278,6 @@ def measure_fleet(
             cpu = apicounting.cpu_delta(apicounting.cpu_seconds(pids), cpu_before)
             bench_cpu = apicounting.tree_cpu_seconds(psutil.Process().pid) - bench_before
             uptime_end = apicounting.uptime()
-            if profile:  # the operator stops; then py-spy writes what it sampled
-                operator.terminate()
-                try:
-                    proc.wait(120)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
         jobs_all = batch.list_namespaced_job(namespace, label_selector=labels.MDCC_LABEL).items
         last_done = max(j.status.completion_time.timestamp() for j in jobs_all if j.status.completion_time)
         controllers = {
@@ -319,6 +305,7 @@ def measure_fleet(
             probe_latencies_s=probes,
             uptime_start=uptime_start,
             uptime_end=uptime_end,
+            idle_cpu_s_per_min=round(idle_cpu * 60 / IDLE_SECONDS, 2),
             profile=str(profile_out) if profile else None,
         )
     finally:
@@ -335,6 +322,7 @@ def print_fleet(figures: FleetFigures) -> None:
         ("last Job done -> all caches Ready (s)", data["last_job_to_ready_s"]),
         ("operator peak RSS (MB)", data["peak_rss_mb"]),
         ("operator CPU (s)", data["operator_cpu_s"]),
+        ("  before: CPU (s) per minute, nodes Ready, idle", data["idle_cpu_s_per_min"]),
         ("operator CPU per (node + cache) (ms)", data["operator_cpu_ms_per_node_cache"]),
         ("API requests, all (API server's count)", data["server_requests"]),
         ("API requests per (node + cache)", data["requests_per_node_cache"]),
@@ -353,29 +341,34 @@ def print_fleet(figures: FleetFigures) -> None:
         print(f"  {label:48} {value}", flush=True)
 
 
-def summarize_profile(raw: str, top: int = 30) -> list[tuple[float, str]]:
-    """The functions with the largest share of py-spy's samples (collapsed stacks: `frame;frame;... count`), each
-    counted once per sample it is on the stack of (inclusive), warmstart's and kopf's first."""
+def summarize_profile(raw: str, top: int = 30) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    """The collapsed stacks' (`frame;frame;... count`) largest shares: warmstart's and kopf's functions counted once
+    per sample they are on the stack of (inclusive), and every function's own samples (self, the leaf frame)."""
     total = 0
     inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         total += int(count)
-        seen = set()
-        for frame in stack.split(";"):
-            name = frame.split(":")[0] + ")" if " (" in frame else frame
-            if name not in seen:
-                seen.add(name)
-                inclusive[name] = inclusive.get(name, 0) + int(count)
-    ranked = sorted(inclusive.items(), key=lambda item: -item[1])
-    ours = [(100 * n / total, name) for name, n in ranked if "warmstart/" in name or "kopf/" in name]
-    return ours[:top]
+        names = [frame.split(":")[0] + ")" if " (" in frame else frame for frame in stack.split(";")]
+        own[names[-1]] = own.get(names[-1], 0) + int(count)
+        for name in set(names):
+            inclusive[name] = inclusive.get(name, 0) + int(count)
+
+    def ranked(counts: dict[str, int], keep: Any) -> list[tuple[float, str]]:
+        best = sorted(counts.items(), key=lambda item: -item[1])
+        return [(100 * n / total, name) for name, n in best if keep(name)][:top]
+
+    return ranked(inclusive, lambda name: "warmstart/" in name or "kopf/" in name), ranked(own, lambda _: True)
 
 
 if __name__ == "__main__":
-    import sys
-
-    for share, name in summarize_profile(Path(sys.argv[1]).read_text()):
+    ours, leaves = summarize_profile(Path(sys.argv[1]).read_text())
+    print("inclusive, warmstart and kopf:")
+    for share, name in ours:
+        print(f"{share:5.1f}%  {name}")
+    print("self, every function:")
+    for share, name in leaves:
         print(f"{share:5.1f}%  {name}")

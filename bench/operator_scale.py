@@ -25,7 +25,8 @@ With --fleet NODESxCACHESxENDPOINTS it creates nodes, caches and endpoints at on
 counts everything (bench/fleet_scale.py): the operator's CPU seconds and every API request it made (counted by the
 API server), the control plane's CPU seconds, and how long an unrelated endpoint's change waits while the fleet warms.
 
-Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes.
+Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes. SIGTERM and Ctrl-C stop
+the run the same way and stop the cluster the bench started.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -395,13 +397,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NxCxE",
         help="comma-separated NODESxCACHESxENDPOINTS fleets created at once (bench/fleet_scale.py)",
     )
-    parser.add_argument("--profile", action="store_true", help="sample the operator with py-spy in --fleet runs")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample the operator's on-CPU stacks (bench/stack_sampler.py) in --fleet runs",
+    )
     parser.add_argument(
         "--results",
         metavar="NAME",
         help="also write bench/results/<date>-NAME.json: the figures with the command, commit and load average",
     )
     args = parser.parse_args(argv)
+    # a SIGTERM unwinds like Ctrl-C, so that the clean-up and the cluster's shutdown run
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     started_run = provenance.start()
     sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes.split(",") if size]
     out = Path(args.out)
