@@ -18,7 +18,7 @@ import kopf
 
 from warmstart.api import nodelabels
 from warmstart.controllers import labelling, sharing
-from warmstart.controllers.nodes import all_nodes
+from warmstart.controllers.nodes import lookup as lookup_node
 from warmstart.controllers.storage import Store
 from warmstart.render import deployments, model_pod_fills
 from warmstart.render import labels as label_keys
@@ -69,7 +69,6 @@ def label_filled_nodes(
     template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
     expected = deployments.preload_init_container(endpoint, generation, context)
     label = nodelabels.weights_ready_label(generation.weights_key)
-    nodes = {n.name: n for n in all_nodes(indexes["node_facts"])}
     labelled: dict[tuple[str, str], float] = memo.setdefault("nodes_filled_by_pods", {})
     clock = time.monotonic()
     for written, at in list(labelled.items()):
@@ -80,8 +79,8 @@ def label_filled_nodes(
         fill = model_pod_fills.fill_of(pod, template, expected)
         if fill is None or (label, fill.node) in labelled:
             continue
-        node = nodes.get(fill.node)
-        if node is None or node.labels.get(label) == nodelabels.READY:
+        node = lookup_node(indexes["node_facts"], fill.node)  # the pods' nodes only, not the fleet's
+        if node is None or node.deleting or node.labels.get(label) == nodelabels.READY:
             continue
         if labelling.set_label(store, fill.node, label, nodelabels.READY):
             labelled[(label, fill.node)] = clock
