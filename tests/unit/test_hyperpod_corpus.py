@@ -22,9 +22,9 @@ from warmstart.api import crds
 from warmstart.api.endpoints import InferenceEndpointConfigSpec
 from warmstart.api.jumpstart import JumpStartModelSpec
 from warmstart.api.states import EndpointState
-from warmstart.controllers import reconciling, resolving
+from warmstart.controllers import resolving
 from warmstart.render import autoscaling as render_autoscaling
-from warmstart.render import hyperpod_status, unsupported
+from warmstart.render import endpoint_children, hyperpod_status, unsupported
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
 from warmstart.render.endpoints import JumpStartResolution
@@ -166,7 +166,7 @@ def _render_everything(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> 
     context = RenderContext(operator_image="warmstart:test", pod_monitors=True, resource_claims=True)
     endpoint = resolving.resolve(kind, body, context, resolving.JumpStartCache.empty())
     generation = Generation(endpoint.weights_key({}), endpoint.image_key())
-    reconciling._children(endpoint, True, generation, context, endpoint.proxy_enabled, ["node-a"], True)
+    endpoint_children.children(endpoint, True, generation, context, endpoint.proxy_enabled, ["node-a"], True)
     scaling = render_autoscaling.spec_of(endpoint)
     if scaling is not None:
         render_autoscaling.scaled_object(endpoint, scaling, "us-west-2")

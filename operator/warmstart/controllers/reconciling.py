@@ -9,7 +9,6 @@ from typing import Any
 
 import kopf
 
-from warmstart.api import nodelabels
 from warmstart.api.base import Condition
 from warmstart.api.caches import MDCC_KIND, MIC_KIND
 from warmstart.api.endpoints import KIND as IEC_KIND
@@ -26,6 +25,7 @@ from warmstart.controllers import (
     applying,
     autoscaling,
     deployment_index,
+    endpoint_facts,
     filling,
     fsx,
     guarding,
@@ -34,14 +34,12 @@ from warmstart.controllers import (
     routing,
     sharing,
 )
-from warmstart.controllers.nodes import all_nodes
-from warmstart.controllers.nodes import lookup as lookup_node
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
 from warmstart.render import (
     cache_volumes,
-    caches,
     deployments,
+    endpoint_children,
     endpoint_status,
     gating,
     hyperpod_status,
@@ -50,16 +48,13 @@ from warmstart.render import (
     monitoring,
     names,
     owners,
-    pickers,
     resource_claims,
     router,
-    services,
 )
 from warmstart.render import fsx as render_fsx
 from warmstart.render.conditions import condition, merge_conditions
 from warmstart.render.context import RenderContext
 from warmstart.render.deployments import Generation
-from warmstart.render.endpoint_status import DeploymentFacts, PickerFacts, RouterFacts
 from warmstart.render.endpoints import Endpoint
 from warmstart.render.unsupported import unsupported_fields
 
@@ -135,18 +130,19 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     )
 
     deployment = deployment_index.deployment(indexes, endpoint.ref.namespace, endpoint.child_name)
-    if gate.open and _serving_weights_key(deployment) != wkey:
+    if gate.open and endpoint_facts.serving_weights_key(deployment) != wkey:
         metrics.GATE_WAIT_SECONDS.observe((now - waiting_since).total_seconds())
-    traffic = _traffic(store, indexes, endpoint, old_status, context)
+    traffic = endpoint_facts.traffic(store, indexes, endpoint, old_status, context)
     served = routing.pool_served(store, memo) if endpoint.endpoint_picker is not None else False
-    warm_nodes = _warm_nodes(endpoint, wkey, indexes) if endpoint.routing_enabled else None
+    warm_nodes = endpoint_facts.warm_nodes(endpoint, wkey, indexes) if endpoint.routing_enabled else None
     scaling = autoscaling.plan(store, endpoint, context, old_status)
     if scaling.remove:
         autoscaling.remove(store, endpoint)
-    children = [
-        *_children(endpoint, gate.open, Generation(wkey, ikey), context, traffic.via_router, warm_nodes, served),
-        *scaling.manifests,
-    ]
+    generation_keys = Generation(wkey, ikey)
+    rendered = endpoint_children.children(
+        endpoint, gate.open, generation_keys, context, traffic.via_router, warm_nodes, served
+    )
+    children = [*rendered, *scaling.manifests]
     changed = applying.pending(memo, endpoint.ref.uid, children, deployment)
     if changed:
         try:
@@ -176,17 +172,17 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
     router_name = router.name(endpoint.ref.name) if endpoint.proxy_enabled or traffic.retiring else None
     if router_name is None and old_status.get("routerName"):
         routing.remove(store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid, routing.keys(children))
-    picker = _picker_facts(indexes, endpoint, context, served)
+    picker = endpoint_facts.picker_facts(indexes, endpoint, context, served)
     if picker is None and old_status.get("endpointPickerName"):
         routing.remove_picker(
             store, endpoint.ref.namespace, endpoint.ref.name, endpoint.ref.uid, routing.keys(children)
         )
 
-    facts = _deployment_facts(deployment)
+    facts = endpoint_facts.deployment_facts(deployment)
     if facts.rolled_out and gate.open:
         _release_stale(store, endpoint, indexes, wkey, ikey)
     _release_stale_fsx(store, endpoint, resolved_old)
-    placement = _placement(endpoint, wkey, indexes)
+    placement = endpoint_facts.placement(endpoint, wkey, indexes)
     conds = [
         *endpoint_status.conditions(
             generation, gate, weights, endpoint.weights_enabled, image, endpoint.image_cache, facts
@@ -292,110 +288,6 @@ def _summary(indexes: Mapping[str, Any], index: str, endpoint: Endpoint, name: s
     return found[0] if found else CacheSummary(name=name)
 
 
-def _children(
-    endpoint: Endpoint,
-    gate_open: bool,
-    generation: Generation,
-    context: RenderContext,
-    via_router: bool,
-    warm_nodes: list[str] | None,
-    pool_served: bool,
-) -> list[Manifest]:
-    """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then the router
-    (or in gateway mode the picker, and the InferencePool where its API is served)."""
-    wanted: list[Manifest] = []
-    storage = render_fsx.storage_of(endpoint.source)
-    if storage is not None:  # the claim (and its static volume) that the Deployment's preload mounts
-        wanted += [
-            render_fsx.persistent_volume(endpoint.ref.namespace, storage),
-            render_fsx.persistent_volume_claim(endpoint.ref.namespace, storage, _plain_ref(endpoint)),
-        ]
-    if endpoint.weights_enabled:
-        wanted.append(caches.weights_cache(endpoint, context))
-    if endpoint.image_cache:
-        wanted.append(caches.image_cache(endpoint))
-    if gate_open:
-        wanted += [
-            deployments.deployment(endpoint, generation, context),
-            services.client_service(endpoint, via_router=via_router),
-        ]
-    if endpoint.proxy_enabled:
-        wanted += router.manifests(endpoint, context, warm_nodes)
-    elif endpoint.endpoint_picker is not None:
-        wanted += pickers.manifests(endpoint, context, warm_nodes, pool_served)
-    if gate_open and endpoint.metrics_enabled and context.pod_monitors:
-        wanted.append(monitoring.pod_monitor(endpoint))
-    return wanted
-
-
-def _traffic(
-    store: Store, indexes: Mapping[str, Any], endpoint: Endpoint, old_status: Mapping[str, Any], context: RenderContext
-) -> RouterFacts:
-    """Re-point the endpoint's Service without a gap.
-
-    Routing on: to the router only once a router pod is ready (before that, and whenever none is, straight to the
-    model pods). Routing off: this reconcile points the Service back at the model pods, and the router is removed by
-    a later one that finds the Service already moved (`retiring` until then); router pods drain for
-    `router.DRAIN_SECONDS` after that, while kube-proxy catches up.
-    """
-    ns = endpoint.ref.namespace
-    name = router.name(endpoint.ref.name)
-    if endpoint.proxy_enabled:
-        found = deployment_index.deployment(indexes, ns, name)
-        available = int(((found or {}).get("status") or {}).get("availableReplicas") or 0)
-        desired = router.replicas(endpoint, context)
-        return RouterFacts(True, services.router_available(found), False, name, available, desired)
-    if not old_status.get("routerName"):
-        return RouterFacts(False, False, False, name)
-    current = store.get("v1", "Service", endpoint.child_name, ns)
-    retiring = services.selects_router(current, endpoint) or _router_still_serves(store, indexes, endpoint)
-    return RouterFacts(False, False, retiring, name)
-
-
-def _router_still_serves(store: Store, indexes: Mapping[str, Any], endpoint: Endpoint) -> bool:
-    """Whether the client Service's EndpointSlices still list a ready router pod: its selector is back on the model
-    pods, but the EndpointSlice controller has not caught up yet, so the router must stay a little longer."""
-    key = (endpoint.ref.namespace, endpoint.label_value, "")  # router pods carry the endpoint label, not its kind
-    routers = {pod for pod, _node in sharing.lookup(indexes["endpoint_pods"], key)}
-    if not routers:
-        return False
-    slices = store.list(
-        "discovery.k8s.io/v1",
-        "EndpointSlice",
-        endpoint.ref.namespace,
-        label_selector=f"kubernetes.io/service-name={endpoint.child_name}",
-    )
-    return any(
-        (found.get("targetRef") or {}).get("name") in routers
-        and (found.get("conditions") or {}).get("ready") is not False
-        for piece in slices
-        for found in piece.get("endpoints") or []
-    )
-
-
-def _picker_facts(
-    indexes: Mapping[str, Any], endpoint: Endpoint, context: RenderContext, served: bool
-) -> PickerFacts | None:
-    """Gateway mode as observed (None in other modes): the pool's API and the picker Deployment's ready pods."""
-    chosen = endpoint.endpoint_picker
-    if chosen is None:
-        return None
-    name = pickers.name(endpoint.ref.name)
-    found = deployment_index.deployment(indexes, endpoint.ref.namespace, name)
-    available = int(((found or {}).get("status") or {}).get("availableReplicas") or 0)
-    pool = pickers.pool_name(endpoint.ref.name)
-    desired = router.replicas(endpoint, context)
-    return PickerFacts(pool, name, served, available, desired, chosen.failure_mode.value)
-
-
-def _warm_nodes(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> list[str] | None:
-    """Nodes labelled ready for the endpoint's weights cache (the router's warmNodes); None without the cache."""
-    if not endpoint.weights_enabled:
-        return None
-    label = nodelabels.weights_ready_label(wkey)
-    return sorted(n.name for n in all_nodes(indexes["node_facts"]) if n.labels.get(label) == nodelabels.READY)
-
-
 def _apply(store: Store, indexes: Mapping[str, Any], endpoint: Endpoint, children: list[Manifest]) -> Manifest | None:
     """Apply these children; caches under this endpoint's own field manager. Returns the applied Deployment, if any."""
     applied_deployment: Manifest | None = None
@@ -441,11 +333,6 @@ def _remove_unwanted_monitor(
         store.delete(monitoring.API_VERSION, monitoring.KIND, endpoint.child_name, endpoint.ref.namespace)
 
 
-def _plain_ref(endpoint: Endpoint) -> Manifest:
-    ref = endpoint.ref
-    return owners.owner_reference(ref.kind, ref.name, ref.uid, controller=False)
-
-
 def _with_complete_fsx(endpoint: Endpoint, context: RenderContext) -> Endpoint:
     """The endpoint with its FSx source's DNS and mount names from the admin's allowlist for its namespace."""
     source = fsx.completed_source(endpoint.source, endpoint.ref.namespace, context.fsx_file_systems)
@@ -463,37 +350,6 @@ def _release_stale_fsx(store: Store, endpoint: Endpoint, resolved_old: Mapping[s
     fsx.release(store, endpoint.ref.namespace, endpoint.ref.uid, keep=keep)
 
 
-def _serving_weights_key(deployment: Mapping[str, Any] | None) -> str | None:
-    """The weights key of the generation the Deployment's pod template uses."""
-    if deployment is None:
-        return None
-    annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
-    key: str | None = annotations.get(f"{nodelabels.CACHE_PREFIX}/weights-key")
-    return key
-
-
-def _deployment_facts(deployment: Mapping[str, Any] | None) -> DeploymentFacts:
-    if deployment is None:
-        return DeploymentFacts()
-    spec, status = deployment.get("spec", {}), deployment.get("status") or {}
-    desired = int(spec.get("replicas", 1))
-    replicas, updated, available = (
-        int(status.get(k, 0) or 0) for k in ("replicas", "updatedReplicas", "availableReplicas")
-    )
-    current = int(status.get("observedGeneration", 0)) >= int(deployment["metadata"].get("generation", 0))
-    failed = next(
-        (
-            c.get("message")
-            for c in status.get("conditions") or []
-            if c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded"
-        ),
-        None,
-    )
-    rolled_out = current and updated >= desired and replicas == updated and available >= desired
-    name = str(deployment["metadata"].get("name", ""))
-    return DeploymentFacts(True, desired, replicas, updated, available, current, rolled_out, failed, name)
-
-
 def _release_stale(store: Store, endpoint: Endpoint, indexes: Mapping[str, Any], wkey: str, ikey: str) -> None:
     """After a completed rollout, let go of caches of earlier generations (or of caching turned off)."""
     uid = endpoint.ref.uid
@@ -503,24 +359,6 @@ def _release_stale(store: Store, endpoint: Endpoint, indexes: Mapping[str, Any],
         sharing.release(store, MDCC_KIND, name, endpoint.ref.namespace, uid)
     for name in set(sharing.lookup(indexes["image_caches_by_parent"], uid)) - {keep_image}:
         sharing.release(store, MIC_KIND, name, endpoint.ref.namespace, uid)
-
-
-def _placement(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> WarmPlacement:
-    """Count the endpoint's scheduled pods on weights-warm versus cold nodes."""
-    pods = sharing.lookup(
-        indexes["endpoint_pods"], (endpoint.ref.namespace, endpoint.label_value, endpoint.ref.kind.lower())
-    )
-    label = nodelabels.weights_ready_label(wkey)
-    warm = cold = 0
-    for _pod, node in pods:
-        if not node:
-            continue
-        facts = lookup_node(indexes["node_facts"], node)  # the pods' nodes only, not the fleet's
-        if endpoint.weights_enabled and facts is not None and facts.labels.get(label) == nodelabels.READY:
-            warm += 1
-        else:
-            cold += 1
-    return WarmPlacement(warm_pods=warm, cold_pods=cold)
 
 
 def _write_status(

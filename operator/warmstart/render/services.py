@@ -2,7 +2,7 @@
 
 It keeps the endpoint's child name, port number and port name in both modes, so clients never change address; only
 its selector and target port move. The reconcile decides which (`via_router`): the router only once a router pod is
-ready, and back to the model pods before the router is removed (controllers/reconciling.py).
+ready, and back to the model pods before the router is removed (controllers/endpoint_facts.py).
 """
 
 from __future__ import annotations
