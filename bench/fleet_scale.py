@@ -16,7 +16,7 @@ Measured:
     status shows the new generation (`status.observedGeneration`) is what a user waits for.
   - before the fleet starts, the operator's CPU over a minute with every node Ready and nothing to do: what the
     nodes alone cost it (their status updates and leases reach its watches).
-With `--profile`, bench/stack_sampler.py samples the operator's on-CPU stacks (10 Hz) into collapsed stacks.
+With `--profile`, bench/stack_sampler.py samples the operator's on-CPU stacks (20 Hz) into collapsed stacks.
 """
 
 from __future__ import annotations
@@ -179,9 +179,9 @@ def _count_jobs(api: client.ApiClient, namespace: str) -> int:
 
 
 def profiler(out: Path) -> list[str]:
-    """bench/stack_sampler.py around the operator: its on-CPU stacks at 10 Hz, weighted by CPU ticks, written as
+    """bench/stack_sampler.py around the operator: its on-CPU stacks at 20 Hz, written as
     collapsed stacks every 10 s and when the operator exits."""
-    return [sys.executable, str(Path(__file__).with_name("stack_sampler.py")), "--out", str(out), "--rate", "10", "--"]
+    return [sys.executable, str(Path(__file__).with_name("stack_sampler.py")), "--out", str(out), "--rate", "20", "--"]
 
 
 def measure_fleet(

@@ -1,13 +1,14 @@
-"""A low-rate, CPU-weighted stack sampler that runs a Python module in its own process (the operator, in
+"""A low-rate, on-CPU stack sampler that runs a Python module in its own process (the operator, in
 bench/fleet_scale.py --profile).
 
-    python bench/stack_sampler.py --out profile.txt --rate 10 -- python -m warmstart.cli operator ...
+    python bench/stack_sampler.py --out profile.txt --rate 20 -- python -m warmstart.cli operator ...
 
-A daemon thread, `rate` times a second, reads every thread's CPU ticks (/proc/self/task/<tid>/stat) and adds the
-ticks a thread used since the last look to that thread's current Python stack (`sys._current_frames`). Threads that
-used no CPU cost nothing, so the profile is on-CPU time, in ticks of 10 ms, attributed to where each thread was when
-it was looked at: a statistical picture, like any sampler's. The output, written every 10 s and at exit, is collapsed
-stacks (`thread;frame;...;frame ticks`, root first), the format of py-spy's raw output, so
+A daemon thread, `rate` times a second, looks at every thread's current Python stack (`sys._current_frames`) and
+counts it once when the thread is working: it used CPU since the last look (its ticks in /proc/self/task/<tid>/stat
+grew) and it is not waiting where it stands (in `select`, a socket or TLS read, a lock, a queue or a thread pool's
+idle wait, a sleep). A thread that used CPU but is caught waiting did its work between two looks; those samples are
+counted under `(waiting since)`, so the share the profile cannot place is visible. The output, written every 10 s
+and at exit, is collapsed stacks (`thread;frame;...;frame count`, root first), the format of py-spy's raw output, so
 `fleet_scale.summarize_profile` reads both. Its own thread is in the profile too (`thread stack-sampler`); py-spy at
 20 Hz took 1.4 cores of these 2 and, stopped with its child, wrote nothing.
 """
@@ -26,6 +27,26 @@ from pathlib import Path
 from types import FrameType
 
 WRITE_EVERY_S = 10.0
+#: (file name ending, function) of the frames a thread waits in without using the CPU
+WAITS = frozenset(
+    {
+        ("selectors.py", "select"),
+        ("ssl.py", "read"),
+        ("ssl.py", "recv_into"),
+        ("socket.py", "readinto"),
+        ("threading.py", "wait"),
+        ("threading.py", "_wait_for_tstate_lock"),
+        ("thread.py", "_worker"),
+        ("queue.py", "get"),
+        ("tasks.py", "sleep"),
+    }
+)
+
+
+def waiting(frame: FrameType) -> bool:
+    """Whether the innermost frame is a wait (`frame` is the innermost)."""
+    code = frame.f_code
+    return any(code.co_filename.endswith(name) and code.co_name == function for name, function in WAITS)
 
 
 def thread_ticks(tid: int) -> int:
@@ -65,9 +86,12 @@ class Sampler:
             ticks = thread_ticks(thread.native_id)
             used = ticks - self.last_ticks.get(thread.native_id, ticks)
             self.last_ticks[thread.native_id] = ticks
-            if used > 0 and thread.ident in frames:
-                with self.lock:
-                    self.stacks[f"thread {thread.name};{collapsed(frames[thread.ident])}"] += used
+            frame = frames.get(thread.ident)
+            if used <= 0 or frame is None:
+                continue
+            stack = "(waiting since)" if waiting(frame) else collapsed(frame)
+            with self.lock:
+                self.stacks[f"thread {thread.name};{stack}"] += 1
 
     def write(self) -> None:
         with self.lock:
@@ -101,7 +125,7 @@ def module_and_args(command: list[str]) -> tuple[str, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="collapsed stacks file")
-    parser.add_argument("--rate", type=float, default=10.0, help="looks per second (default 10)")
+    parser.add_argument("--rate", type=float, default=20.0, help="looks per second (default 20)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- python -m module args...")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
