@@ -15,7 +15,8 @@ Measured:
   - while the fleet warms, every 5 s the probe endpoint's `replicas` flips between 1 and 2: the time until its
     status shows the new generation (`status.observedGeneration`) is what a user waits for.
   - before the fleet starts, the operator's CPU over a minute with every node Ready and nothing to do: what the
-    nodes alone cost it (their status updates and leases reach its watches).
+    nodes alone cost it (their status updates and leases reach its watches); with `--profile`, that minute's
+    samples also go to profile-<size>-idle.txt.
 With `--profile`, bench/stack_sampler.py samples the operator's on-CPU stacks (20 Hz) into collapsed stacks.
 """
 
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,8 @@ class FleetFigures:
     uptime_end: str = ""
     #: the operator's CPU seconds per minute with the nodes Ready and no cache or endpoint of the fleet yet
     idle_cpu_s_per_min: float = 0.0
+    #: the same minute in 10-s slices (CPU seconds each)
+    idle_cpu_slices_s: list[float] = field(default_factory=list)
     profile: str | None = None
 
     @property
@@ -180,8 +184,23 @@ def _count_jobs(api: client.ApiClient, namespace: str) -> int:
 
 def profiler(out: Path) -> list[str]:
     """bench/stack_sampler.py around the operator: its on-CPU stacks at 20 Hz, written as
-    collapsed stacks every 10 s and when the operator exits."""
+    collapsed stacks every 3 s and when the operator exits."""
     return [sys.executable, str(Path(__file__).with_name("stack_sampler.py")), "--out", str(out), "--rate", "20", "--"]
+
+
+def _stacks(path: Path) -> Counter[str]:
+    """The collapsed stacks a profile file holds so far (empty before its first write)."""
+    found: Counter[str] = Counter()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if stack and count.isdigit():
+                found[stack] += int(count)
+    return found
+
+
+def _stack_lines(stacks: Counter[str]) -> str:
+    return "".join(f"{stack} {count}\n" for stack, count in stacks.most_common() if count > 0)
 
 
 def measure_fleet(
@@ -230,8 +249,16 @@ def measure_fleet(
             while _observed(custom, namespace, PROBE)[1] < 1 and time.monotonic() < settle_until:
                 time.sleep(0.5)
             idle_before = sum(operator.cpu_times()[:2])
-            time.sleep(IDLE_SECONDS)
+            stacks_before = _stacks(profile_out) if profile else None
+            slices = []  # CPU seconds per 10-s slice: a steady cost, or the tail of the start-up's work
+            for _ in range(int(IDLE_SECONDS // 10)):
+                slice_start = sum(operator.cpu_times()[:2])
+                time.sleep(10)
+                slices.append(round(sum(operator.cpu_times()[:2]) - slice_start, 2))
             idle_cpu = sum(operator.cpu_times()[:2]) - idle_before
+            print(f"{size}: idle operator CPU per 10 s: {slices}", flush=True)
+            if stacks_before is not None:  # the idle minute's own samples (the file is written every few seconds)
+                (out / f"profile-{size}-idle.txt").write_text(_stack_lines(_stacks(profile_out) - stacks_before))
             uptime_start = apicounting.uptime()
             cpu_before = apicounting.cpu_seconds(pids)
             bench_before = apicounting.tree_cpu_seconds(psutil.Process().pid)
@@ -306,6 +333,7 @@ def measure_fleet(
             uptime_start=uptime_start,
             uptime_end=uptime_end,
             idle_cpu_s_per_min=round(idle_cpu * 60 / IDLE_SECONDS, 2),
+            idle_cpu_slices_s=slices,
             profile=str(profile_out) if profile else None,
         )
     finally:
