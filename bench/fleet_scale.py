@@ -188,15 +188,19 @@ def profiler(out: Path) -> list[str]:
     return [sys.executable, str(Path(__file__).with_name("stack_sampler.py")), "--out", str(out), "--rate", "20", "--"]
 
 
+def parse_stacks(raw: str) -> Counter[str]:
+    """Collapsed stacks (`frame;frame;... count` lines) as counts by stack."""
+    found: Counter[str] = Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            found[stack] += int(count)
+    return found
+
+
 def _stacks(path: Path) -> Counter[str]:
     """The collapsed stacks a profile file holds so far (empty before its first write)."""
-    found: Counter[str] = Counter()
-    if path.exists():
-        for line in path.read_text().splitlines():
-            stack, _, count = line.rpartition(" ")
-            if stack and count.isdigit():
-                found[stack] += int(count)
-    return found
+    return parse_stacks(path.read_text()) if path.exists() else Counter()
 
 
 def _stack_lines(stacks: Counter[str]) -> str:
@@ -375,15 +379,12 @@ def summarize_profile(raw: str, top: int = 30) -> tuple[list[tuple[float, str]],
     total = 0
     inclusive: dict[str, int] = {}
     own: dict[str, int] = {}
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        total += int(count)
+    for stack, count in parse_stacks(raw).items():
+        total += count
         names = [frame.split(":")[0] + ")" if " (" in frame else frame for frame in stack.split(";")]
-        own[names[-1]] = own.get(names[-1], 0) + int(count)
+        own[names[-1]] = own.get(names[-1], 0) + count
         for name in set(names):
-            inclusive[name] = inclusive.get(name, 0) + int(count)
+            inclusive[name] = inclusive.get(name, 0) + count
 
     def ranked(counts: dict[str, int], keep: Any) -> list[tuple[float, str]]:
         best = sorted(counts.items(), key=lambda item: -item[1])
