@@ -17,7 +17,17 @@ from kopf._cogs.structs import references as kopf_references
 from prometheus_client import start_http_server
 
 from warmstart.api import GROUP
-from warmstart.controllers import coexistence, discovery, endpoints, images, nodes, sharing, waking, weights
+from warmstart.controllers import (
+    coexistence,
+    discovery,
+    endpoints,
+    images,
+    kopf_tuning,
+    nodes,
+    sharing,
+    waking,
+    weights,
+)
 from warmstart.controllers import settings as settings_module
 from warmstart.controllers.settings import OperatorSettings
 from warmstart.controllers.storage import Store, load_api_client
@@ -50,7 +60,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """kopf's own behaviour: finalizer name, annotation storage, timeouts."""
     settings.persistence.finalizer = f"{GROUP}/warmstart"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=f"warmstart.{GROUP}")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = kopf_tuning.LeanDiffBaseStorage(
         prefix=f"warmstart.{GROUP}", key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
@@ -111,6 +121,7 @@ async def run(
     ready_flag: threading.Event | None = None,
 ) -> None:
     """Run the operator until `stop_flag` is set (or forever)."""
+    kopf_tuning.install()  # before kopf creates its toggle sets
     if kubeconfig:
         os.environ["KUBECONFIG"] = str(kubeconfig)
     api = load_api_client(str(kubeconfig) if kubeconfig else None)
