@@ -9,14 +9,13 @@ just before the operator starts, each variant is measured in turn, `--rounds` ti
 The baseline runs from a git worktree of `--baseline` (its operator package first on PYTHONPATH), the same
 interpreter and dependencies.
 
-    python bench/operator_start.py --nodes 2000 --baseline HEAD~1 --results 2026-12-02-operator-start
+    python bench/operator_start.py --nodes 2000 --baseline HEAD~1 --results operator-start   # bench/results/<date>-...
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 import psutil
 from kubernetes import client, config, watch
 
+import provenance
 from fleet_scale import IEC_PLURAL, _endpoint, _observed
 from operator_scale import cluster_kubeconfig, install_crds
 from scale_fixtures import free_port, operator_process
@@ -38,7 +38,6 @@ from warmstart.api.nodelabels import INSTANCE_TYPE
 from warmstart.localcluster import nodes as kwok_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 PROBE = "probe"
 GROUPS = 100
 
@@ -95,7 +94,7 @@ def measure(
         )
         env = {"PYTHONPATH": str(source / "operator"), "WARMSTART_RESYNC_SECONDS": "10"}
         started = time.monotonic()
-        log = out / f"operator-start-{variant}-{namespace}.log"
+        log = out / f"operator-start-{variant.split()[0]}-{namespace}.log"
         with operator_process(kubeconfig, namespace, free_port(), log, env) as proc:
             operator = psutil.Process(proc.pid)
             while _observed(custom, namespace, PROBE)[1] < 1:
@@ -128,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--results", help="name of the JSON written to bench/results/")
     args = parser.parse_args(argv)
+    started_run = provenance.start()
     out = ROOT / "bench" / "out"
     out.mkdir(parents=True, exist_ok=True)
     baseline_commit = subprocess.run(
@@ -150,19 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], check=False)
     report(starts, args.nodes)
     if args.results:
-        (RESULTS / f"{args.results}.json").write_text(
-            json.dumps(
-                {
-                    "nodes": args.nodes,
-                    "baseline": baseline_commit,
-                    "python": sys.version.split()[0],
-                    "load_average": os.getloadavg(),
-                    "starts": [asdict(s) for s in starts],
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        payload = {"nodes": args.nodes, "baseline": baseline_commit, "starts": [asdict(s) for s in starts]}
+        print(f"wrote {provenance.write(args.results, started_run, payload)}")
     return 0
 
 
@@ -176,19 +165,28 @@ def report(starts: list[Start], nodes: int) -> None:
         for v in variants
     }
     print(f"\noperator start with {nodes} kwok nodes Ready (medians of {len(starts) // len(variants)} rounds)")
-    print(f"{'':>28} {'start -> reconciled':>20} {'CPU to then':>12} {'idle CPU/min':>13} {'node events':>12}")
+    header = ("start -> reconciled", "CPU to then", "idle CPU/min", "node events", "ms/event")
+    print(f"{'':>28} " + " ".join(f"{h:>20}" for h in header))
     for v, m in medians.items():
         per_min = m["idle_cpu_s"] * 60 / starts[0].idle_seconds
-        print(
-            f"{v:>28} {m['ready_s']:>19.1f}s {m['cpu_to_ready_s']:>11.1f}s {per_min:>12.2f}s {m['node_events']:>12.0f}"
-        )
+        cells = (f"{m['ready_s']:.1f} s", f"{m['cpu_to_ready_s']:.1f} s", f"{per_min:.2f} s", f"{m['node_events']:.0f}")
+        per_event = f"{_per_event(m) * 1000:.2f}" if m["node_events"] else "-"
+        print(f"{v:>28} " + " ".join(f"{c:>20}" for c in (*cells, per_event)))
     if len(variants) == 2:
         base, this = (medians[v] for v in variants)
         print(
             f"ratio baseline/this: start -> reconciled {base['ready_s'] / this['ready_s']:.2f}x, "
-            f"CPU to then {base['cpu_to_ready_s'] / this['cpu_to_ready_s']:.2f}x, "
-            f"idle CPU {base['idle_cpu_s'] / max(this['idle_cpu_s'], 0.01):.2f}x"
+            f"CPU to then {base['cpu_to_ready_s'] / this['cpu_to_ready_s']:.2f}x"
+            + (
+                f", idle CPU per node event {_per_event(base) / _per_event(this):.2f}x"
+                if base["node_events"] and this["node_events"]
+                else ""
+            )
         )
+
+
+def _per_event(medians: dict[str, float]) -> float:
+    return medians["idle_cpu_s"] / medians["node_events"]
 
 
 if __name__ == "__main__":
