@@ -1,6 +1,6 @@
 """The operator's start on a large fleet, side by side: this checkout against a baseline commit, in one run.
 
-An operator that starts (a restart, an upgrade, a takeover by the standby replica) lists every node and the objects
+An operator that starts (a first start, a restart, an upgrade) lists every node and the objects
 it indexes, and reconciles nothing until its indexes are filled. With N kwok nodes Ready and an endpoint created
 just before the operator starts, each variant is measured in turn, `--rounds` times:
   - start -> the endpoint's status shows its generation: how long a user's change waits on a starting operator;

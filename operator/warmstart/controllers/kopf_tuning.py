@@ -1,9 +1,10 @@
 """Two costs that kopf (1.45) pays per watched object and that grow with the fleet, and what the operator uses instead.
 
-1. **Index pre-population wakes every waiting worker on every object.** While the indexes fill (at start, after a
-   restart or a takeover), kopf makes a toggle per listed object and each object's worker, once indexed, waits until
-   every toggle is gone. Every toggle added or dropped wakes every waiting worker, which then re-checks the set: the
-   work grows with the square of the objects. With 2,000 nodes the node list alone took minutes of the operator's CPU.
+1. **Index pre-population wakes every waiting worker on every object.** While the indexes fill (when the operator
+   starts), kopf makes a toggle per listed object and each object's worker, once indexed, waits until every toggle is
+   gone. Every toggle added or dropped wakes every waiting worker, which then re-checks the set: the work grows with
+   the square of the objects. With 2,000 nodes a start took 23 CPU seconds before the first reconcile, 4.3 with this
+   set (bench/operator_start.py).
    `FlipNotifyingToggleSet` wakes the waiters only when the set's state turns (all dropped: indexed), which is all they
    wait for; a toggle's own waiters are woken by the toggle, as before.
 2. **The diff base deep-copies the whole body on every event** and then drops `status` and most of `metadata`: a
