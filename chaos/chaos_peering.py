@@ -6,8 +6,10 @@ and one ModelDataCacheConfig targeting them all (throttled as the chart's defaul
 higher one is active and the other pauses. Once a quarter of the nodes are Ready, the active one is SIGKILLed (no
 clean exit: its keep-alive stays in the KopfPeering object until it expires), and the other must take over.
 
-Invariants: never two active preload Jobs for one node (sampled every half second throughout), and at the end the
-cache Ready on every node with every node's ready label in place (no lost labels), and the standby still running.
+Invariants: never two active preload Jobs for one node (sampled every half second throughout); no duplicate Jobs (the
+simulated preloads never fail, so every node has exactly one Job, its first attempt: a node warmed twice shows as a
+second attempt); and at the end the cache Ready on every node with every node's ready label in place (no lost
+labels), and the standby still running.
 Figures, reported and never asserted: the takeover time (kill -> the standby logs that it resumes), the
 kill -> the cache's next progress, and kill -> all Ready.
 """
@@ -29,6 +31,7 @@ from warmstart.api import GROUP, VERSION, nodelabels
 from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import nodes as kwok_nodes
 from warmstart.placement import instance_type_affinity
+from warmstart.render import jobs as render_jobs
 from warmstart.render import keys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -169,6 +172,7 @@ def one_run(
         if standby.proc is None or standby.proc.poll() is not None:
             violations.append("the standby replica exited")
         jobs = client.BatchV1Api(api).list_namespaced_job(namespace).items
+        violations += duplicate_jobs(jobs, nodes)
         takeover = Takeover(resumed, progress, all_ready, ready_at_kill, len(jobs))
         note = (
             f"killed at {ready_at_kill}/{nodes} Ready; standby resumed "
@@ -185,6 +189,17 @@ def one_run(
         except client.ApiException:
             pass
         kwok_nodes.delete_nodes(api, created, parallelism=32)
+
+
+def duplicate_jobs(jobs: list[Any], nodes: int) -> list[str]:
+    """What breaks "one preload Job per node": more Jobs than nodes, or Jobs past the first attempt."""
+    found = []
+    if len(jobs) > nodes:
+        found.append(f"{len(jobs)} preload Jobs for {nodes} nodes")
+    again = sorted(j.metadata.name for j in jobs if (j.metadata.labels or {}).get(render_jobs.ATTEMPT_LABEL) != "1")
+    if again:
+        found.append(f"{len(again)} Jobs past the first attempt (a node preloaded again), e.g. {again[:3]}")
+    return found
 
 
 def _fmt(value: float | None) -> str:

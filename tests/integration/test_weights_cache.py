@@ -9,11 +9,14 @@ runs, so the finalizer never blocks the namespace's deletion.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import time
 from typing import Any
 
+import kopf
 import pytest
+from kopf._core.engines import posting as kopf_posting
 from kubernetes import client
 
 import kube
@@ -22,10 +25,14 @@ from fleet import TIMEOUT, delete_all, job_nodes, preload_jobs, render, status_o
 from fleet import mdcc as mdcc_manifest
 from nodepool import NodePool
 from warmstart.api import GROUP, VERSION, nodelabels
-from warmstart.api.caches import MDCC_PLURAL
+from warmstart.api.caches import MDCC_PLURAL, ModelDataCacheConfigSpec
+from warmstart.controllers import nodes, preloading, waking
+from warmstart.controllers.settings import OperatorSettings
+from warmstart.controllers.storage import Store
 from warmstart.localcluster import nodes as kwok_nodes
 from warmstart.placement import GB
 from warmstart.render import jobs, labels
+from warmstart.render.context import RenderContext
 
 pytestmark = pytest.mark.cluster
 
@@ -269,6 +276,70 @@ def test_removed_label_is_checked_again_by_a_new_preload_not_restored_blindly(
         kube.wait_for(
             lambda: len(preload_jobs(api_client, namespace)) == 1, TIMEOUT, what="the first attempt's Job deleted"
         )
+        delete_all(api_client, namespace)
+
+
+def _facts(node: dict[str, Any]) -> nodes.NodeFacts:
+    meta = node["metadata"]
+    return nodes.node_facts(meta["name"], meta.get("labels") or {}, meta.get("annotations") or {}, node)[meta["name"]]
+
+
+def _reconcile_with_view(api: client.ApiClient, body: dict[str, Any], view: list[nodes.NodeFacts]) -> None:
+    """One reconcile of a cache by a process that has just taken over (it applied no Job yet) and whose node index
+    is `view`, with no Job in its Job index: what a standby replica acts on when it resumes after its peer died
+    and kopf's re-list has not reached its indexes yet. Against the real API server."""
+    settings = OperatorSettings(render=RenderContext(**render()))
+    memo = kopf.Memo(store=Store(api), settings=settings, wakeups=waking.Wakeups())
+    indexes: preloading.Indexes = (
+        {n.name: [n] for n in view},
+        {},
+        {},
+        {},
+        {view[0].labels[nodelabels.INSTANCE_TYPE]: [n.name for n in view]},
+    )
+    spec = ModelDataCacheConfigSpec.model_validate(body["spec"])
+    posting = kopf.OperatorSettings()
+    posting.posting.enabled = False  # no kopf handler context here to post Events from
+
+    def run() -> None:
+        kopf_posting.settings_var.set(posting)
+        preloading.reconcile(body, spec, memo, indexes)
+
+    contextvars.copy_context().run(run)
+
+
+def test_a_standby_resuming_with_a_view_from_before_the_labels_preloads_no_ready_node_again(
+    cluster: Any, api_client: client.ApiClient, namespace: str, own_nodes: NodePool
+) -> None:
+    """A standby that lists the nodes, pauses, and resumes when its peer dies may act once on that old view: nodes
+    without the ready label and no Jobs. Status says Ready there, so the live nodes decide: none labelled gets a
+    second preload Job; a node whose label a user really removed does (preloaded again, as documented)."""
+    instance_type, targets = own_nodes.add(2)
+    core = client.CoreV1Api(api_client)
+    view = [_facts(api_client.sanitize_for_serialization(core.read_node(n))) for n in targets]  # before the cache
+    kubeconfig = str(cluster.kubeconfig)
+    with operating.operator(kubeconfig, [namespace], render=render()):
+        name = kube.create_custom(api_client, mdcc_manifest(namespace, [instance_type]))
+        wait_state(api_client, namespace, name, "Ready", readyNodes=2, targetNodes=2)
+    key = key_of(name)
+    warmed = {j.metadata.name: j.metadata.uid for j in preload_jobs(api_client, namespace)}
+    assert sorted(j.split("-")[-1] for j in warmed) == ["1", "1"]
+    body = get_mdcc(api_client, namespace, name)
+    assert body is not None
+    _reconcile_with_view(api_client, body, view)
+    after = {j.metadata.name: j.metadata.uid for j in preload_jobs(api_client, namespace)}
+    assert after == warmed, "a second preload Job for a node that is already warm"
+    assert labeled(api_client, key) == set(targets)
+    assert status_of(api_client, namespace, name)["readyNodes"] == 2
+
+    core.patch_node(targets[0], {"metadata": {"labels": {nodelabels.weights_ready_label(key): None}}})
+    body = get_mdcc(api_client, namespace, name)
+    assert body is not None
+    _reconcile_with_view(api_client, body, view)
+    again = [j for j in preload_jobs(api_client, namespace) if j.metadata.labels[jobs.ATTEMPT_LABEL] == "2"]
+    assert [j.metadata.labels[labels.NODE_LABEL] for j in again] == [targets[0]]
+    with operating.operator(kubeconfig, [namespace], render=render()):
+        wait_state(api_client, namespace, name, "Ready", readyNodes=2, targetNodes=2)
         delete_all(api_client, namespace)
 
 

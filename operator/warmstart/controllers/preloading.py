@@ -270,6 +270,16 @@ def _reconcile(
     matching = planning.target_nodes(spec, candidates, demanded)
     reachable, unavailable = _reachable(matching, spec, ctx)
     live = labelling.overlay(reachable, label, remembered.labelled)
+    unseen = labelling.ready_unseen(old.nodes or [], live, label)
+    if unseen:  # Ready in status, unlabelled in the view: the live node decides whether it is preloaded again
+        live = labelling.confirmed(store, live, label, unseen)
+        log.info(
+            "cache %s/%s: %d nodes Ready in status without the label in the watch's view; read them: %d labelled",
+            cache.namespace,
+            cache.name,
+            len(unseen),
+            len(unseen) - len(labelling.ready_unseen(old.nodes or [], live, label)),
+        )
     results = read_results(store, cache.namespace, planning.unrecorded(preloads, old))
     observed = planning.Observed(
         generation=generation,
