@@ -11,7 +11,8 @@
    node's images and conditions, every object's managedFields. `LeanDiffBaseStorage` hands kopf a body without them
    (unless a handler follows a status or metadata field), so the same essence costs a fraction of the copy.
 
-`install()` puts the toggle set in place; kopf creates its toggle sets when the operator starts, so it must run first.
+`install()` puts the toggle set in place, and the watch wrapper of kopf_relisting.py (objects deleted while a watch was
+down leave the indexes); kopf creates its toggle sets when the operator starts, so it must run first.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, cast
 
 import kopf
 from kopf._cogs.aiokits import aiotoggles
+
+from warmstart.controllers import kopf_relisting
 
 #: the kopf release whose internals `FlipNotifyingToggleSet` was written against (pyproject.toml pins it)
 KOPF_VERSION = "1.45.2"
@@ -52,8 +55,8 @@ class FlipNotifyingToggleSet(aiotoggles.ToggleSet):
 
 
 def install() -> bool:
-    """Use `FlipNotifyingToggleSet` for the toggle sets kopf creates from now on; False (and a warning) when the
-    installed kopf is not the release it was written against."""
+    """Use `FlipNotifyingToggleSet` for the toggle sets kopf creates from now on, and kopf_relisting's watch wrapper;
+    False (and a warning) when the installed kopf is not the release they were written against."""
     installed = importlib.metadata.version("kopf")
     if installed != KOPF_VERSION:
         logging.getLogger(__name__).warning(
@@ -61,6 +64,7 @@ def install() -> bool:
         )
         return False
     aiotoggles.ToggleSet = FlipNotifyingToggleSet  # type: ignore[misc]
+    kopf_relisting.install()
     return True
 
 

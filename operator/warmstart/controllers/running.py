@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 from kopf._cogs.structs import references as kopf_references
+from kopf._core.engines import indexing as kopf_indexing
 from prometheus_client import start_http_server
 
 from warmstart.api import GROUP
@@ -22,6 +23,7 @@ from warmstart.controllers import (
     discovery,
     endpoints,
     images,
+    kopf_relisting,
     kopf_tuning,
     nodes,
     sharing,
@@ -146,6 +148,8 @@ async def _serve_once(
     """Run kopf until `stop`, or until its initial discovery turns out incomplete: then stop it and return what was
     missing (kopf resolves resources once, at start, and re-resolves only when a CRD changes)."""
     operator_registry = registry(settings)
+    indexers = kopf_indexing.OperatorIndexers()
+    kopf_relisting.activate(kopf_relisting.Relisting(operator_registry, indexers))
     insights = kopf_references.Insights()
     halt = asyncio.Event()
     missing: list[str] = []
@@ -173,6 +177,7 @@ async def _serve_once(
     try:
         await kopf.operator(
             registry=operator_registry,
+            indexers=indexers,
             insights=insights,
             standalone=settings.peering is None,
             peering_name=settings.peering,
