@@ -6,7 +6,8 @@ Rules (docs/weights-cache.md has them for users):
 - a node that cannot hold the model (known size vs NVMe capacity) is Failed/InsufficientCapacity and gets no Job;
 - every other target node has exactly one current Job, `attempt` numbered; older attempts are deleted;
 - a succeeded Job labels its node; if the label disappears after that was recorded, the node is preloaded again
-  (`--if-missing` makes that seconds when the files are still there), so a label is never set without a fresh check;
+  (`--if-missing` makes that seconds when the files are still there), so a label is never set without a fresh check
+  (the controller reads such a node live first: labelling.ready_unseen, so a lagging view never counts as removal);
 - a failed Job is retried when its reason is retryable (exponential backoff from the Job's end, at most
   MAX_ATTEMPTS), or at once when the spec changed since it was created; otherwise the node stays Failed;
 - Jobs on nodes that left the target set are deleted; so are Jobs on unavailable nodes (render/node_health.py),
