@@ -17,6 +17,7 @@ kill -> the cache's next progress, and kill -> all Ready.
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -174,10 +175,12 @@ def one_run(
         jobs = client.BatchV1Api(api).list_namespaced_job(namespace).items
         violations += duplicate_jobs(jobs, nodes)
         takeover = Takeover(resumed, progress, all_ready, ready_at_kill, len(jobs))
+        unseen, confirmed = read_live(_log_text(standby)[seen:])
         note = (
             f"killed at {ready_at_kill}/{nodes} Ready; standby resumed "
             f"{_fmt(resumed)} s, next progress {_fmt(progress)} s, all Ready {_fmt(all_ready)} s after the kill;"
-            f" {len(jobs)} Jobs for {nodes} nodes"
+            f" {len(jobs)} Jobs for {nodes} nodes; the standby read {unseen} nodes live that its view showed"
+            f" unlabelled and status Ready ({confirmed} labelled)"
         )
         converged = all_ready is not None
         return Run(scenario(nodes), seed, converged, all_ready or 0.0, leaks, violations, note), takeover
@@ -189,6 +192,17 @@ def one_run(
         except client.ApiException:
             pass
         kwok_nodes.delete_nodes(api, created, parallelism=32)
+
+
+#: the operator's log line when it reads nodes live before preloading Ready ones again (controllers/preloading.py)
+READ_LIVE = re.compile(r"(\d+) nodes Ready in status without the label in the watch's view; read them: (\d+) labelled")
+
+
+def read_live(log: str) -> tuple[int, int]:
+    """Nodes an operator's log says it read live (Ready in status, unlabelled in its view), and how many of them
+    carried the label."""
+    found = [(int(a), int(b)) for a, b in READ_LIVE.findall(log)]
+    return sum(a for a, _ in found), sum(b for _, b in found)
 
 
 def duplicate_jobs(jobs: list[Any], nodes: int) -> list[str]:

@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-kubeconfig", default="/tmp/shared-real/kubeconfig")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--quick", action="store_true", help="a few runs per scenario (the CI sizes)")
+    parser.add_argument(
+        "--runs", action="append", default=[], metavar="SIZE=N", help="runs of one size (kills, peering, ...)"
+    )
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "out")
     parser.add_argument("--doc", type=pathlib.Path, default=ROOT / "docs" / "reliability.md")
     parser.add_argument(
@@ -120,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         "nodes": 3 if args.quick else 6,
         "controlplane": 2 if args.quick else 4,
     }
+    for override in args.runs:
+        size, _, count = override.partition("=")
+        if size not in sizes or not count.isdigit():
+            parser.error(f"--runs {override}: SIZE=N with SIZE one of {', '.join(sizes)}")
+        sizes[size] = int(count)
     cluster_dir: pathlib.Path | None = None
     own_cluster = False
     api = None

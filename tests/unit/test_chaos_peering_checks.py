@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from chaos_peering import duplicate_jobs
+from chaos_peering import duplicate_jobs, read_live
 from warmstart.render import jobs
 
 
@@ -22,3 +22,13 @@ def test_a_second_attempt_and_more_jobs_than_nodes_are_both_reported() -> None:
         "3 preload Jobs for 2 nodes",
         "1 Jobs past the first attempt (a node preloaded again), e.g. ['a-2']",
     ]
+
+
+def test_the_live_reads_are_counted_from_the_operators_log_line() -> None:
+    log = (
+        "[INFO] cache ns/weights-x: 125 nodes Ready in status"
+        " without the label in the watch's view; read them: 120 labelled\n"
+        "... cache ns/weights-x: 5 nodes Ready in status without the label in the watch's view; read them: 0 labelled\n"
+    )
+    assert read_live(log) == (130, 120)
+    assert read_live("") == (0, 0)
