@@ -11,8 +11,9 @@ from typing import Any
 import kopf
 import pytest
 from kopf._cogs.aiokits import aiotoggles
+from kopf._cogs.clients import watching
 
-from warmstart.controllers import kopf_tuning
+from warmstart.controllers import kopf_relisting, kopf_tuning
 
 
 def test_the_pinned_kopf_is_the_release_the_toggle_set_was_written_against() -> None:
@@ -20,13 +21,15 @@ def test_the_pinned_kopf_is_the_release_the_toggle_set_was_written_against() -> 
     assert importlib.metadata.version("kopf") == kopf_tuning.KOPF_VERSION
 
 
-def test_install_makes_kopf_create_the_flip_notifying_set() -> None:
-    original = aiotoggles.ToggleSet
+def test_install_makes_kopf_create_the_flip_notifying_set_and_use_the_relisting_watch() -> None:
+    original, original_watch = aiotoggles.ToggleSet, watching.continuous_watch
     try:
         assert kopf_tuning.install()
         assert aiotoggles.ToggleSet is kopf_tuning.FlipNotifyingToggleSet
+        assert watching.continuous_watch is kopf_relisting.continuous_watch
     finally:
         aiotoggles.ToggleSet = original  # type: ignore[misc]
+        watching.continuous_watch = original_watch
 
 
 class CountingSet(kopf_tuning.FlipNotifyingToggleSet):
