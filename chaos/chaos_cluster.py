@@ -127,14 +127,18 @@ def _active(job: Any) -> bool:
     return not finished
 
 
-def duplicate_jobs(api: client.ApiClient, namespace: str) -> list[str]:
-    """More than one active preload Job for one (cache, node)."""
+def active_preloads(api: client.ApiClient, namespace: str) -> list[Any]:
+    """The namespace's preload Jobs that are neither finished nor being deleted."""
     selector = f"{labels.ROLE_LABEL}={jobs.ROLE_PRELOAD}"
     found = client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=selector).items
+    return [j for j in found if _active(j)]
+
+
+def duplicate_jobs(api: client.ApiClient, namespace: str, active: list[Any] | None = None) -> list[str]:
+    """More than one active preload Job for one (cache, node); `active` as active_preloads gives it, or read."""
+    active = active_preloads(api, namespace) if active is None else active
     counts = Counter(
-        (j.metadata.labels.get(labels.MDCC_LABEL), j.metadata.labels.get(labels.NODE_LABEL))
-        for j in found
-        if _active(j)
+        (j.metadata.labels.get(labels.MDCC_LABEL), j.metadata.labels.get(labels.NODE_LABEL)) for j in active
     )
     return [f"{n} active preload Jobs for {cache} on {node}" for (cache, node), n in counts.items() if n > 1]
 

@@ -83,6 +83,8 @@ class Sampler:
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.api, self.namespace = api, namespace
         self.found: set[str] = set()
+        #: the most preload Jobs seen active at once
+        self.peak_active = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -90,7 +92,9 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             try:
-                self.found.update(cc.duplicate_jobs(self.api, self.namespace))
+                active = cc.active_preloads(self.api, self.namespace)
+                self.peak_active = max(self.peak_active, len(active))
+                self.found.update(cc.duplicate_jobs(self.api, self.namespace, active))
                 self.found.update(cc.duplicate_daemonsets(self.api, self.namespace))
             except Exception:  # noqa: BLE001 - the API server may be down on purpose; sample again later
                 pass

@@ -33,7 +33,8 @@ from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import nodes as kwok_nodes
 from warmstart.placement import instance_type_affinity
 from warmstart.render import jobs as render_jobs
-from warmstart.render import keys
+from warmstart.render import keys, throttling
+from warmstart.render.context import RenderContext
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PEERING_CRDS = ROOT / "charts" / "warmstart" / "crds" / "kopf.dev_peerings.yaml"
@@ -180,7 +181,8 @@ def one_run(
             f"killed at {ready_at_kill}/{nodes} Ready; standby resumed "
             f"{_fmt(resumed)} s, next progress {_fmt(progress)} s, all Ready {_fmt(all_ready)} s after the kill;"
             f" {len(jobs)} Jobs for {nodes} nodes; the standby read {unseen} nodes live that its view showed"
-            f" unlabelled and status Ready ({confirmed} labelled)"
+            f" unlabelled and status Ready ({confirmed} labelled); at most {sampler.peak_active} preload Jobs active at"
+            f" once (the throttle allows {throttle_limit(nodes)})"
         )
         converged = all_ready is not None
         return Run(scenario(nodes), seed, converged, all_ready or 0.0, leaks, violations, note), takeover
@@ -203,6 +205,14 @@ def read_live(log: str) -> tuple[int, int]:
     carried the label."""
     found = [(int(a), int(b)) for a, b in READ_LIVE.findall(log)]
     return sum(a for a, _ in found), sum(b for _, b in found)
+
+
+def throttle_limit(nodes: int) -> int:
+    """Preloads the operator's default throttle allows at once on `nodes` targets (the chart's default)."""
+    ctx = RenderContext()
+    return throttling.limit(
+        throttling.Throttle(ctx.preload_concurrency_nodes, ctx.preload_concurrency_percent), None, nodes
+    )
 
 
 def duplicate_jobs(jobs: list[Any], nodes: int) -> list[str]:
