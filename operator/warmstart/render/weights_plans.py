@@ -288,6 +288,16 @@ class _NodePlanner:
         return entry
 
 
+def _in_flight(previous: NodeCacheStatus | None) -> bool:
+    """Whether status shows a preload Job started on the node (Pending or Downloading, not waiting for a slot)."""
+    return (
+        previous is not None
+        and previous.state in (NodeCacheState.PENDING, NodeCacheState.DOWNLOADING)
+        and previous.reason != QUEUED
+        and previous.attempts is not None
+    )
+
+
 def plan(observed: Observed, now: dt.datetime) -> Plan:
     """Per-node decisions plus the cache's new status."""
     previous_status = observed.status
@@ -304,7 +314,13 @@ def plan(observed: Observed, now: dt.datetime) -> Plan:
     running = sum(1 for n in targets if n.name in latest and latest[n.name].phase == JobPhase.RUNNING)
     slots = limit - running - observed.source_busy
     planner = _NodePlanner(observed=observed, now=now, plan=result, size=size, slots=slots)
-    entries = [planner.node(n, previous.get(n.name), jobs_by_node.pop(n.name, [])) for n in targets]
+    # nodes that status shows preloading take the slots first: their Job may still run (a new operator process
+    # trusts no Job it did not apply), and applying it again adopts it, so the preloads at once stay within the limit
+    decided = {
+        n.name: planner.node(n, previous.get(n.name), jobs_by_node.pop(n.name, []))
+        for n in sorted(targets, key=lambda n: not _in_flight(previous.get(n.name)))
+    }
+    entries = [decided[n.name] for n in targets]
     for gone in jobs_by_node.values():  # nodes that left, stopped matching, or are unavailable
         result.delete += [j.name for j in gone]
     learned = [e.bytes for e, _ in result.recorded if e.state == NodeCacheState.READY and e.bytes]

@@ -267,8 +267,24 @@ def test_a_queued_retry_gets_the_next_attempt_when_a_slot_frees() -> None:
     plan = throttled([node("a"), node("b")], [failed, busy], spec={"preloadConcurrency": 1})
     assert plan.create == [] and plan.delete == [failed.name]
     assert entries(plan)["a"].reason == planning.QUEUED and entries(plan)["a"].attempts == 1
-    freed = throttled([node("a"), node("b")], [], spec={"preloadConcurrency": 1}, status=plan.status)
-    assert ("a", 2) in freed.create
+    done = job("b", JobPhase.SUCCEEDED)
+    freed = throttled([node("a"), node("b")], [done], spec={"preloadConcurrency": 1}, status=plan.status)
+    assert freed.create == [("a", 2)] and freed.label == ["b"]
+
+
+def test_after_a_takeover_the_nodes_status_shows_preloading_take_the_slots_before_queued_ones() -> None:
+    """A new operator process trusts no Job it did not apply, so it sees none: the nodes status shows preloading get
+    their Job applied again (the same name, so the running Job is adopted) before a queued node starts one more."""
+    fleet = [node(f"n{i:02d}") for i in range(6)]
+    queued = NodeCacheStatus(node="", state=NodeCacheState.PENDING, reason=planning.QUEUED)
+    preloading = NodeCacheStatus(node="", state=NodeCacheState.DOWNLOADING, attempts=1)
+    status = ModelDataCacheConfigStatus(
+        nodes=[(preloading if n.name in ("n04", "n05") else queued).model_copy(update={"node": n.name}) for n in fleet]
+    )
+    after = throttled(fleet, [], spec={"preloadConcurrency": 2}, status=status)
+    assert after.create == [("n04", 1), ("n05", 1)], "two preloads at once, not four"
+    assert [e.node for e in after.status.nodes or []] == [n.name for n in fleet], "status keeps the nodes' order"
+    assert after.status.queued_nodes == 4
 
 
 def test_unavailable_nodes_leave_the_targets_lose_their_jobs_and_are_listed() -> None:
