@@ -74,7 +74,7 @@ def _deployment_gets(namespace: str) -> Iterator[list[str]]:
 
     Every request of the operator's controllers goes through `storage.CountingApiClient.call_api` (kopf's own client
     only lists, watches and patches). The API server's own counter would also count other clients of the shared
-    cluster (the garbage collector GETs owners while another test's namespace is deleted).
+    cluster (one such GET, not ours, once made this test fail in CI).
     """
     seen: list[str] = []
     original = storage.CountingApiClient.call_api
