@@ -236,7 +236,7 @@ class _NodePlanner:
             return self._create(node, 1)
         if previous.reason == QUEUED:
             return self._create(node, previous.attempts + 1)
-        if previous.state in (NodeCacheState.PENDING, NodeCacheState.DOWNLOADING):
+        if _in_flight(previous):
             return self._create(node, previous.attempts)  # created before, not seen yet (or deleted by someone)
         if previous.state == NodeCacheState.FAILED and previous.reason not in RECHECKED_REASONS:
             spec_changed = (self.observed.status.observed_generation or 0) < self.observed.generation
