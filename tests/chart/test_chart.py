@@ -59,6 +59,7 @@ VALUES: dict[str, dict[str, Any]] = {
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "priorityClassName": "system-cluster-critical",
         "gatewayInference": {"installInferencePoolCRD": True},
+        "router": {"trustedProxies": ["10.0.0.0/8", "fd00::/8"]},
     },
 }
 
@@ -294,6 +295,7 @@ def test_rendered_environment_is_what_the_operator_reads(helm: pathlib.Path, tmp
     assert settings.render.preload_pod_annotations == {"team": "ml"}
     assert settings.render.cache_sharing_groups == {"ml": ["team-a", "team-b"]}
     assert settings.render.prepull_priority_class == "warmstart-prepull"
+    assert settings.render.router_trusted_proxies == ("10.0.0.0/8", "fd00::/8")
     assert settings.render.allowed_host_paths == ("/opt/dlami/nvme", "/mnt/cache")
     assert settings.render.extra_tolerations == (
         {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
@@ -342,6 +344,7 @@ def test_prepull_priority_class_matches_the_operators(helm: pathlib.Path, tmp_pa
         ({"preload": {"endpoints": {"AWS_SECRET_ACCESS_KEY": "x"}}}, "invalid propertyName 'AWS_SECRET_ACCESS_KEY'"),
         ({"fsx": {"allowedFileSystems": {"team-a": [{"fileSystemId": "fs-0123456789abcdef0"}]}}}, "dnsName"),
         ({"cacheSharing": {"namespaceGroups": {"ml": ["Team_A"]}}}, "/cacheSharing/namespaceGroups/ml/0"),
+        ({"router": {"trustedProxies": ["envoy.internal"]}}, "/router/trustedProxies/0"),
         # the driver's sockets go under it, and a unix socket path has at most 107 characters
         ({"csi": {"kubeletDir": "/" + "k" * 67}}, "/csi/kubeletDir"),
     ],

@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -58,10 +59,19 @@ class RunningEnvoy:
 @contextlib.asynccontextmanager
 async def envoy_process(spec: GatewaySpec, workdir: Path, concurrency: int = 1) -> AsyncIterator[RunningEnvoy]:
     """Start Envoy on ``spec`` (its listen and admin ports replaced by ephemeral ones); stop it after."""
-    workdir.mkdir(parents=True, exist_ok=True)
     spec = dataclasses.replace(spec, listen=Address("127.0.0.1", 0), admin_port=0)
+    async with envoy_bootstrap_process(envoy_gateway.bootstrap(spec), workdir, concurrency) as envoy:
+        yield envoy
+
+
+@contextlib.asynccontextmanager
+async def envoy_bootstrap_process(
+    bootstrap: dict[str, Any], workdir: Path, concurrency: int = 1
+) -> AsyncIterator[RunningEnvoy]:
+    """Start Envoy on ``bootstrap`` (one listener; it and the admin on ephemeral loopback ports); stop it after."""
+    workdir.mkdir(parents=True, exist_ok=True)
     config, admin_path, log = workdir / "envoy.yaml", workdir / "admin-address", workdir / "envoy.log"
-    config.write_text(yaml.safe_dump(envoy_gateway.bootstrap(spec)))
+    config.write_text(yaml.safe_dump(bootstrap))
     admin_path.unlink(missing_ok=True)
     argv = [str(envoy_binary()), "-c", str(config), "--admin-address-path", str(admin_path)]
     argv += [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from warmstart.controllers import running, settings
 
 
@@ -20,6 +22,14 @@ def test_router_admin_peers_are_read_from_json() -> None:
     read = settings.from_env({"WARMSTART_ROUTER_ADMIN_FROM": json.dumps([peer])})
     assert read.render.router_admin_from == (peer,)
     assert settings.from_env({"WARMSTART_ROUTER_ADMIN_FROM": "[]"}).render.router_admin_from == ()
+
+
+def test_router_trusted_proxies_are_read_from_json_and_checked_at_start_up() -> None:
+    read = settings.from_env({"WARMSTART_ROUTER_TRUSTED_PROXIES": '["10.0.0.0/8", "fd00::1"]'})
+    assert read.render.router_trusted_proxies == ("10.0.0.0/8", "fd00::1/128")
+    assert settings.from_env({"WARMSTART_ROUTER_TRUSTED_PROXIES": "[]"}).render.router_trusted_proxies == ()
+    with pytest.raises(ValueError, match=r"router\.trustedProxies"):
+        settings.from_env({"WARMSTART_ROUTER_TRUSTED_PROXIES": '["10.0.0.1/8"]'})
 
 
 def test_router_node_selector_is_read_from_json() -> None:

@@ -8,11 +8,13 @@ is a valid configuration (the ``random`` strategy).
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from warmstart.api import strategies
@@ -20,6 +22,15 @@ from warmstart.api.strategies import RoutingStrategy, RoutingStrategyField
 
 #: The ConfigMap data key that holds the router configuration.
 CONFIGMAP_KEY = "router.yaml"
+
+
+def proxy_networks(entries: Iterable[str], what: str) -> tuple[str, ...]:
+    """Each entry an address or a CIDR without host bits (``10.0.0.1/8`` is refused: it would trust a /8), normalised;
+    ValueError naming ``what`` otherwise."""
+    try:
+        return tuple(str(ipaddress.ip_network(entry.strip())) for entry in entries)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
 
 
 class RouterConfig(BaseModel):
@@ -132,12 +143,20 @@ class RouterConfig(BaseModel):
 
     max_buffered_bytes_per_client: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Request body bytes one client address holds at once (its share of ``maxBufferedBytes``);
-    a request that would exceed it gets 429 with ``Retry-After``. Behind a proxy that hides client
-    addresses every client is that proxy's address: raise it (up to ``maxBufferedBytes``) there."""
+    a request that would exceed it gets 429 with ``Retry-After``. Behind a proxy every client is that
+    proxy's address unless it is in ``trustedProxies`` (then the client is the one it forwards for); behind
+    one that keeps no ``X-Forwarded-For``, raise it (up to ``maxBufferedBytes``)."""
 
     max_bodies_per_client: int = Field(default=64, ge=1)
     """Request bodies one client address sends at once (from a request's headers until its body is
     complete); one more gets 429 with ``Retry-After``."""
+
+    trusted_proxies: tuple[str, ...] = Field(default=(), max_length=256)
+    """Addresses or CIDRs of the proxies in front of the router (the chart's ``router.trustedProxies``,
+    filled by the operator; not an endpoint's knob). From one of them, the client whose shares a request
+    counts against is the first untrusted hop of ``X-Forwarded-For`` read from the right
+    (:mod:`warmstart.router.forwarding`); from any other peer, or without a readable header, the peer.
+    Empty: the peer is always the client."""
 
     body_timeout_seconds: float = Field(default=30.0, gt=0)
     """Time allowed to receive a whole request body once its headers are in; slower clients get 408."""
@@ -185,6 +204,11 @@ class RouterConfig(BaseModel):
 
     engine_load_interval_seconds: float = Field(default=0.2, ge=0.02, le=60.0)
     """How often each replica's metrics are read."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        return proxy_networks(entries, "trustedProxies")
 
     @property
     def effective_strategy(self) -> RoutingStrategy:

@@ -76,6 +76,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorSettings:
     render["router_node_selector"] = _json_map(env.get("WARMSTART_ROUTER_NODE_SELECTOR"))
     if env.get("WARMSTART_ROUTER_ADMIN_FROM"):
         render["router_admin_from"] = tuple(_json_list(env["WARMSTART_ROUTER_ADMIN_FROM"]))
+    if env.get("WARMSTART_ROUTER_TRUSTED_PROXIES"):
+        render["router_trusted_proxies"] = tuple(str(e) for e in _json_list(env["WARMSTART_ROUTER_TRUSTED_PROXIES"]))
     if env.get("WARMSTART_ROUTER_REPLICAS"):
         render["router_replicas"] = int(env["WARMSTART_ROUTER_REPLICAS"])
     if env.get("WARMSTART_PRELOAD_ENV_NAMES"):

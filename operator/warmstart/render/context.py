@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from warmstart.api import preloading
+from warmstart.api import preloading, routers
 from warmstart.api.blocks import DEFAULT_HOST_PATH
 from warmstart.api.sources import FsxStorage
 from warmstart.render import cache_volumes, nvme_budget, throttling, tolerations
@@ -54,6 +54,13 @@ class RenderContext(BaseModel):
         description=(
             "NetworkPolicy peers (namespaceSelector/podSelector/ipBlock) that may reach the router pods' admin port"
             " (/metrics, /router/status); none: only the traffic port is reachable over the pod network."
+        ),
+    )
+    router_trusted_proxies: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "Addresses or CIDRs of the proxies in front of the routers (Helm router.trustedProxies): from them, a"
+            " router takes the client of a request's per-client shares from X-Forwarded-For. Empty: the TCP peer."
         ),
     )
     router_replicas: int = Field(
@@ -141,6 +148,11 @@ class RenderContext(BaseModel):
                     " cache pods must leave nodes that went away; give a key"
                 )
         return extra
+
+    @field_validator("router_trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        return routers.proxy_networks(entries, "router.trustedProxies")
 
     @field_validator("preload_env_names")
     @classmethod

@@ -79,12 +79,17 @@ def replicas(endpoint: Endpoint, context: RenderContext) -> int:
     return chosen if chosen is not None else context.router_replicas
 
 
-def config(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None) -> RouterConfig:
-    """The router configuration rendered from the endpoint spec and, with a weights cache, its warm nodes."""
+def config(
+    endpoint: Endpoint, warm_nodes: Iterable[str] | None = None, trusted_proxies: Sequence[str] = ()
+) -> RouterConfig:
+    """The router configuration rendered from the endpoint spec and, with a weights cache, its warm nodes; the
+    admin's `trusted_proxies` (the chart's `router.trustedProxies`) last, so no endpoint sets them."""
     limits = endpoint.worker.request_limits
     knobs: dict[str, Any] = {"strategy": endpoint.routing_strategy.value}
     if endpoint.routing and endpoint.routing.router_config:
         knobs.update(endpoint.routing.router_config.chosen())
+    if trusted_proxies:
+        knobs["trustedProxies"] = list(trusted_proxies)
     if warm_nodes is not None:
         knobs["warmNodes"] = sorted(set(warm_nodes))
     if limits and limits.max_concurrent_requests:
@@ -127,9 +132,16 @@ def metadata(endpoint: Endpoint, workload: Workload = PROXY) -> Manifest:
     }
 
 
-def configmap(endpoint: Endpoint, warm_nodes: Iterable[str] | None = None, workload: Workload = PROXY) -> Manifest:
-    """Only the knobs the endpoint sets (and `warmNodes` when given); every other knob keeps its documented default."""
-    chosen = config(endpoint, warm_nodes).model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+def configmap(
+    endpoint: Endpoint,
+    warm_nodes: Iterable[str] | None = None,
+    workload: Workload = PROXY,
+    trusted_proxies: Sequence[str] = (),
+) -> Manifest:
+    """Only the knobs the endpoint sets (and `warmNodes` and `trustedProxies` when given); every other knob keeps its
+    documented default."""
+    rendered = config(endpoint, warm_nodes, trusted_proxies)
+    chosen = rendered.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -329,7 +341,7 @@ def models_service(endpoint: Endpoint) -> Manifest:
 def manifests(endpoint: Endpoint, context: RenderContext, warm_nodes: Iterable[str] | None = None) -> list[Manifest]:
     """Everything the router needs, in apply order; `warm_nodes` (None: no weights cache) go in its ConfigMap."""
     return [
-        configmap(endpoint, warm_nodes),
+        configmap(endpoint, warm_nodes, trusted_proxies=context.router_trusted_proxies),
         service_account(endpoint),
         role(endpoint),
         role_binding(endpoint),

@@ -5,7 +5,10 @@ Headers are handled as the raw bytes the parsers give (request names lowercased 
 The router is the first proxy that a replica can trust, so the forwarding headers a client sends
 (``Forwarded``, ``X-Forwarded-*``, ``X-Real-IP``) are dropped, and the replica gets the router's own:
 ``X-Forwarded-For`` is the client's address as the router's socket sees it, ``X-Forwarded-Proto``
-is ``http`` (the traffic port speaks plain HTTP).
+is ``http`` (the traffic port speaks plain HTTP). Behind a proxy in ``trustedProxies``, the
+``X-Forwarded-For`` hops the router believes (from the client it identified on,
+:mod:`warmstart.router.forwarding`) come first and the socket's peer is appended, as a proxy does;
+hops left of that client, and every other forwarding header, are dropped as before.
 
 Content encodings are end to end: the client's ``Accept-Encoding`` goes to the replica as sent
 (``identity`` when it sent none, so the replica never compresses unasked), and the replica's
@@ -14,7 +17,7 @@ Content encodings are end to end: the client's ``Accept-Encoding`` goes to the r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 #: Hop-by-hop headers (RFC 9110 section 7.6.1, plus the legacy proxy ones): never forwarded.
 HOP_BY_HOP = frozenset(
@@ -60,8 +63,11 @@ def _connection_token_bytes(pairs: Iterable[tuple[bytes, bytes]]) -> frozenset[b
     return frozenset(names)
 
 
-def forwarded_request_headers(pairs: list[tuple[bytes, bytes]], peer: str | None) -> list[tuple[bytes, bytes]]:
-    """Headers (lowercased names) to send to the replica for a client request with lowercased ``pairs``."""
+def forwarded_request_headers(
+    pairs: list[tuple[bytes, bytes]], peer: str | None, hops: Sequence[str] = ()
+) -> list[tuple[bytes, bytes]]:
+    """Headers (lowercased names) to send to the replica for a client request with lowercased ``pairs`` from
+    ``peer``, which forwards it for the believed ``hops`` (none: ``peer`` is the client)."""
     drop = _DROP_REQUEST_BYTES
     for key, _ in pairs:
         if key == b"connection":
@@ -74,8 +80,9 @@ def forwarded_request_headers(pairs: list[tuple[bytes, bytes]], peer: str | None
             continue
         encoding = encoding or key == b"accept-encoding"
         headers.append((key, value))
-    if peer:
-        headers.append((b"x-forwarded-for", peer.encode()))
+    chain = [*hops, peer] if peer else list(hops)
+    if chain:
+        headers.append((b"x-forwarded-for", ", ".join(chain).encode()))
     headers.append((b"x-forwarded-proto", b"http"))
     if not encoding:
         headers.append((b"accept-encoding", b"identity"))

@@ -31,6 +31,7 @@ from typing import Protocol, cast
 
 import httptools
 
+from warmstart.router.forwarding import Origin
 from warmstart.router.reading import ByteBudget, HeldBody, Refusal
 
 log = logging.getLogger(__name__)
@@ -55,18 +56,23 @@ Headers = list[tuple[bytes, bytes]]
 
 
 class Request:
-    """One parsed request: method, target, lowercased header names, the body held under the budget."""
+    """One parsed request: method, target, lowercased header names, the body held under its client's budget share."""
 
-    __slots__ = ("body", "headers", "keep_alive", "method", "peer", "target", "version")
+    __slots__ = ("body", "headers", "keep_alive", "method", "origin", "peer", "target", "version")
 
-    def __init__(self, method: bytes, target: bytes, headers: Headers, peer: str | None, budget: ByteBudget) -> None:
+    def __init__(
+        self, method: bytes, target: bytes, headers: Headers, peer: str | None, origin: Origin, budget: ByteBudget
+    ) -> None:
         self.method = method
         self.target = target
         """The request target as sent (path and query)."""
         self.headers = headers
         """(lowercased name, value) pairs in arrival order."""
         self.peer = peer
-        self.body = HeldBody(budget, peer)
+        """The TCP peer's address."""
+        self.origin = origin
+        """The client whose shares the request counts against (the peer, or whom a trusted proxy forwards for)."""
+        self.body = HeldBody(budget, origin.client)
         self.keep_alive = True
         self.version = b"1.1"
 
@@ -98,6 +104,10 @@ class Application(Protocol):
 
     def body_limits(self) -> tuple[int, float]:
         """(largest body in bytes, seconds a body may take to arrive) for the next request."""
+        ...
+
+    def origin(self, peer: str | None, headers: Headers) -> Origin:
+        """Who sent a request with ``headers`` from TCP ``peer`` (its shares of the budget are that client's)."""
         ...
 
     def write_timeout(self) -> float:
@@ -283,7 +293,8 @@ class Connection(asyncio.Protocol):
             return
         self._head_due = None  # the timer stays armed: it is pushed back, not re-created, per request
         limit, deadline = self.app.body_limits()
-        request = Request(self._parser.get_method(), self._url, self._headers, self.peer, self.app.budget)
+        origin = self.app.origin(self.peer, self._headers)
+        request = Request(self._parser.get_method(), self._url, self._headers, self.peer, origin, self.app.budget)
         request.keep_alive = self._parser.should_keep_alive()
         request.version = self._parser.get_http_version().encode()
         length = request.header(b"content-length")

@@ -15,11 +15,12 @@ import json
 import logging
 import time
 
-from warmstart.router import httpserver, reading, upstream
+from warmstart.router import forwarding, httpserver, reading, upstream
 from warmstart.router.admission import QueueFull
 from warmstart.router.bodies import BadBody, BodyParser
+from warmstart.router.forwarding import Origin, TrustedProxies
 from warmstart.router.headers import forwarded_request_headers
-from warmstart.router.httpserver import Connection, Request, json_body
+from warmstart.router.httpserver import Connection, Headers, Request, json_body
 from warmstart.router.reading import ByteBudget
 from warmstart.router.relaying import PrefillClaim, Relay
 from warmstart.router.routing import Routed, Router
@@ -53,6 +54,8 @@ class TrafficApp:
         self.budget = reading.configured(router.config)
         self.parser = BodyParser()
         self.pool = upstream.Pool()
+        self._trusted_from: tuple[str, ...] = ()
+        self._trusted = TrustedProxies()
 
     async def close(self) -> None:
         self.pool.close()
@@ -62,6 +65,15 @@ class TrafficApp:
         config = self.router.config
         reading.configured(config, self.budget)
         return config.max_body_bytes, config.body_timeout_seconds
+
+    def origin(self, peer: str | None, headers: Headers) -> Origin:
+        trusted_from = self.router.config.trusted_proxies
+        if trusted_from != self._trusted_from:  # parsed once per configuration, not per request
+            self._trusted_from, self._trusted = trusted_from, TrustedProxies(trusted_from)
+        if not self._trusted:
+            return Origin(peer)
+        forwarded_for = [value for key, value in headers if key == b"x-forwarded-for"]
+        return forwarding.origin(peer, forwarded_for, self._trusted)
 
     def write_timeout(self) -> float:
         return self.router.config.write_timeout_seconds
@@ -100,7 +112,7 @@ class TrafficApp:
         raw = request.body.data()
         try:
             parsed = await self.parser.parse(
-                raw, config.block_chars * config.max_blocks, config.session_field, request.peer
+                raw, config.block_chars * config.max_blocks, config.session_field, request.origin.client
             )
         except BadBody as bad:
             router.metrics.request(strategy, "", "bad_request").inc()
@@ -133,7 +145,7 @@ class TrafficApp:
         router = self.router
         config = router.config
         strategy = router.policy.strategy.value
-        headers = forwarded_request_headers(request.headers, request.peer)
+        headers = forwarded_request_headers(request.headers, request.peer, request.origin.hops)
         cap = config.max_concurrent_requests
         attempts = routed.decision.candidates[: 1 + config.retries]
         for attempt, url in enumerate(attempts):

@@ -6,7 +6,8 @@ would exceed the budget is refused (:mod:`warmstart.router.httpserver` enforces 
 One client address cannot take the whole budget either: it holds at most
 ``maxBufferedBytesPerClient`` of it, and sends at most ``maxBodiesPerClient`` bodies at once
 (counted from a request's head until its body is complete), so a client that fills its share is
-refused while others still get through.
+refused while others still get through. The client is the TCP peer, or behind a proxy the router
+trusts, the address that proxy forwards for (:mod:`warmstart.router.forwarding`).
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ ELSEWHERE = {
     "warmNodes",
     "tokenizerDir",
     "kvEventsPortsRelative",
+    "trustedProxies",
 }
 
 
@@ -89,6 +90,15 @@ def test_each_knob_set_on_an_iec_is_read_back_from_the_rendered_configmap() -> N
         assert data[knob] == value, knob
     config = RouterConfig.from_configmap_data(router.configmap(endpoint)["data"])
     assert config.prefill_aware and config.kv_events and config.kv_block_size == 32
+
+
+def test_trusted_proxies_are_the_admins_and_never_an_endpoints() -> None:
+    endpoint = _endpoint({"enabled": True, "routerConfig": {"trustedProxies": ["0.0.0.0/0"], "maxBodiesPerClient": 8}})
+    assert RouterConfig.from_configmap_data(router.configmap(endpoint)["data"]).trusted_proxies == ()
+    context = RenderContext(operator_image="warmstart:test", router_trusted_proxies=("10.0.0.0/8",))
+    (configmap,) = [m for m in router.manifests(endpoint, context) if m["kind"] == "ConfigMap"]
+    config = RouterConfig.from_configmap_data(configmap["data"])
+    assert config.trusted_proxies == ("10.0.0.0/8",) and config.max_bodies_per_client == 8
 
 
 def test_the_router_docs_name_only_settable_knobs() -> None:
