@@ -2,7 +2,7 @@
 
 Two namespaces enforce Pod Security `baseline` and `privileged` (the API server's built-in PodSecurity admission,
 namespace labels). The operator runs in-process; every CR is applied with kubectl. For each shape a tenant could pass
-through `kubernetes.initContainers` / `kubernetes.volumes`:
+through `kubernetes.initContainers` / `kubernetes.volumes` (and the profile annotations of `kubernetes.annotations`):
 
 - refused: the endpoint ends `DeploymentFailed` with `Ready=False`, reason `PodSecurityRejected` (the API server's
   PodSecurity answer to a dry-run Pod of the rendered template, naming the field), `InitContainerBeyondBaseline` (an
@@ -89,7 +89,13 @@ def levels(api_client: client.ApiClient) -> Iterator[dict[str, str]]:
             client.CoreV1Api(api_client).delete_namespace(name, propagation_policy="Background")
 
 
-def _iec(name: str, *, inits: list[dict[str, Any]] | None = None, volumes: list[dict[str, Any]] | None = None) -> Any:
+def _iec(
+    name: str,
+    *,
+    inits: list[dict[str, Any]] | None = None,
+    volumes: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Any:
     """An uncached endpoint (its pod needs no more than baseline) with an image cache, plus the pass-through."""
     spec: dict[str, Any] = {
         "modelName": name,
@@ -108,6 +114,8 @@ def _iec(name: str, *, inits: list[dict[str, Any]] | None = None, volumes: list[
         kubernetes["initContainers"] = inits
     if volumes:
         kubernetes["volumes"] = volumes
+    if annotations:
+        kubernetes["annotations"] = annotations
     if kubernetes:
         spec["kubernetes"] = kubernetes
     return {
@@ -139,12 +147,15 @@ PRIVILEGED = _iec("privileged-init", inits=[_init("escalate", {"privileged": Tru
 CAPABILITIES = _iec("sys-admin", inits=[_init("caps", {"capabilities": {"add": ["SYS_ADMIN"]}})])
 HOST_PORT = _iec("host-port", inits=[_init("port", ports=[{"containerPort": 80, "hostPort": 80}])])
 UNCONFINED = _iec("unconfined", inits=[_init("seccomp", {"seccompProfile": {"type": "Unconfined"}})])
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/step"
+ANNOTATED = _iec("annotated", inits=[_init("step")], annotations={APPARMOR: "unconfined"})
 #: (manifest, the words of the refusal): init containers beyond baseline, refused whatever the namespace's level
 INITS_REFUSED = [
     (PRIVILEGED, ["kubernetes.initContainers[0] (escalate): securityContext.privileged"]),
     (CAPABILITIES, ["kubernetes.initContainers[0] (caps): securityContext.capabilities.add SYS_ADMIN"]),
     (HOST_PORT, ["kubernetes.initContainers[0] (port): ports[].hostPort"]),
     (UNCONFINED, ["kubernetes.initContainers[0] (seccomp): securityContext.seccompProfile.type Unconfined"]),
+    (ANNOTATED, [f"kubernetes.annotations[{APPARMOR}]: 'unconfined' is beyond baseline"]),
 ]
 #: (manifest, the words Pod Security's refusal in a baseline namespace must contain)
 BASELINE_REFUSED = [(_nvme_sample(), ['hostPath volumes (volume "model-weights")'])]

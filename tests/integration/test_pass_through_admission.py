@@ -7,9 +7,10 @@ namespaces, and applied to the real API server (ValidatingAdmissionPolicy, with 
 - `<release>-pass-through`: hostPath volumes outside the allowed roots, not normalized, inside warmstart's cache, or
   mounted writable by an init container are refused whatever the namespace, and so is an init container beyond Pod
   Security baseline (privileged, an added capability, a host port, an Unconfined profile, a procMount, SELinux
-  options), in an InferenceEndpointConfig or a JumpStartModel; in a namespace labelled `baseline` or `restricted`, a
-  hostPath volume is refused too. It is admitted in a `privileged` namespace (positive control), and an unlabelled
-  namespace is left to the operator's dry run.
+  options), or a legacy AppArmor or seccomp annotation that sets such a profile for an init container, in an
+  InferenceEndpointConfig or a JumpStartModel; in a namespace labelled `baseline` or `restricted`, a hostPath volume
+  is refused too. It is admitted in a `privileged` namespace (positive control), and an unlabelled namespace is left
+  to the operator's dry run.
 - `<release>-dry-run-pods`: the operator's ServiceAccount may create a Pod with dryRun=All, never for real.
 """
 
@@ -192,6 +193,30 @@ INIT_REFUSED = [
 ]
 
 
+def _annotated(annotations: dict[str, str], inits: tuple[str, ...] = ("step",)) -> dict[str, Any]:
+    """A `kubernetes` block with these pod annotations and plain init containers of these names."""
+    return {"annotations": annotations, "initContainers": [_init(name) for name in inits]}
+
+
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/"
+SECCOMP = "container.seccomp.security.alpha.kubernetes.io/"
+SECCOMP_POD = "seccomp.security.alpha.kubernetes.io/pod"
+#: legacy profile annotations that take an init container beyond baseline, refused whatever the namespace's level
+ANNOTATIONS_REFUSED = [
+    (_annotated({APPARMOR + "step": "unconfined"}), f"spec.kubernetes.annotations: {APPARMOR}step=unconfined sets"),
+    (_annotated({SECCOMP + "step": "unconfined"}), f"spec.kubernetes.annotations: {SECCOMP}step=unconfined sets"),
+    (_annotated({SECCOMP_POD: "unconfined"}), f"spec.kubernetes.annotations: {SECCOMP_POD}=unconfined sets"),
+    # warmstart's own init container keeps its profile too
+    (_annotated({APPARMOR + "warmstart-preload": "unconfined"}), f"{APPARMOR}warmstart-preload=unconfined sets"),
+]
+#: positive controls: annotations within baseline, or for the model server (the namespace's level decides for it)
+ANNOTATIONS_ADMITTED = [
+    _annotated({APPARMOR + "step": "runtime/default", SECCOMP + "step": "localhost/step.json"}),
+    _annotated({APPARMOR + "worker": "unconfined", SECCOMP + "worker": "unconfined", "example.com/x": "unconfined"}),
+    _annotated({SECCOMP_POD: "unconfined"}, inits=()),  # no init container passed through: the model server's alone
+]
+
+
 def test_pass_through_policy_refuses_what_a_pod_could_not_have(
     api_client: client.ApiClient, spaces: dict[str, str], policies: dict[str, Any]
 ) -> None:
@@ -215,7 +240,7 @@ def test_pass_through_policy_refuses_what_a_pod_could_not_have(
         # positive controls: the level allows it, and an unlabelled namespace is the operator's dry run's to decide
         for namespace in (privileged, spaces["unlabelled"]):
             assert _create(api_client, _iec(f"level-{index}", namespace, kubernetes, spec)) is None, kubernetes
-    for index, (kubernetes, words) in enumerate(INIT_REFUSED):
+    for index, (kubernetes, words) in enumerate([*INIT_REFUSED, *ANNOTATIONS_REFUSED]):
         for namespace in spaces.values():
             message = _create(api_client, _iec(f"init-{index}", namespace, kubernetes, _spec_without_volume()))
             assert message is not None and words in message, (namespace, kubernetes, message)
@@ -233,6 +258,9 @@ def test_pass_through_policy_refuses_what_a_pod_could_not_have(
     for namespace in (spaces["baseline"], privileged, spaces["unlabelled"]):
         assert _create(api_client, _iec("within", namespace, within, _spec_without_volume())) is None, namespace
     assert _create(api_client, _jsm("within", privileged, within)) is None
+    for index, kubernetes in enumerate(ANNOTATIONS_ADMITTED):
+        assert _create(api_client, _iec(f"noted-{index}", privileged, kubernetes, _spec_without_volume())) is None
+        assert _create(api_client, _jsm(f"noted-{index}", privileged, kubernetes)) is None
     # baseline allows some capabilities (CHOWN), restricted only NET_BIND_SERVICE
     chown = {"initContainers": [_init("own", securityContext={"capabilities": {"add": ["CHOWN"]}})]}
     assert _create(api_client, _iec("chown", baseline, chown, spec=_spec_without_volume())) is None

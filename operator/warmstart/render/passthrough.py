@@ -11,7 +11,13 @@ creates; these rules add what Pod Security cannot know:
 - an init container runs at most at Pod Security `baseline`, whatever the namespace's level: no `privileged`, no
   capability beyond baseline's, no host port, no `Unconfined` seccomp or AppArmor profile, no `procMount` but
   `Default`, no `hostProcess`, no SELinux user, role or type outside baseline's. A namespace may be `privileged` for
-  other reasons (the `hostPath` cache access needs it); an endpoint never turns that into node root.
+  other reasons (the `hostPath` cache access needs it); an endpoint never turns that into node root;
+- the same profiles in the legacy annotations of `kubernetes.annotations`, which the pod gets as written (AppArmor
+  `container.apparmor.security.beta.kubernetes.io/<container>`, seccomp
+  `container.seccomp.security.alpha.kubernetes.io/<container>` and `seccomp.security.alpha.kubernetes.io/pod`; the
+  kubelet and the API server still honour them): a profile beyond baseline may name the model server container
+  only (which runs as its image needs, at the namespace's level), never an init container passed through nor one of
+  warmstart's own; the pod's seccomp annotation is refused beyond baseline when init containers are passed through.
 
 The chart's ValidatingAdmissionPolicy (`<release>-pass-through`, charts/warmstart/templates/admission.yaml) applies
 the same rules at admission; the operator applies them again, so an object that got past admission (policy not
@@ -78,6 +84,57 @@ BASELINE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "cont
 _CAP = (
     "an init container passed through an endpoint runs at most at Pod Security baseline, whatever the namespace's level"
 )
+
+
+#: the model pod's model server container, the one container a legacy profile annotation may loosen
+MODEL_SERVER_CONTAINER = "worker"
+#: the legacy annotation that sets one container's AppArmor profile (the kubelet still reads it)
+APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+#: the legacy annotations that set one container's and the pod's seccomp profile (copied into the fields on create)
+SECCOMP_ANNOTATION_PREFIX = "container.seccomp.security.alpha.kubernetes.io/"
+SECCOMP_POD_ANNOTATION = "seccomp.security.alpha.kubernetes.io/pod"
+#: what Pod Security baseline allows in them (an AppArmor annotation may also be empty)
+_APPARMOR_ALLOWED = "runtime/default or localhost/*"
+_SECCOMP_ALLOWED = "runtime/default, docker/default or localhost/*"
+
+
+def _within_baseline(key: str, value: str) -> bool:
+    apparmor = key.startswith(APPARMOR_ANNOTATION_PREFIX)
+    exact = ("", "runtime/default") if apparmor else ("runtime/default", "docker/default")
+    return value in exact or value.startswith("localhost/")
+
+
+def _profiled_container(key: str) -> str | None:
+    """The container a legacy profile annotation names ('' for the pod's), None for any other annotation."""
+    if key == SECCOMP_POD_ANNOTATION:
+        return ""
+    for prefix in (APPARMOR_ANNOTATION_PREFIX, SECCOMP_ANNOTATION_PREFIX):
+        if key.startswith(prefix):
+            return key[len(prefix) :]
+    return None
+
+
+def annotation_refusals(endpoint: Endpoint) -> list[str]:
+    """Every legacy AppArmor or seccomp annotation in `kubernetes.annotations` that takes a container other than the
+    model server beyond Pod Security baseline, naming the annotation; [] when none."""
+    kube = endpoint.kubernetes
+    annotations = (kube.annotations if kube else None) or {}
+    passed_through = bool(kube and kube.init_containers)
+    found: list[str] = []
+    for key, value in sorted(annotations.items()):
+        container = _profiled_container(key)
+        if container is None or container == MODEL_SERVER_CONTAINER or _within_baseline(key, value):
+            continue
+        if container == "" and not passed_through:  # warmstart's containers set their own: the model server's alone
+            continue
+        allowed = _APPARMOR_ALLOWED if key.startswith(APPARMOR_ANNOTATION_PREFIX) else _SECCOMP_ALLOWED
+        applies = (
+            "the pod's profile applies to the init containers passed through"
+            if container == ""
+            else f"only the model server container ({MODEL_SERVER_CONTAINER}) may have it"
+        )
+        found.append(f"kubernetes.annotations[{key}]: {value!r} is beyond baseline ({allowed}); {applies}: {_CAP}")
+    return found
 
 
 def _profile_unconfined(context: Mapping[str, Any], field: str) -> bool:
@@ -148,14 +205,15 @@ def refusals(endpoint: Endpoint, roots: Sequence[str]) -> list[str]:
 
 
 def init_container_refusals(endpoint: Endpoint) -> list[str]:
-    """Every pass-through init container that goes beyond Pod Security baseline, naming its fields; [] when none."""
+    """Every pass-through init container that goes beyond Pod Security baseline, naming its fields, then every
+    annotation that would take one there (`annotation_refusals`); [] when none."""
     kube = endpoint.kubernetes
     found: list[str] = []
     for index, container in enumerate((kube.init_containers if kube else None) or []):
         breaches = init_container_breaches(container)
         if breaches:
             found.append(f"kubernetes.initContainers[{index}] ({container.get('name')}): {'; '.join(breaches)}: {_CAP}")
-    return found
+    return found + annotation_refusals(endpoint)
 
 
 def missing_model_volume(endpoint: Endpoint) -> str | None:

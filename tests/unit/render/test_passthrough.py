@@ -1,5 +1,6 @@
-"""Pass-through rules: tenants' hostPath volumes stay under the admin's roots, out of the cache, and read-only; and
-HyperPod's kubernetesVolume without a claim renders the user's volume as the model volume."""
+"""Pass-through rules: tenants' hostPath volumes stay under the admin's roots, out of the cache, and read-only; init
+containers, and the profile annotations that reach them, stay within Pod Security baseline; and HyperPod's
+kubernetesVolume without a claim renders the user's volume as the model volume."""
 
 from __future__ import annotations
 
@@ -170,3 +171,72 @@ def test_an_init_container_within_baseline_passes() -> None:
     )
     plain = {"name": "plain", "image": "busybox", "ports": [{"containerPort": 80}]}
     assert passthrough.init_container_refusals(_with([], [within, plain])) == []
+
+
+def _annotated(annotations: dict[str, str], inits: list[dict[str, Any]] | None = None) -> endpoints.Endpoint:
+    spec = copy.deepcopy(NVME["spec"])
+    spec["kubernetes"] = {**spec["kubernetes"], "annotations": annotations}
+    if inits is not None:
+        spec["kubernetes"]["initContainers"] = inits
+    return _endpoint(spec)
+
+
+STEP = {"name": "step", "image": "busybox"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("container.apparmor.security.beta.kubernetes.io/step", "unconfined"),
+        ("container.apparmor.security.beta.kubernetes.io/step", "runtime/other"),
+        ("container.seccomp.security.alpha.kubernetes.io/step", "unconfined"),
+        ("container.seccomp.security.alpha.kubernetes.io/step", ""),
+        ("seccomp.security.alpha.kubernetes.io/pod", "unconfined"),
+        # warmstart's own init container keeps the profile warmstart gives it
+        (f"container.apparmor.security.beta.kubernetes.io/{deployments.INIT_CONTAINER}", "unconfined"),
+    ],
+)
+def test_a_legacy_profile_annotation_beyond_baseline_is_refused_like_the_field(key: str, value: str) -> None:
+    (message,) = passthrough.init_container_refusals(_annotated({key: value}, [STEP]))
+    assert message.startswith(f"kubernetes.annotations[{key}]: {value!r} is beyond baseline ("), message
+    assert "at most at Pod Security baseline, whatever the namespace's level" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("container.apparmor.security.beta.kubernetes.io/step", "runtime/default"),
+        ("container.apparmor.security.beta.kubernetes.io/step", "localhost/k8s-step"),
+        ("container.apparmor.security.beta.kubernetes.io/step", ""),
+        ("container.seccomp.security.alpha.kubernetes.io/step", "runtime/default"),
+        ("container.seccomp.security.alpha.kubernetes.io/step", "docker/default"),
+        ("seccomp.security.alpha.kubernetes.io/pod", "localhost/profiles/audit.json"),
+        # the model server runs as its image needs: the namespace's level decides, in the operator's dry run
+        ("container.apparmor.security.beta.kubernetes.io/worker", "unconfined"),
+        ("container.seccomp.security.alpha.kubernetes.io/worker", "unconfined"),
+        ("example.com/unconfined", "unconfined"),
+    ],
+)
+def test_a_profile_annotation_within_baseline_or_for_the_model_server_passes(key: str, value: str) -> None:
+    assert passthrough.init_container_refusals(_annotated({key: value}, [STEP])) == []
+
+
+def test_the_pods_seccomp_annotation_is_refused_only_when_it_reaches_a_passed_through_init_container() -> None:
+    pod = {"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}
+    assert passthrough.init_container_refusals(_annotated(pod)) == []  # the model server's alone
+    (message,) = passthrough.init_container_refusals(_annotated(pod, [STEP]))
+    assert "the pod's profile applies to the init containers passed through" in message
+
+
+def test_the_model_server_container_is_the_one_the_annotations_may_loosen() -> None:
+    endpoint = _annotated({})
+    pod = deployments.deployment(endpoint, Generation("k", "i"), CONTEXT)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == [passthrough.MODEL_SERVER_CONTAINER]
+
+
+def test_the_endpoints_annotations_reach_the_model_pod_as_written() -> None:
+    annotations = {"container.apparmor.security.beta.kubernetes.io/step": "unconfined"}
+    endpoint = _annotated(annotations, [STEP])
+    template = deployments.deployment(endpoint, Generation("k", "i"), CONTEXT)["spec"]["template"]
+    assert template["metadata"]["annotations"].items() >= annotations.items()  # what the rules above are for
+    assert "step" in [c["name"] for c in template["spec"]["initContainers"]]
