@@ -59,7 +59,7 @@ def preload_process(*args: str, root: Path, env: dict[str, str], tlog: Path) -> 
 
 
 def cache_dir(root: Path, key: str) -> Path:
-    return root / "warmstart" / "weights" / key
+    return root / "warmstart" / "keys" / key / "model"
 
 
 def tree_digests(path: Path) -> dict[str, str]:

@@ -50,7 +50,7 @@ class SwapAfterListing:
 @pytest.fixture
 def victim(tmp_path: Path) -> Path:
     """Another namespace's cached weights on the same node."""
-    path = tmp_path / "nvme" / "warmstart" / "weights" / "victim-key" / "model.bin"
+    path = tmp_path / "nvme" / "warmstart" / "keys" / "victim-key" / "model" / "model.bin"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"VICTIM WEIGHTS " * 100)
     return path
@@ -113,10 +113,10 @@ def test_a_file_and_a_directory_of_the_same_name_is_a_clear_invalid_source(s3: A
 
 def test_a_directory_planted_where_the_lock_goes_is_retryable_cache_tampered(s3: Any, bucket: str, root: Path) -> None:
     put(s3, bucket, "m/a.bin", b"a")
-    (root / "warmstart" / "weights" / ".lock-k" / "planted").mkdir(parents=True)
+    (root / "warmstart" / "keys" / "k" / ".lock" / "planted").mkdir(parents=True)
     code, result = preload("--source-json", s3_source(bucket, "m"), "--key", "k", root=root)
     assert (code, result["reason"], result["retryable"]) == (75, "CacheTampered", True), result
-    assert ".lock-k" in result["message"] and "owned by uid 0" in result["message"]
+    assert "k/.lock" in result["message"] and "owned by uid 0" in result["message"]
 
 
 @pytest.fixture
@@ -129,14 +129,14 @@ def shared_tmp() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant a root-owned directory and to run as uid 65532")
-def test_a_root_owned_weights_directory_is_retryable_cache_tampered_for_the_non_root_preload(
+def test_a_root_owned_keys_directory_is_retryable_cache_tampered_for_the_non_root_preload(
     env: dict[str, str], bucket: str, s3: Any, shared_tmp: Path
 ) -> None:
-    """As in a pod: the preload runs as 65532 in a `warmstart/` it owns; root planted `weights/` there."""
+    """As in a pod: the preload runs as 65532 in a `warmstart/` it owns; root planted `keys/` there."""
     put(s3, bucket, "m/a.bin", b"a")
     tmp_path = shared_tmp
     root = tmp_path / "nvme"
-    (root / "warmstart" / "weights").mkdir(parents=True)
+    (root / "warmstart" / "keys").mkdir(parents=True)
     os.chown(root / "warmstart", 65532, 65532)
     tlog = tmp_path / "tlog"
     tlog.touch()
@@ -156,6 +156,5 @@ def test_a_root_owned_weights_directory_is_retryable_cache_tampered_for_the_non_
     result = json.loads(tlog.read_text())
     assert (os.waitstatus_to_exitcode(status), result["reason"]) == (75, "CacheTampered"), result
     assert (
-        "weights" in result["message"]
-        and "owned by uid 0 that the preload's uid 65532 cannot write" in result["message"]
+        "keys" in result["message"] and "owned by uid 0 that the preload's uid 65532 cannot write" in result["message"]
     )

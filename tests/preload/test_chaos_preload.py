@@ -46,7 +46,7 @@ def test_a_rerun_that_did_not_resume_is_a_violation(
         bench: chaos_preload.Bench, bucket: str, key: str, root: pathlib.Path, offset: int
     ) -> tuple[bool, int, list[str]]:
         landed = kill_at(bench, bucket, key, root, offset)
-        shutil.rmtree(root / "warmstart" / "weights" / f".staging-{key}")
+        shutil.rmtree(root / "warmstart" / "keys" / key / ".staging")
         return landed
 
     monkeypatch.setattr(chaos_preload, "_kill_at", then_wipe)

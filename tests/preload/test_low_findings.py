@@ -51,14 +51,14 @@ def test_credentials_in_an_endpoint_url_stay_out_of_the_message_and_the_log(
 
 def test_leftovers_of_a_killed_publish_or_delete_are_swept(s3: Any, bucket: str, root: Path) -> None:
     put(s3, bucket, "m/a.bin", b"a")
-    weights = root / "warmstart" / "weights"
-    for name in (".old-k-4242", ".deleting-k-4343", ".old-k-x-4444"):
-        (weights / name / "sub").mkdir(parents=True)
-        (weights / name / "sub" / "big.bin").write_bytes(b"x" * 1000)
+    keys = root / "warmstart" / "keys"
+    for name in ("k/.old-4242", "k/.deleting-4343", "k-x/.old-4444"):
+        (keys / name / "sub").mkdir(parents=True)
+        (keys / name / "sub" / "big.bin").write_bytes(b"x" * 1000)
     code, result = preload("--source-json", s3_source(bucket, "m"), "--key", "k", root=root)
     assert code == 0, result
-    assert not (weights / ".old-k-4242").exists() and not (weights / ".deleting-k-4343").exists()
-    assert (weights / ".old-k-x-4444").exists()  # another key's (k-x) leftover is not this run's to remove
+    assert not (keys / "k" / ".old-4242").exists() and not (keys / "k" / ".deleting-4343").exists()
+    assert (keys / "k-x" / ".old-4444").exists()  # another key's (k-x) leftover is not this run's to remove
 
 
 @pytest.mark.parametrize("order", ["backslash-first", "slash-first"])

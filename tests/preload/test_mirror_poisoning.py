@@ -7,11 +7,18 @@ gets files another identity downloaded, it HEADs every cached file with its own 
 compares each file's size and content id (Hub LFS sha256 or git blob id, S3 ETag) with the manifest: the attacker's
 files differ, so it downloads the real ones instead of answering AlreadyPresent. Real servers on both sides: two Hub
 look-alikes, two moto S3 servers (one with its IAM checks on).
+
+Reader marks (what the CSI driver mounts a shared key for) follow the content: each preload here runs as the driver
+sees a writer (its mount recorded, its proof settled when it ends, csi/proofs.py). A namespace that proved its access
+to one content loses its mark when another namespace's re-check publishes changed content, and when its own re-check
+is refused by the source.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +28,9 @@ import pytest
 from preloadhelpers import cache_dir, digests, preload, s3_source, tree_digests
 from preloadhub import HubServer, Repo
 from preloadservers import CREDENTIALS, MotoServer
-from warmstart.api import cachemanifests
-from warmstart.preload import store
+from warmstart.api import cachemanifests, preloading
+from warmstart.csi import decisions, proofs
+from warmstart.render import jobs
 
 COMMIT = "c" * 40
 REAL = {"config.json": b'{"model": "real"}', "model.safetensors": b"REAL WEIGHTS " * 1000}
@@ -45,9 +53,23 @@ def mirror() -> Iterator[HubServer]:
 
 
 def readers(root: Path, key: str) -> list[str]:
-    """The namespaces whose preload proved their access to `key` on this node (what the CSI driver admits)."""
-    found = Path(store.layout(str(root), key).readers)
-    return sorted(p.name for p in found.iterdir()) if found.is_dir() else []
+    """The namespaces the CSI driver mounts `key` for on this node: their mark names the key's current content."""
+    current = proofs.current_manifest(str(root), str(root), key)
+    marks = proofs.read_marks(str(root), str(root), key)
+    mark = lambda ns: preloading.reader_mark(str(root), key, ns)  # noqa: E731
+    return sorted(ns for ns in marks if proofs.reader_proven(str(root), mark(ns), current))
+
+
+def as_writer(monkeypatch: pytest.MonkeyPatch, root: Path, key: str, *args: str) -> tuple[int, dict[str, object]]:
+    """`preload --admit-reader` as the pod of a preload Job the driver mounted: its proof settled when it ends."""
+    uid = str(uuid.uuid4())
+    monkeypatch.setenv(preloading.POD_UID_ENV, uid)
+    namespace = os.environ[cachemanifests.NAMESPACE_ENV]
+    volume = f"csi-{uid}"
+    proofs.remember(str(root), volume, decisions.WriterMount(namespace, uid, key, str(root), jobs.ROLE_PRELOAD))
+    found = preload(*args, "--key", key, "--admit-reader", root=root)
+    proofs.settle((str(root),), volume)
+    return found
 
 
 def hub_source(repo: str) -> str:
@@ -80,15 +102,13 @@ def test_public_hub_cache_of_the_same_bytes_is_used_after_every_file_is_checked(
     repo = "org/honest"
     hub.add(repo, Repo(commits={COMMIT: REAL}, branches={"main": COMMIT}))
     as_pod(monkeypatch, "team-a", "default", HF_ENDPOINT=hub.url)
-    filled = preload("--source-json", hub_source(repo), "--key", "public-ok", "--admit-reader", root=root)
+    filled = as_writer(monkeypatch, root, "public-ok", "--source-json", hub_source(repo))
     assert filled[1]["reason"] == "Downloaded"
     assert readers(root, "public-ok") == ["team-a"]
     before = len(hub.requests)
 
     as_pod(monkeypatch, "team-b", "default", HF_ENDPOINT=hub.url)
-    code, result = preload(
-        "--source-json", hub_source(repo), "--key", "public-ok", "--if-missing", "--admit-reader", root=root
-    )
+    code, result = as_writer(monkeypatch, root, "public-ok", "--source-json", hub_source(repo), "--if-missing")
 
     assert (code, result["reason"]) == (0, "AlreadyPresent"), result
     assert readers(root, "public-ok") == ["team-a", "team-b"]  # the CSI driver now mounts the key for team-b
@@ -171,8 +191,59 @@ def test_access_to_one_cached_file_does_not_hand_out_the_others(
     assert preload("--source-json", source, "--key", "shared", root=root)[1]["reason"] == "Downloaded"
 
     as_pod(monkeypatch, "team-b", "default", AWS_ENDPOINT_URL_S3=server.url, **users["half"])
-    code, result = preload("--source-json", source, "--key", "shared", "--if-missing", "--admit-reader", root=root)
+    code, result = as_writer(monkeypatch, root, "shared", "--source-json", source, "--if-missing")
 
     assert (code, result["reason"]) == (77, "AccessDenied"), result
     assert readers(root, "shared") == []  # the CSI driver never mounts the key for team-b
     assert "model.safetensors" in result["message"]
+
+
+def test_a_recheck_the_source_refuses_removes_that_namespaces_mark(
+    iam_moto: tuple[MotoServer, dict[str, dict[str, str]]],
+    env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    root: Path,
+) -> None:
+    server, users = iam_moto
+    source = s3_source(BUCKET, "m")
+    as_pod(monkeypatch, "team-a", "reader", AWS_ENDPOINT_URL_S3=server.url, **users["reader"])
+    assert as_writer(monkeypatch, root, "revoked", "--source-json", source)[1]["reason"] == "Downloaded"
+    as_pod(monkeypatch, "team-b", "reader", AWS_ENDPOINT_URL_S3=server.url, **users["reader"])
+    assert as_writer(monkeypatch, root, "revoked", "--source-json", source, "--if-missing")[1]["reason"] == (
+        "AlreadyPresent"
+    )
+    assert readers(root, "revoked") == ["team-a", "team-b"]
+
+    # team-b's access to the weights is revoked at the source; its next preload on the node re-checks
+    as_pod(monkeypatch, "team-b", "half", AWS_ENDPOINT_URL_S3=server.url, **users["half"])
+    code, result = as_writer(monkeypatch, root, "revoked", "--source-json", source, "--if-missing")
+    assert (code, result["reason"]) == (77, "AccessDenied"), result
+    assert readers(root, "revoked") == ["team-a"]  # the driver no longer mounts the key for team-b
+
+
+def test_a_republish_of_changed_content_clears_the_marks_proven_for_the_old_content(
+    moto: MotoServer, env: dict[str, str], monkeypatch: pytest.MonkeyPatch, root: Path
+) -> None:
+    s3 = boto3.client("s3", endpoint_url=moto.url, region_name="us-east-1", **_keys(CREDENTIALS))
+    s3.create_bucket(Bucket="republished")
+    for path, body in REAL.items():
+        s3.put_object(Bucket="republished", Key=f"m/{path}", Body=body)
+    source = s3_source("republished", "m")
+    for namespace in ("team-a", "team-b"):
+        as_pod(monkeypatch, namespace, "default", AWS_ENDPOINT_URL_S3=moto.url)
+        assert as_writer(monkeypatch, root, "group", "--source-json", source, "--if-missing")[0] == 0
+    assert readers(root, "group") == ["team-a", "team-b"]
+
+    # the object changes in place at the source; team-c's re-check downloads the new content into the key
+    s3.put_object(Bucket="republished", Key="m/model.safetensors", Body=b"NEW WEIGHTS " * 1000)
+    as_pod(monkeypatch, "team-c", "default", AWS_ENDPOINT_URL_S3=moto.url)
+    code, result = as_writer(monkeypatch, root, "group", "--source-json", source, "--if-missing")
+    assert (code, result["reason"]) == (0, "Downloaded"), result
+
+    # team-a and team-b proved access to the old objects only: the driver mounts the new content for team-c alone
+    assert readers(root, "group") == ["team-c"]
+    as_pod(monkeypatch, "team-b", "default", AWS_ENDPOINT_URL_S3=moto.url)
+    assert as_writer(monkeypatch, root, "group", "--source-json", source, "--if-missing")[1]["reason"] == (
+        "AlreadyPresent"
+    )
+    assert readers(root, "group") == ["team-b", "team-c"]  # team-b proved the new content

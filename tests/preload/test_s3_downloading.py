@@ -60,8 +60,8 @@ def test_multi_file_model_is_published_whole_with_a_manifest(s3: Any, bucket: st
         "model-00002-of-00002.safetensors": multipart["model-00002-of-00002.safetensors"],
     }
     assert multipart["model-00001-of-00002.safetensors"].endswith("-3")
-    leftovers = sorted(p.name for p in (root / "warmstart" / "weights").iterdir())
-    assert leftovers == [".lock-llama-8b", "llama-8b"]
+    leftovers = sorted(p.name for p in (root / "warmstart" / "keys" / "llama-8b").iterdir())
+    assert leftovers == [".lock", "model"]
 
 
 def test_multipart_etag_with_a_part_size_other_than_ours_verifies(s3: Any, bucket: str, root: Path) -> None:

@@ -112,7 +112,7 @@ def test_a_store_returning_corrupt_bytes_is_detected(
         proxy.stop()
     assert_failed(code, result, "ChecksumMismatch", "weights.bin")
     assert not cache_dir(root, "bad").exists()
-    staged = root / "warmstart" / "weights" / ".staging-bad"
+    staged = root / "warmstart" / "keys" / "bad" / ".staging"
     assert not (staged / "weights.bin").exists()  # the bad file is not kept for a resume
     if part_size is not None:  # caught by our ETag check after the download: the other file is kept
         assert (staged / "config.json").read_bytes() == b"{}"
@@ -133,7 +133,7 @@ def test_capacity_preflight_refuses_before_writing(s3: Any, bucket: str, root: P
         "--source-json", s3_source(bucket, "m"), "--key", "huge", "--expected-bytes", str(free * 2), root=root
     )
     assert_failed(code, result, "InsufficientCapacity", "bytes", "available")
-    staged = root / "warmstart" / "weights" / ".staging-huge"
+    staged = root / "warmstart" / "keys" / "huge" / ".staging"
     assert not cache_dir(root, "huge").exists() and not any(p.is_file() for p in staged.rglob("*"))
 
 

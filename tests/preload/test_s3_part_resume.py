@@ -36,7 +36,7 @@ def model(s3: Any, bucket: str) -> dict[str, bytes]:
 
 
 def staging(root: Path, key: str) -> Path:
-    return root / "warmstart" / "weights" / f".staging-{key}"
+    return root / "warmstart" / "keys" / key / ".staging"
 
 
 def journal_path(root: Path, key: str) -> Path:

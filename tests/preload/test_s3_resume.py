@@ -28,7 +28,7 @@ def upload_model(s3: Any, bucket: str, count: int = 12, size: int = 12 * MIB) ->
 
 def journal_lines(root: Path, key: str) -> int:
     try:
-        return len((root / "warmstart" / "weights" / f".staging-{key}" / store.JOURNAL_NAME).read_text().splitlines())
+        return len((root / "warmstart" / "keys" / key / ".staging" / store.JOURNAL_NAME).read_text().splitlines())
     except FileNotFoundError:
         return 0
 
@@ -77,7 +77,7 @@ def test_sigkill_mid_download_then_rerun_resumes_and_completes(
     size = len(next(iter(files.values())))  # every file has the same size
     assert kept * size <= result["kept"] < len(files) * size  # the whole files kept, plus any part prefixes
     assert tree_digests(cache_dir(root, "resume")) == digests(files)
-    assert not (root / "warmstart" / "weights" / ".staging-resume").exists()
+    assert not (root / "warmstart" / "keys" / "resume" / ".staging").exists()
 
 
 def test_a_staged_file_damaged_between_runs_is_fetched_again(
@@ -87,7 +87,7 @@ def test_a_staged_file_damaged_between_runs_is_fetched_again(
     args = ["--source-json", s3_source(bucket, "m"), "--key", "damaged", "--concurrency", "1", "--part-size-mb", "1"]
     proc = preload_process(*args, root=root, env=env, tlog=tmp_path / "tlog1")
     kill_after_some_files(proc, root, "damaged", 2)
-    staging = root / "warmstart" / "weights" / ".staging-damaged"
+    staging = root / "warmstart" / "keys" / "damaged" / ".staging"
     victim = next(p for p in sorted(staging.glob("*.safetensors")))
     with open(victim, "r+b") as f:  # same size, one byte different: only a checksum notices
         f.seek(1234)

@@ -38,7 +38,7 @@ def model(s3: Any, bucket: str) -> dict[str, bytes]:
 
 def staged(root: Path, key: str) -> dict[str, int]:
     """Bytes on disk (allocated blocks) of each file staged so far, by its name in the model."""
-    staging = root / "warmstart" / "weights" / f".staging-{key}"
+    staging = root / "warmstart" / "keys" / key / ".staging"
     sizes = {}
     for path in staging.glob("*"):
         if path.is_file() and not path.name.startswith(".warmstart"):  # not the journal of whole files
@@ -94,4 +94,4 @@ def test_a_resume_fetches_only_what_was_missing_at_the_kill(
     assert fetched <= missing + PART * len(in_flight), (fetched, missing, in_flight, on_disk)
     assert fetched < total and " of the partial files" in result["message"]  # the resume path: partial files kept
     assert tree_digests(cache_dir(root, "k")) == digests(model)
-    assert not (root / "warmstart" / "weights" / ".staging-k").exists()
+    assert not (root / "warmstart" / "keys" / "k" / ".staging").exists()

@@ -49,7 +49,7 @@ class ModelDataCacheConfigSpec(NodeTargeting):
     host_path: str = Field(
         default=DEFAULT_HOST_PATH,
         max_length=512,
-        description="Cache root on the node; files go to <hostPath>/warmstart/weights/<key>/.",
+        description="Cache root on the node; files go to <hostPath>/warmstart/keys/<key>/model/.",
         json_schema_extra=WeightsCache.model_fields["host_path"].json_schema_extra,
     )
     model_size_bytes: int | None = Field(

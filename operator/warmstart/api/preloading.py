@@ -29,10 +29,20 @@ SOURCE_MOUNT = "/mnt/source"
 #: Where the Hub token Secret is mounted; the token is the file `token` in it.
 HF_TOKEN_DIR = "/var/run/secrets/warmstart/hf"
 HF_TOKEN_FILE = f"{HF_TOKEN_DIR}/token"
-#: The one directory under the cache root (`--root`) that warmstart writes: `<root>/warmstart/weights/<key>/`.
+#: The one directory under the cache root (`--root`) that warmstart writes; each key has its own tree in it,
+#: `<root>/warmstart/keys/<key>/`, and its published files are `<root>/warmstart/keys/<key>/model/`.
 CACHE_DIR_NAME = "warmstart"
-#: under the cache directory: which namespaces proved their access to which key on this node
+#: under the cache directory: one tree per key (all a writer of that key ever reaches)
+KEYS_DIR_NAME = "keys"
+#: under a key's tree: the published files, with the manifest
+MODEL_DIR_NAME = "model"
+#: under a key's tree: each writer's proof result (`<pod uid>.json`), which the CSI driver reads when the pod ends
+RESULTS_DIR_NAME = ".results"
+#: under the cache directory, written by the CSI driver only: which namespaces proved their access to which content
 READERS_DIR_NAME = "readers"
+#: the pod's uid (downward API): names the writer's proof result for the driver
+POD_UID_ENV = "WARMSTART_POD_UID"
+POD_UID_FIELD = "metadata.uid"
 
 #: Variables that choose where, or through what, a preload connects: mirror endpoints, proxies, CA bundles, the AWS
 #: config file. Shared caches are keyed without them, so only the cluster admin sets them (Helm `preload.endpoints`,
@@ -72,10 +82,21 @@ def cache_dir(root: str) -> str:
     return posixpath.join(root.rstrip("/") or "/", CACHE_DIR_NAME)
 
 
-def reader_dir(root: str, key: str, namespace: str) -> str:
-    """`<root>/warmstart/readers/<key>/<namespace>`: present once a preload of `namespace` proved on this node that it
-    may read the key's files and that they are its source's (the CSI driver mounts the key only for such a namespace).
-    """
+def key_dir(root: str, key: str) -> str:
+    """`<root>/warmstart/keys/<key>`: everything of one key (published files, staging, lock); a writer through the CSI
+    driver gets this tree and nothing else of the node."""
+    return posixpath.join(cache_dir(root), KEYS_DIR_NAME, key)
+
+
+def model_dir(root: str, key: str) -> str:
+    """`<root>/warmstart/keys/<key>/model`: the published files, what a model pod reads."""
+    return posixpath.join(key_dir(root, key), MODEL_DIR_NAME)
+
+
+def reader_mark(root: str, key: str, namespace: str) -> str:
+    """`<root>/warmstart/readers/<key>/<namespace>`: written by the CSI driver once a preload of `namespace` proved on
+    this node that it may read the key's files and that they are its source's; it holds the sha256 of the manifest
+    that preload checked, so it counts only while the key holds that very content."""
     return posixpath.join(cache_dir(root), READERS_DIR_NAME, key, namespace)
 
 
@@ -93,8 +114,9 @@ def has_hf_token(source: ModelSourceConfig) -> bool:
 def preload_args(
     source: ModelSourceConfig, key: str, root: str, expected_bytes: int | None = None, *, admit_reader: bool = False
 ) -> list[str]:
-    """`preload --if-missing` of `source` into `<root>/warmstart/weights/<key>/`, reporting to TERMINATION_LOG; with
-    `admit_reader`, the pod's namespace is recorded as a reader of the key once the preload succeeded."""
+    """`preload --if-missing` of `source` into `<root>/warmstart/keys/<key>/model/`, reporting to TERMINATION_LOG;
+    with `admit_reader`, the preload also leaves its proof result for the CSI driver, which records the pod's
+    namespace as a reader of the content it proved."""
     args = [SUBCOMMAND, "--source-json", source_json(source), "--key", key, "--root", root, "--if-missing"]
     if admit_reader:
         args.append("--admit-reader")
@@ -111,7 +133,7 @@ TOKENIZER_KEY = "tokenizer"
 
 
 def tokenizer_args(source: ModelSourceConfig, root: str) -> list[str]:
-    """`preload --files` of the model's TOKENIZER_FILES into `<root>/warmstart/weights/tokenizer/`; it exits 0 even
+    """`preload --files` of the model's TOKENIZER_FILES into `<root>/warmstart/keys/tokenizer/model/`; it exits 0 even
     when it fails (the router then routes by request text) and reports why in its log and termination message."""
     files = ",".join(TOKENIZER_FILES)
     args = [SUBCOMMAND, "--source-json", source_json(source), "--key", TOKENIZER_KEY, "--root", root]
@@ -120,7 +142,7 @@ def tokenizer_args(source: ModelSourceConfig, root: str) -> list[str]:
 
 def tokenizer_dir(root: str) -> str:
     """Where `tokenizer_args(source, root)` leaves the files."""
-    return posixpath.join(cache_dir(root), "weights", TOKENIZER_KEY)
+    return model_dir(root, TOKENIZER_KEY)
 
 
 def _source_access_args(source: ModelSourceConfig) -> list[str]:
@@ -133,7 +155,7 @@ def _source_access_args(source: ModelSourceConfig) -> list[str]:
 
 
 def delete_args(key: str, root: str) -> list[str]:
-    """`preload --delete`: remove `<root>/warmstart/weights/<key>/`."""
+    """`preload --delete`: remove the files of `<root>/warmstart/keys/<key>/`."""
     return [SUBCOMMAND, "--delete", key, "--root", root]
 
 
@@ -233,6 +255,8 @@ class Result:
     files: int = 0
     kept: int = 0
     """Bytes an interrupted run left that this run verified and kept (whole files and part prefixes): not fetched."""
+    manifest_sha256: str = ""
+    """The sha256 of the manifest of the content this preload published or checked ('' when it ended without one)."""
 
     @property
     def outcome(self) -> Outcome:
@@ -258,6 +282,8 @@ class Result:
             "kept": self.kept,
             "retryable": self.retryable,
         }
+        if self.manifest_sha256:
+            body["manifestSha256"] = self.manifest_sha256
         return json.dumps(body, separators=(",", ":"))
 
 
@@ -272,6 +298,7 @@ def parse(message: str) -> Result | None:
             seconds=float(body.get("seconds", 0.0)),
             files=int(body.get("files", 0)),
             kept=int(body.get("kept", 0)),
+            manifest_sha256=str(body.get("manifestSha256", "")),
         )
     except (ValueError, KeyError, TypeError):
         return None

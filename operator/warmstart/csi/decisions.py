@@ -7,14 +7,15 @@ the volume's attributes, which the pod's author wrote and so are never trusted a
   here from its spec, its namespace and the admin's trust groups (render/keys.py, render/scopes.py), is the key named.
   A key's scope is in its hash, so this admits exactly the namespaces of the key's scope: its own namespace, its trust
   group, or any namespace for a `public` key. Its root must be an allowed cache root. The pod gets
-  `<root>/warmstart/weights/<key>`, read-only, once this node holds `<root>/warmstart/readers/<key>/<namespace>`:
-  the mark a preload Job of that namespace leaves after it proved, with the namespace's own credentials, that it may
-  read every file of the source and that the cached files are the source's (their fingerprints). A namespace sharing a
-  key that another namespace filled waits (UNAVAILABLE) until its own Job has checked.
+  `<root>/warmstart/keys/<key>/model`, read-only, once this node's reader mark of the namespace names the content
+  the key holds now (csi/proofs.py): the driver writes it after a preload Job of that namespace proved, with the
+  namespace's own credentials, that it may read every file of the source and that the cached files are the source's.
+  A namespace sharing a key that another namespace filled waits (UNAVAILABLE) until its own Job has checked.
 - **write** (`access: write`, a preload or cleanup Job's pod): the same cache check, and the pod's controller must be
   a Job of the operator for that key on THIS node: its name is the operator's name for it, its uid is the one the
   operator signed (render/signatures.py), and the pod runs exactly that Job's template (a pod that names the Job as
-  its owner but runs something else gets nothing; render/pod_templates.py). The pod gets `<root>/warmstart`, read-write.
+  its owner but runs something else gets nothing; render/pod_templates.py). The pod gets the key's own tree,
+  `<root>/warmstart/keys/<key>`, read-write, and nothing else of the node: no other key, no reader mark.
 
 Anything else is `DENIED` with a message that says what is missing; the kubelet shows it in a FailedMount Event.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -77,14 +77,30 @@ class Cache:
 
 
 @dataclasses.dataclass(frozen=True)
+class WriterMount:
+    """Whose write mount this is: what the driver records, to read the writer's proof when its volume goes."""
+
+    namespace: str
+    pod_uid: str
+    key: str
+    host_path: str
+    role: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Decision:
     verdict: Verdict
     message: str
     #: the node directory to bind-mount (MOUNT only)
     path: str = ""
     read_only: bool = True
-    #: a reader's mark that must exist on the node before the mount (MOUNT of a read only)
+    #: the reader's mark that must name the key's current content before the mount (MOUNT of a read only)
     reader_mark: str = ""
+    #: the cache's root and key (MOUNT only)
+    host_path: str = ""
+    key: str = ""
+    #: the writer (MOUNT of a write only)
+    writer: WriterMount | None = None
 
 
 def denied(message: str) -> Decision:
@@ -147,11 +163,6 @@ def _cache_for(volume: Volume, caches: Sequence[Cache], allowed_roots: Sequence[
     return cache
 
 
-def key_dir(host_path: str, key: str) -> str:
-    """`<root>/warmstart/weights/<key>`: what a reader gets."""
-    return posixpath.join(preloading.cache_dir(host_path), "weights", key)
-
-
 def decide_read(volume: Volume, caches: Sequence[Cache], allowed_roots: Sequence[str]) -> Decision:
     """A model pod: its namespace's cache with that key, read-only."""
     found = _cache_for(volume, caches, allowed_roots)
@@ -160,9 +171,11 @@ def decide_read(volume: Volume, caches: Sequence[Cache], allowed_roots: Sequence
     return Decision(
         Verdict.MOUNT,
         f"cache {found.name} read-only",
-        path=key_dir(found.host_path, volume.key),
+        path=preloading.model_dir(found.host_path, volume.key),
         read_only=True,
-        reader_mark=preloading.reader_dir(found.host_path, volume.key, volume.namespace),
+        reader_mark=preloading.reader_mark(found.host_path, volume.key, volume.namespace),
+        host_path=found.host_path,
+        key=volume.key,
     )
 
 
@@ -182,11 +195,12 @@ def controller_job(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _job_names(key: str, node: str, job_labels: Mapping[str, str]) -> set[str]:
-    names = {jobs.cleanup_job_name(key, node)}
+def _job_roles(key: str, node: str, job_labels: Mapping[str, str]) -> dict[str, str]:
+    """The operator's Job names for `key` on `node`, with the role of each."""
+    names = {jobs.cleanup_job_name(key, node): jobs.ROLE_CLEANUP}
     attempt = job_labels.get(jobs.ATTEMPT_LABEL, "")
     if attempt.isdigit():
-        names.add(jobs.preload_job_name(key, node, int(attempt)))
+        names[jobs.preload_job_name(key, node, int(attempt))] = jobs.ROLE_PRELOAD
     return names
 
 
@@ -216,7 +230,8 @@ def decide_write(
     job_labels = job_meta.get("labels") or {}
     if (job_name, job_uid) != ref:
         return denied(f"{who} names Job {ref[0]} (uid {ref[1]}), which is another Job now")
-    if job_labels.get(labels.NODE_LABEL) != node or job_name not in _job_names(volume.key, node, job_labels):
+    roles = _job_roles(volume.key, node, job_labels)
+    if job_labels.get(labels.NODE_LABEL) != node or job_name not in roles:
         return denied(f"Job {job_name} is not the operator's Job for cache key {volume.key} on node {node}")
     signature = str((job_meta.get("annotations") or {}).get(signatures.ANNOTATION, ""))
     if not signature:
@@ -229,7 +244,10 @@ def decide_write(
         return denied(f"{who} does not run the template of Job {job_name} ({mismatch} differs)")
     return Decision(
         Verdict.MOUNT,
-        f"cache {found.name} read-write for Job {job_name}",
-        path=preloading.cache_dir(found.host_path),
+        f"cache {found.name} read-write for Job {job_name} (its key's tree only)",
+        path=preloading.key_dir(found.host_path, volume.key),
         read_only=False,
+        host_path=found.host_path,
+        key=volume.key,
+        writer=WriterMount(volume.namespace, volume.pod_uid, volume.key, found.host_path, roles[job_name]),
     )

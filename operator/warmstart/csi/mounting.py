@@ -123,27 +123,44 @@ def unbind(target: str) -> None:
             raise
 
 
-def own_cache_dir(root: str, cache_dir: str, uid: int) -> None:
-    """Create `<cache_dir>` and `<cache_dir>/weights` under `root` as real directories owned by `uid`.
-
-    Directories between `root` and `cache_dir` (a cache's hostPath may lie below an allowed root) are created one
-    component at a time, root-owned 0755, each checked not to be a link. A tree that root still owns is handed over
-    recursively, without following links (once, after an upgrade from a root-writing version).
-    """
-    weights = posixpath.join(cache_dir, "weights")
+def make_plain_dirs(root: str, path: str) -> None:
+    """Create the directories from `root` down to `path` (root-owned, 0755), each checked not to be a link."""
     current = root
-    for part in [p for p in posixpath.relpath(weights, root).split("/") if p not in ("", ".")]:
+    for part in [p for p in posixpath.relpath(path, root).split("/") if p not in ("", ".")]:
+        if part == "..":
+            raise PathError(f"{path} is not under {root}", missing=False)
         current = posixpath.join(current, part)
-        owned = current in (cache_dir, weights)
         try:
             os.mkdir(current, 0o755)
-            if owned:
-                os.chown(current, uid, uid, follow_symlinks=False)
         except FileExistsError:
             pass
         plain_directory(root, current)
-    if os.lstat(cache_dir).st_uid == uid:
+
+
+def own_key_dir(root: str, key_dir: str, legacy: str, uid: int) -> None:
+    """Create the key's tree `key_dir` under `root`, owned by `uid`; the directories above it stay root's.
+
+    A copy the earlier layout published at `legacy` (`<root>/warmstart/weights/<key>`) becomes the tree's `model/`
+    instead of being downloaded again. A tree that root still owns (an older, root-writing version) is handed over
+    recursively, without following links.
+    """
+    make_plain_dirs(root, posixpath.dirname(key_dir))
+    try:
+        os.mkdir(key_dir, 0o755)
+        os.chown(key_dir, uid, uid, follow_symlinks=False)
+        fresh = True
+    except FileExistsError:
+        fresh = False
+    plain_directory(root, key_dir)
+    model = posixpath.join(key_dir, "model")
+    if fresh and not os.path.lexists(model):
+        try:
+            plain_directory(root, legacy)
+            os.rename(legacy, model)
+        except PathError:
+            pass
+    if os.lstat(key_dir).st_uid == uid and not fresh:
         return
-    for directory, subdirs, files in os.walk(cache_dir, followlinks=False):
+    for directory, subdirs, files in os.walk(key_dir, followlinks=False):
         for name in [directory, *(posixpath.join(directory, n) for n in subdirs + files)]:
             os.chown(name, uid, uid, follow_symlinks=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,7 +25,8 @@ import grpc
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from warmstart.csi import decisions, lookups, mounting
+from warmstart.api import preloading
+from warmstart.csi import decisions, lookups, mounting, proofs
 from warmstart.csi.protos import csi_pb2, csi_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
 from warmstart.render import cache_volumes, security
 
@@ -87,8 +89,11 @@ class Node(csi_pb2_grpc.NodeServicer):
             context.abort(grpc.StatusCode.UNAVAILABLE, decision.message)
         root = next(r for r in self._settings.allowed_roots if decision.path.startswith(r.rstrip("/") + "/"))
         try:
-            if not decision.read_only:
-                mounting.own_cache_dir(root, decision.path, security.CACHE_UID)
+            if decision.writer is not None:
+                writer = decision.writer
+                legacy = posixpath.join(preloading.cache_dir(writer.host_path), "weights", writer.key)
+                mounting.own_key_dir(root, decision.path, legacy, security.CACHE_UID)
+                proofs.remember(root, request.volume_id, writer)
             checked = mounting.open_plain(root, decision.path)
         except mounting.PathError as error:
             if error.missing:
@@ -108,19 +113,17 @@ class Node(csi_pb2_grpc.NodeServicer):
     def _require_reader(
         self, root: str, decision: decisions.Decision, checked: int, context: grpc.ServicerContext
     ) -> None:
-        """The namespace's preload proved its access to the key on this node, or the mount waits (UNAVAILABLE)."""
-        try:
-            os.close(mounting.open_plain(root, decision.reader_mark))
-        except mounting.PathError as error:
+        """The namespace's preload proved its access to the content the key holds now on this node, or the mount
+        waits (UNAVAILABLE)."""
+        current = proofs.current_manifest(root, decision.host_path, decision.key)
+        if not proofs.reader_proven(root, decision.reader_mark, current):
             os.close(checked)
             namespace = os.path.basename(decision.reader_mark)
-            if error.missing:
-                context.abort(
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"namespace {namespace} has not proven its access to this cache on node {self._settings.node}"
-                    " yet; its own preload Job checks it against the source",
-                )
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"refused: {error}")
+            context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"namespace {namespace} has not proven its access to this cache's current content on node"
+                f" {self._settings.node}; its own preload Job checks it against the source",
+            )
 
     def decide(self, volume_context: dict[str, str], read_only: bool) -> decisions.Decision:
         volume = decisions.parse_volume(volume_context, read_only)
@@ -139,6 +142,10 @@ class Node(csi_pb2_grpc.NodeServicer):
         if not request.target_path:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "target_path is required")
         mounting.unbind(request.target_path)
+        try:
+            proofs.settle(self._settings.allowed_roots, request.volume_id)
+        except OSError:  # the mount is gone either way; the namespace proves again on its next preload
+            logger.exception("reading the proof of volume %s failed", request.volume_id)
         return csi_pb2.NodeUnpublishVolumeResponse()
 
 

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from warmstart.api import API_VERSION, nodelabels
+from warmstart.api import API_VERSION, nodelabels, preloading
 from warmstart.api.crds import KINDS, crd
 from warmstart.controllers.storage import Store, load_api_client
 from warmstart.demo import facts, realengine, seed
@@ -279,7 +279,9 @@ def run_engine(demo: Demo, real: Any, namespace: str, host_path: pathlib.Path) -
         key = ((body.get("status") or {}).get("resolved") or {}).get("weightsCacheKey", "")
         waiter = functools.partial(_wait_ticking, demo)
         warm = realengine.pod_to_ready(demo.store, namespace, waiter, None)
-        cold = realengine.pod_to_ready(demo.store, namespace, waiter, host_path / "warmstart" / "weights" / key)
+        cold = realengine.pod_to_ready(
+            demo.store, namespace, waiter, pathlib.Path(preloading.model_dir(str(host_path), key))
+        )
         print(f"    warm node: {warm:.0f} s; cold node (the pod downloads the model first): {cold:.0f} s")
     with step("random vs prefixaware on 2 real engines (host processes; bench/routing.py --fleet llamacpp, small)"):
         bench = [sys.executable, str(ROOT / "bench" / "routing.py"), "--fleet", "llamacpp", "--runs", "1"]

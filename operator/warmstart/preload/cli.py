@@ -39,7 +39,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--admit-reader",
         action="store_true",
-        help="once the cache is complete and proven for this pod, record its namespace as a reader of --key",
+        help="leave this pod's proof result in the key's tree for the CSI driver, "
+        "with the manifest it proved; the driver then records the namespace as a reader of that content",
     )
     p.add_argument(
         "--files",
@@ -158,13 +159,20 @@ def run(args: argparse.Namespace) -> Result:
         raise PreloadError(Reason.INVALID_SOURCE, "--key is required")
     lay = store.layout(args.root, args.key)
     identity = cachemanifests.identity_from_env(os.environ)
-    if args.admit_reader and identity is None:
+    pod_uid = os.environ.get(contract.POD_UID_ENV, "")
+    if args.admit_reader and (identity is None or not pod_uid):
         raise PreloadError(
-            Reason.INVALID_SOURCE, f"--admit-reader needs the pod's identity ({cachemanifests.NAMESPACE_ENV})"
+            Reason.INVALID_SOURCE,
+            f"--admit-reader needs the pod's identity ({cachemanifests.NAMESPACE_ENV}, {contract.POD_UID_ENV})",
         )
-    result = _fill(args, lay, identity, started)
-    if args.admit_reader and identity is not None and result.outcome == contract.Outcome.SUCCEEDED:
-        store.admit_reader(lay, identity.namespace)
+    if not args.admit_reader:
+        return _fill(args, lay, identity, started)
+    try:
+        result = _fill(args, lay, identity, started)
+    except PreloadError as exc:
+        store.leave_proof(lay, pod_uid, contract.Outcome.FAILED.value, exc.reason.value, "")
+        raise
+    store.leave_proof(lay, pod_uid, result.outcome.value, result.reason.value, result.manifest_sha256)
     return result
 
 

@@ -52,9 +52,10 @@ def present(
     """AlreadyPresent if a complete cache of the key exists (manifest + file sizes; no data is read) that this pod
     may use: produced under its own identity, or (given the source) after its access and the files' fingerprints
     were re-checked against the source."""
-    manifest = store.read_manifest(lay)
-    if manifest is None:
+    published = store.read_published(lay)
+    if published is None:
         return None
+    manifest, digest = published
     if source is None and not same_producer(manifest, identity):
         return None  # the caller opens the source and asks again
     note = accept(manifest, source, identity) if source is not None else ""
@@ -66,6 +67,7 @@ def present(
         bytes=manifest.total_bytes,
         seconds=time.monotonic() - started,
         files=len(manifest.files),
+        manifest_sha256=digest,
     )
 
 
@@ -92,7 +94,8 @@ def preload(
         listing = source.listing()
         store.check_tree(f.path for f in listing.files)
         log.info("source lists %d files, %s", len(listing.files), progress.human(listing.total_bytes))
-        existing = store.read_manifest(lay)
+        published = store.read_published(lay)
+        existing, digest = published if published is not None else (None, "")
         if existing is not None and store.manifest_files(existing) == sorted(
             (manifest_entry(f) for f in listing.files), key=lambda e: e["path"]
         ):
@@ -104,6 +107,7 @@ def preload(
                     bytes=listing.total_bytes,
                     seconds=time.monotonic() - started,
                     files=len(listing.files),
+                    manifest_sha256=digest,
                 )
         try:
             return _download(source, lay, listing, identity, expected_bytes, statvfs, progress_interval, started)
@@ -136,7 +140,7 @@ def _download(
         staging.sweep(keep={f.path for f in kept} | {f.path + store.PART_SUFFIX for f in todo})  # parts may resume
     kept_bytes = sum(f.size for f in kept)
     needed = max(listing.total_bytes, expected_bytes) - kept_bytes
-    capacity = store.check_capacity(needed, lay.weights_dir, statvfs)
+    capacity = store.check_capacity(needed, lay.key_dir, statvfs)
     log.info(
         "capacity: %s to write + %s margin, %s free",
         progress.human(capacity.needed),
@@ -150,8 +154,8 @@ def _download(
         extra["commit"] = listing.commit
     mark = time.monotonic()
     entries = [manifest_entry(f) for f in listing.files]
-    with store.guarded(lay.weights_dir):
-        staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
+    with store.guarded(lay.key_dir):
+        digest = staging.publish(store.build_manifest(lay, source.describe(), entries, extra, identity))
     phases["publish"] = time.monotonic() - mark
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
@@ -165,6 +169,7 @@ def _download(
         seconds=seconds,
         files=len(listing.files),
         kept=kept_bytes + kept_parts,
+        manifest_sha256=digest,
     )
 
 

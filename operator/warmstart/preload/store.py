@@ -1,13 +1,17 @@
 """The node cache on disk: layout, locking, resumable staging, atomic publish, manifest and delete.
 
-Layout under the host path `root`:
+Layout under the host path `root`: one tree per key, and nothing of a key outside it, so a writer that the CSI
+driver gives only `<root>/warmstart/keys/<key>/` does all its work there:
 
-    <root>/warmstart/weights/<key>/                      the published cache, with .warmstart-manifest.json
-    <root>/warmstart/weights/.staging-<key>/             downloads in progress (kept across a kill)
-    <root>/warmstart/weights/.lock-<key>                 flock(2) held by the one preload or delete of <key>
+    <root>/warmstart/keys/<key>/model/                   the published cache, with .warmstart-manifest.json
+    <root>/warmstart/keys/<key>/.staging/                downloads in progress (kept across a kill)
+    <root>/warmstart/keys/<key>/.lock                    flock(2) held by the one preload or delete of <key>
+    <root>/warmstart/keys/<key>/.results/<pod uid>.json  a writer's proof result, for the CSI driver
 
 A directory without a valid manifest is never complete: the manifest is written last inside the
 staging directory, everything is fsynced, and only then is the staging directory renamed into place.
+Caches of the earlier layout (`<root>/warmstart/weights/<key>/`) are moved into their key's tree, not downloaded
+again: by the CSI driver before a writer's mount, or by a preload that holds the whole cache directory (hostPath).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import dataclasses
 import datetime
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -26,17 +31,17 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from warmstart.api import cachemanifests
+from warmstart.api import cachemanifests, preloading
 from warmstart.api.cachemanifests import CacheManifest, Identity
-from warmstart.api.preloading import CACHE_DIR_NAME, READERS_DIR_NAME, Reason
+from warmstart.api.preloading import CACHE_DIR_NAME, Reason
 from warmstart.preload import nofollow
 from warmstart.preload.results import PreloadError
 
 log = logging.getLogger(__name__)
 
 KEY_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-#: a namespace's name (RFC 1123 label)
-_NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+#: a pod's uid as the API server writes it
+_POD_UID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 MANIFEST_NAME = ".warmstart-manifest.json"
 JOURNAL_NAME = ".warmstart-journal.jsonl"
 PART_SUFFIX = ".warmstart-part"
@@ -85,35 +90,39 @@ def check_tree(paths: Iterable[str]) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where one cache key lives under a root."""
+    """Where one cache key lives under a root: its own tree, `<root>/warmstart/keys/<key>`."""
 
     root: str
     key: str
 
     @property
-    def weights_dir(self) -> str:
-        return os.path.join(self.root, CACHE_DIR_NAME, "weights")
+    def key_dir(self) -> str:
+        return preloading.key_dir(self.root, self.key)
 
     @property
     def final(self) -> str:
-        return os.path.join(self.weights_dir, self.key)
+        return os.path.join(self.key_dir, preloading.MODEL_DIR_NAME)
 
     @property
     def staging(self) -> str:
-        return os.path.join(self.weights_dir, f".staging-{self.key}")
+        return os.path.join(self.key_dir, ".staging")
 
     @property
     def lock_path(self) -> str:
-        return os.path.join(self.weights_dir, f".lock-{self.key}")
+        return os.path.join(self.key_dir, ".lock")
 
     @property
     def manifest_path(self) -> str:
         return os.path.join(self.final, MANIFEST_NAME)
 
     @property
-    def readers(self) -> str:
-        """`<root>/warmstart/readers/<key>`: one directory per namespace that proved its access here."""
-        return os.path.join(self.root, CACHE_DIR_NAME, READERS_DIR_NAME, self.key)
+    def results_dir(self) -> str:
+        return os.path.join(self.key_dir, preloading.RESULTS_DIR_NAME)
+
+    @property
+    def legacy(self) -> str:
+        """Where the earlier layout published the key: `<root>/warmstart/weights/<key>`."""
+        return os.path.join(self.root, CACHE_DIR_NAME, "weights", self.key)
 
 
 def layout(root: str, key: str) -> Layout:
@@ -197,13 +206,26 @@ def guarded(path: str) -> Iterator[None]:
         raise
 
 
-def ensure_weights_dir(lay: Layout) -> None:
-    """Create `<root>/warmstart/weights` as real directories, none reached through a link: a symlink at either level
-    is refused (PathEscape); a root-owned directory there that refuses the writer is CacheTampered."""
-    os.makedirs(lay.root, exist_ok=True)  # the admin's root (in a pod: the parent of the mounted `warmstart/`)
-    with guarded(lay.weights_dir):
-        nofollow.makedirs_inside(lay.root, lay.weights_dir, replace_link=False)
+def ensure_key_dir(lay: Layout) -> None:
+    """Create the key's tree as real directories, none reached through a link: a symlink on the way is refused
+    (PathEscape); a root-owned directory there that refuses the writer is CacheTampered.
+
+    Through the CSI driver the tree is the pod's mount and already there; with the whole cache directory (hostPath),
+    the key's copy of the earlier layout moves into it first."""
+    os.makedirs(lay.root, exist_ok=True)  # the admin's root (in a pod: a parent of the mount)
+    with guarded(lay.key_dir):
+        nofollow.makedirs_inside(lay.root, lay.key_dir, replace_link=False)
         nofollow.check_dir(os.path.join(lay.root, CACHE_DIR_NAME))
+        _adopt_legacy(lay)
+
+
+def _adopt_legacy(lay: Layout) -> None:
+    """Move `<root>/warmstart/weights/<key>` (the earlier layout) to the key's `model/` when that is free."""
+    if os.path.lexists(lay.final) or not nofollow.is_real_dir(os.path.dirname(lay.legacy)):
+        return
+    if nofollow.is_real_dir(lay.legacy):
+        log.info("moving %s, published by an earlier version, to %s", lay.legacy, lay.final)
+        os.rename(lay.legacy, lay.final)
 
 
 # --- locking --------------------------------------------------------------------------------------------------------
@@ -212,7 +234,7 @@ def ensure_weights_dir(lay: Layout) -> None:
 @contextlib.contextmanager
 def locked(lay: Layout) -> Iterator[None]:
     """Hold the key's lock; a second preload of the same key waits here for the first one."""
-    ensure_weights_dir(lay)
+    ensure_key_dir(lay)
     with guarded(lay.lock_path):
         nofollow.drop_link(lay.lock_path)
         fd = nofollow.open_fd(lay.lock_path, os.O_RDWR | os.O_CREAT)
@@ -222,7 +244,7 @@ def locked(lay: Layout) -> Iterator[None]:
         except BlockingIOError:
             log.info("another preload of %s holds the lock; waiting for it", lay.key)
             fcntl.flock(fd, fcntl.LOCK_EX)
-        with guarded(lay.weights_dir):
+        with guarded(lay.key_dir):
             sweep_leftovers(lay)
         yield
     finally:
@@ -230,27 +252,35 @@ def locked(lay: Layout) -> Iterator[None]:
 
 
 def sweep_leftovers(lay: Layout) -> None:
-    """Remove `.old-<key>-<pid>` and `.deleting-<key>-<pid>` left by a killed publish or delete (lock held)."""
-    for name in os.listdir(lay.weights_dir):
-        for prefix in (f".old-{lay.key}-", f".deleting-{lay.key}-"):
+    """Remove `.old-<pid>` and `.deleting-<pid>` left by a killed publish or delete (lock held)."""
+    for name in os.listdir(lay.key_dir):
+        for prefix in (".old-", ".deleting-"):
             if name.startswith(prefix) and name[len(prefix) :].isdigit():
                 log.info("removing %s, left by an interrupted run", name)
-                _remove(os.path.join(lay.weights_dir, name))
+                _remove(os.path.join(lay.key_dir, name))
 
 
 # --- the published cache --------------------------------------------------------------------------------------------
 
 
 def read_manifest(lay: Layout) -> CacheManifest | None:
-    """The manifest if the published directory is complete, else None. Stats files, reads no data.
+    """The manifest if the published directory is complete, else None (see `read_published`)."""
+    found = read_published(lay)
+    return found[0] if found is not None else None
+
+
+def read_published(lay: Layout) -> tuple[CacheManifest, str] | None:
+    """The manifest and the sha256 of its bytes if the published directory is complete, else None. Stats files, reads
+    no data. The digest names exactly the content this manifest describes (a proof is about that content).
 
     A manifest that is not JSON, or JSON of the wrong shape, or that lists a missing or resized file, makes the
     cache incomplete: it is downloaded again."""
-    if not (nofollow.is_real_dir(lay.weights_dir) and nofollow.is_real_dir(lay.final)):
+    if not (nofollow.is_real_dir(lay.key_dir) and nofollow.is_real_dir(lay.final)):
         return None  # a symlink in place of the cache is never a cache
     try:
-        with os.fdopen(nofollow.open_fd(lay.manifest_path, os.O_RDONLY), encoding="utf-8") as f:
-            raw = json.load(f)
+        with os.fdopen(nofollow.open_fd(lay.manifest_path, os.O_RDONLY), "rb") as f:
+            data = f.read()
+        raw = json.loads(data)
     except (OSError, ValueError, RecursionError, PreloadError):
         return None  # RecursionError: JSON nested past the parser's depth is a corrupt manifest too
     manifest = cachemanifests.parse(raw)
@@ -262,7 +292,7 @@ def read_manifest(lay: Layout) -> CacheManifest | None:
                 return None
     except PreloadError:
         return None
-    return manifest
+    return manifest, hashlib.sha256(data).hexdigest()
 
 
 def manifest_files(manifest: CacheManifest) -> list[dict[str, Any]]:
@@ -300,9 +330,9 @@ class Staging:
     def __init__(self, lay: Layout) -> None:
         self.lay = lay
         self.dir = lay.staging
-        ensure_weights_dir(lay)
+        ensure_key_dir(lay)
         with guarded(self.dir):
-            nofollow.real_dir(self.dir, replace_link=True)  # a planted .staging-<key> link is dropped, never followed
+            nofollow.real_dir(self.dir, replace_link=True)  # a planted .staging link is dropped, never followed
         self._journal: dict[str, dict[str, Any]] = self._read_journal()
 
     def _read_journal(self) -> dict[str, dict[str, Any]]:
@@ -378,16 +408,18 @@ class Staging:
                     continue
                 os.unlink(os.path.join(dirpath, name))
 
-    def publish(self, manifest: dict[str, Any]) -> None:
-        """Write the manifest last, fsync everything, and rename the staging directory into place."""
+    def publish(self, manifest: dict[str, Any]) -> str:
+        """Write the manifest last, fsync everything, and rename the staging directory into place; the manifest's
+        sha256 names the content published."""
         tmp = os.path.join(self.dir, TMP_DIR_NAME)
         nofollow.drop_link(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.dir, JOURNAL_NAME))
         manifest_tmp = os.path.join(self.dir, MANIFEST_NAME + ".tmp")
-        with os.fdopen(nofollow.open_write(manifest_tmp), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1)
+        data = json.dumps(manifest, indent=1).encode()
+        with os.fdopen(nofollow.open_write(manifest_tmp), "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(manifest_tmp, os.path.join(self.dir, MANIFEST_NAME))
@@ -395,13 +427,14 @@ class Staging:
             fsync_path(dirpath)
         old = None
         if os.path.lexists(self.lay.final):
-            old = os.path.join(self.lay.weights_dir, f".old-{self.lay.key}-{os.getpid()}")
+            old = os.path.join(self.lay.key_dir, f".old-{os.getpid()}")
             _clear(old)
             os.replace(self.lay.final, old)
         os.replace(self.dir, self.lay.final)
-        fsync_path(self.lay.weights_dir)
+        fsync_path(self.lay.key_dir)
         if old is not None:
             _remove(old)
+        return hashlib.sha256(data).hexdigest()
 
 
 def fsync_path(path: str) -> None:
@@ -412,17 +445,23 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-# --- readers --------------------------------------------------------------------------------------------------------
+# --- the proof result for the CSI driver ----------------------------------------------------------------------------
 
 
-def admit_reader(lay: Layout, namespace: str) -> None:
-    """Record that `namespace` proved here that it may read the key (the CSI driver mounts the key only for it)."""
-    if not _NAMESPACE.match(namespace):
-        raise PreloadError(Reason.INVALID_SOURCE, f"{namespace!r} is not a namespace name")
-    base = os.path.join(lay.root, CACHE_DIR_NAME)
-    path = os.path.join(lay.readers, namespace)
-    with guarded(path):
-        nofollow.makedirs_inside(base, path, replace_link=True)
+def leave_proof(lay: Layout, pod_uid: str, outcome: str, reason: str, manifest_sha256: str) -> None:
+    """Write this pod's proof result to `<key>/.results/<pod uid>.json`, where the CSI driver reads it when the pod's
+    volume goes: the driver, never a pod, then records the pod's namespace as a reader of that content (or not)."""
+    if not _POD_UID.match(pod_uid):
+        raise PreloadError(Reason.INVALID_SOURCE, f"{pod_uid!r} is not a pod uid")
+    with guarded(lay.results_dir):
+        nofollow.makedirs_inside(lay.key_dir, lay.results_dir, replace_link=True)
+        path = os.path.join(lay.results_dir, f"{pod_uid}.json")
+        nofollow.drop_link(path)
+        record = {"outcome": outcome, "reason": reason, "manifestSha256": manifest_sha256}
+        with os.fdopen(nofollow.open_write(path), "w", encoding="utf-8") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 # --- delete ---------------------------------------------------------------------------------------------------------
@@ -433,25 +472,23 @@ def delete(root: str, key: str) -> bool:
     lay = layout(root, key)  # a validated key has no '/' or '..', so the paths below are lexically inside root
     if not os.path.lexists(os.path.join(lay.root, CACHE_DIR_NAME)):
         return False
-    ensure_weights_dir(lay)  # a symlink at warmstart/ or weights/ is refused
-    weights, real_root = os.path.realpath(lay.weights_dir), os.path.realpath(lay.root)
-    if os.path.commonpath([weights, real_root]) != real_root:
+    ensure_key_dir(lay)  # a symlink on the way to the key's tree is refused
+    tree, real_root = os.path.realpath(lay.key_dir), os.path.realpath(lay.root)
+    if os.path.commonpath([tree, real_root]) != real_root:
         raise PreloadError(
-            Reason.PATH_ESCAPE, f"refusing to delete under {lay.weights_dir}: it resolves outside {lay.root}"
+            Reason.PATH_ESCAPE, f"refusing to delete under {lay.key_dir}: it resolves outside {lay.root}"
         )
     removed = False
-    with locked(lay), guarded(lay.weights_dir):
-        if os.path.lexists(lay.readers):  # no namespace reads what is gone: the next copy is proven again
-            _remove(lay.readers)
+    with locked(lay), guarded(lay.key_dir):
         for path in (lay.final, lay.staging):
             if not os.path.lexists(path):
                 continue
-            doomed = os.path.join(lay.weights_dir, f".deleting-{key}-{os.getpid()}")
+            doomed = os.path.join(lay.key_dir, f".deleting-{os.getpid()}")
             _clear(doomed)
             os.replace(path, doomed)  # the cache disappears atomically; the bytes go after
             _remove(doomed)
             removed = True
-        fsync_path(lay.weights_dir)
+        fsync_path(lay.key_dir)
     return removed
 
 

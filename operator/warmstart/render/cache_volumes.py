@@ -2,9 +2,9 @@
 
 - `csi` (Helm `cache.access: csi`): an inline ephemeral `csi:` volume of the warmstart driver naming the cache key.
   Pod Security `baseline` admits it, and the driver decides on the node, from the pod's own namespace and owner, what
-  it mounts (warmstart/csi/decisions.py): a model pod gets `<root>/warmstart/weights/<key>` read-only; only the
-  operator's signed preload and cleanup Jobs get `<root>/warmstart` read-write, created with the cache uid as owner.
-  No pod carries a hostPath or a root step.
+  it mounts (warmstart/csi/decisions.py): a model pod gets `<root>/warmstart/keys/<key>/model` read-only; only the
+  operator's signed preload and cleanup Jobs get their key's tree `<root>/warmstart/keys/<key>` read-write, created
+  with the cache uid as owner. No pod carries a hostPath or a root step.
 - `hostPath`: the admin's root as a hostPath (`type: Directory`: it must exist) with only its `warmstart` subPath
   mounted, which needs the namespace to be `privileged`, plus the `warmstart-cache-owner` root step
   (render/preload_containers.py).

@@ -6,6 +6,7 @@ container; with `hostPath` it runs the preload (`--if-missing`) itself, after th
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,9 +154,9 @@ def _model_mount(endpoint: Endpoint, generation: Generation, mount_path: str, co
     mount: Manifest = {"name": endpoint.worker.model_volume_mount.name, "mountPath": mount_path, "readOnly": True}
     if through_csi(endpoint, context) or endpoint.model_on_volume:  # the CSI volume is the key's directory itself
         return mount
-    # the hostPath volume is the admin's root (its `warmstart` holds the weights); the emptyDir holds `weights` itself
-    prefix = f"{preloading.CACHE_DIR_NAME}/" if endpoint.weights_enabled else ""
-    mount["subPath"] = f"{prefix}weights/{generation.weights_key}"
+    # the hostPath volume is the admin's root (its `warmstart` holds the keys); the emptyDir holds `keys` itself
+    model = posixpath.relpath(preloading.model_dir("/", generation.weights_key), "/")
+    mount["subPath"] = model if endpoint.weights_enabled else posixpath.relpath(model, preloading.CACHE_DIR_NAME)
     return mount
 
 

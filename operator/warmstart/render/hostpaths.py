@@ -3,7 +3,7 @@
 The chart's ValidatingAdmissionPolicy applies the same rule at admission (charts/warmstart/templates/admission.yaml);
 the operator applies it again, so a CR that got past admission (policy not installed, or created before the roots
 changed) still never mounts another node directory. Equal, not "under": a root below an allowed one could be another
-cache's own directory (`<root>/warmstart/weights/<key>`), whose files would then be mounted writable. The operator
+cache's own directory (`<root>/warmstart/keys/<key>`), whose files would then be mounted writable. The operator
 normalizes both sides (repeated and trailing `/`) and refuses `.` and `..` segments outright.
 """
 

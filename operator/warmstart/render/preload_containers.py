@@ -8,8 +8,9 @@ cache volume (its name, and an emptyDir in its place when a model pod does not c
   read-only root filesystem (security.CACHE_WRITER). Every pod that mounts the node cache (the Jobs, and model pods
   with caching on) hands the cache directory to that uid first (`ownership_container`, root with CAP_CHOWN only):
   a model pod on a cold node, which no Job has prepared, must be able to fill it.
-- Writable: the cache directory `<hostPath>/warmstart`, mounted at the same path as on the node (so messages and logs
-  name the node's paths), and an emptyDir at /tmp, which is also HOME. The volume is the admin's root itself
+- Writable: the cache directory `<hostPath>/warmstart` (through the CSI driver: only the key's tree in it,
+  `<hostPath>/warmstart/keys/<key>`), mounted at the same path as on the node (so messages and logs name the node's
+  paths), and an emptyDir at /tmp, which is also HOME. The volume is the admin's root itself
   (`type: Directory`: it must exist, the kubelet never creates it) and only its `warmstart` subPath is mounted; the
   kubelet creates that directory when it is missing (root-owned, without following links) and `ownership_container`
   gives a fresh, empty one to 65532.
@@ -83,14 +84,16 @@ class Rendered:
 def cache_volume(name: str, host_path: str, *, on_node: bool = True, csi_key: str | None = None) -> Mounted:
     """The node's `<hostPath>/warmstart`, or an emptyDir; mounted at that path.
 
-    On the node: through the CSI driver, writable for cache `csi_key` (render/cache_volumes.py), or, without a key, as
+    On the node: through the CSI driver, the tree of cache `csi_key` alone, writable, at
+    `<hostPath>/warmstart/keys/<key>` (render/cache_volumes.py), or, without a key, as
     the admin's root (which must exist: `type: Directory`) of which only the subPath `warmstart` is mounted; the
     kubelet resolves and creates the subPath without following links (a link planted at `<hostPath>/warmstart` is
     refused).
     """
     path = preloading.cache_dir(host_path)
-    if on_node and csi_key is not None:
-        return Mounted(cache_volumes.csi_volume(name, csi_key, write=True), {"name": name, "mountPath": path})
+    if on_node and csi_key is not None:  # the driver binds the key's own tree, at the path it has on the node
+        mount = {"name": name, "mountPath": preloading.key_dir(host_path, csi_key)}
+        return Mounted(cache_volumes.csi_volume(name, csi_key, write=True), mount)
     if not on_node:
         return Mounted({"name": name, "emptyDir": {}}, {"name": name, "mountPath": path})
     volume = {"name": name, "hostPath": {"path": host_path.rstrip("/") or "/", "type": "Directory"}}
@@ -152,12 +155,14 @@ def preload_env(ctx: RenderContext) -> list[Manifest]:
 
 
 def _identity_env() -> list[Manifest]:
-    """The pod's own namespace and service account (downward API): recorded in, and checked against, the manifest."""
+    """The pod's own namespace and service account (downward API): recorded in, and checked against, the manifest;
+    and its uid, which names its proof result for the CSI driver."""
     return [
         {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}}
         for name, field in (
             (cachemanifests.NAMESPACE_ENV, cachemanifests.NAMESPACE_FIELD),
             (cachemanifests.SERVICE_ACCOUNT_ENV, cachemanifests.SERVICE_ACCOUNT_FIELD),
+            (preloading.POD_UID_ENV, preloading.POD_UID_FIELD),
         )
     ]
 

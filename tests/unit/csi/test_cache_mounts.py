@@ -12,6 +12,8 @@ import pytest
 
 from warmstart.csi import mounting
 
+KEY = "0123456789abcdef0123456789abcdef"
+
 
 def test_a_reader_gets_a_read_only_bind_that_is_gone_after_unpublish(tmp_path: pathlib.Path) -> None:
     source, target = tmp_path / "cache", tmp_path / "pod" / "mount"
@@ -62,13 +64,30 @@ def test_a_bind_through_the_checked_descriptor_mounts_the_checked_directory(tmp_
         mounting.open_plain(str(root), str(key_dir))
 
 
-def test_the_writable_cache_directory_is_created_for_the_cache_uid(tmp_path: pathlib.Path) -> None:
+def test_a_writers_key_tree_is_created_for_the_cache_uid_and_the_directories_above_stay_roots(
+    tmp_path: pathlib.Path,
+) -> None:
     root = tmp_path / "nvme"
     root.mkdir()
-    cache = root / "team" / "model" / "warmstart"
-    mounting.own_cache_dir(str(root), str(cache), 65532)
-    assert (os.lstat(cache).st_uid, os.lstat(cache / "weights").st_uid) == (65532, 65532)
-    assert os.lstat(root / "team").st_uid == 0  # the directories above it stay root's
+    tree = root / "team" / "model" / "warmstart" / "keys" / KEY
+    mounting.own_key_dir(str(root), str(tree), str(root / "warmstart" / "weights" / KEY), 65532)
+    assert os.lstat(tree).st_uid == 65532
+    for above in (root / "team", tree.parent, tree.parent.parent):
+        assert os.lstat(above).st_uid == 0, above  # no writer owns what holds other keys or the reader marks
+
+
+def test_a_copy_of_the_earlier_layout_becomes_the_key_trees_model_instead_of_being_downloaded_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    root = tmp_path / "nvme"
+    legacy = root / "warmstart" / "weights" / KEY
+    legacy.mkdir(parents=True)
+    (legacy / "config.json").write_text("{}")
+    tree = root / "warmstart" / "keys" / KEY
+    mounting.own_key_dir(str(root), str(tree), str(legacy), 65532)
+    assert (tree / "model" / "config.json").read_text() == "{}"
+    assert not legacy.exists()
+    assert os.lstat(tree / "model" / "config.json").st_uid == 65532
 
 
 def test_a_linked_cache_directory_is_refused_not_followed(tmp_path: pathlib.Path) -> None:
@@ -77,5 +96,6 @@ def test_a_linked_cache_directory_is_refused_not_followed(tmp_path: pathlib.Path
     elsewhere.mkdir()
     (root / "warmstart").symlink_to(elsewhere)
     with pytest.raises(mounting.PathError):
-        mounting.own_cache_dir(str(root), str(root / "warmstart"), 65532)
+        mounting.own_key_dir(str(root), str(root / "warmstart" / "keys" / KEY), str(root / "x"), 65532)
     assert os.lstat(elsewhere).st_uid == 0
+    assert not (elsewhere / "keys").exists()

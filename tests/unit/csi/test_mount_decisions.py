@@ -56,7 +56,7 @@ def test_a_pod_reads_its_own_namespaces_cache_read_only() -> None:
     key = key_of("team-a", S3)
     decision = read("team-a", key, [mdcc("team-a", S3)])
     assert decision.verdict == decisions.Verdict.MOUNT
-    assert decision.path == f"{ROOT}/warmstart/weights/{key}"
+    assert decision.path == f"{ROOT}/warmstart/keys/{key}/model"
     assert decision.read_only
 
 
@@ -160,18 +160,21 @@ def write(key: str, writer: decisions.Writer, bodies: list[dict[str, Any]] | Non
     return decisions.decide_write(volume, caches, [ROOT], NODE, writer, SIGNING_KEY)
 
 
-def test_the_operators_signed_job_writes_the_cache_root() -> None:
+def test_the_operators_signed_job_writes_its_keys_tree_and_nothing_else_of_the_node() -> None:
     key = key_of("team-a", S3)
     body = job(key)
     decision = write(key, decisions.Writer(pod=pod_of(body), job=body))
     assert decision.verdict == decisions.Verdict.MOUNT
-    assert (decision.path, decision.read_only) == (f"{ROOT}/warmstart", False)
+    assert (decision.path, decision.read_only) == (f"{ROOT}/warmstart/keys/{key}", False)  # not warmstart/ itself
+    assert decision.writer == decisions.WriterMount("team-a", "uid-preload-pod", key, ROOT, jobs.ROLE_PRELOAD)
 
 
 def test_a_cleanup_job_writes_too() -> None:
     key = key_of("team-a", S3)
     body = job(key, name=jobs.cleanup_job_name(key, NODE))
-    assert write(key, decisions.Writer(pod=pod_of(body), job=body)).verdict == decisions.Verdict.MOUNT
+    decision = write(key, decisions.Writer(pod=pod_of(body), job=body))
+    assert decision.verdict == decisions.Verdict.MOUNT
+    assert decision.writer is not None and decision.writer.role == jobs.ROLE_CLEANUP
 
 
 def test_a_model_pod_asking_to_write_is_denied() -> None:

@@ -126,28 +126,28 @@ def test_staging_journal_survives_a_torn_last_line(tmp_path: Path) -> None:
     assert not again.journaled("b.bin", {"size": 1})
 
 
-def test_delete_removes_a_symlinked_key_without_following_it(tmp_path: Path) -> None:
+def test_delete_removes_a_symlinked_copy_without_following_it(tmp_path: Path) -> None:
     outside = tmp_path / "precious"
     outside.mkdir()
     (outside / "keep.txt").write_text("keep")
     root = tmp_path / "root"
-    weights = root / "warmstart" / "weights"
-    weights.mkdir(parents=True)
-    (weights / "k").symlink_to(outside)
+    tree = root / "warmstart" / "keys" / "k"
+    tree.mkdir(parents=True)
+    (tree / "model").symlink_to(outside)
     assert store.delete(str(root), "k") is True
-    assert not (weights / "k").exists() and (outside / "keep.txt").read_text() == "keep"
+    assert not (tree / "model").exists() and (outside / "keep.txt").read_text() == "keep"
 
 
-def test_delete_refuses_a_weights_dir_that_resolves_outside_root(tmp_path: Path) -> None:
+def test_delete_refuses_a_key_tree_that_resolves_outside_root(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
-    (elsewhere / "weights" / "k").mkdir(parents=True)
+    (elsewhere / "keys" / "k").mkdir(parents=True)
     root = tmp_path / "root"
     root.mkdir()
     (root / "warmstart").symlink_to(elsewhere)
     with pytest.raises(PreloadError) as info:
         store.delete(str(root), "k")
     assert info.value.reason == Reason.PATH_ESCAPE
-    assert (elsewhere / "weights" / "k").is_dir()
+    assert (elsewhere / "keys" / "k").is_dir()
 
 
 def test_delete_validates_the_key(tmp_path: Path) -> None:

@@ -43,12 +43,13 @@ def victim(tmp_path: Path) -> Path:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     r = tmp_path / "nvme"
-    (r / "warmstart" / "weights").mkdir(parents=True)
+    tree(r).mkdir(parents=True)
     return r
 
 
-def weights(root: Path) -> Path:
-    return root / "warmstart" / "weights"
+def tree(root: Path) -> Path:
+    """The key's own tree: all a preload of the key ever writes."""
+    return root / "warmstart" / "keys" / KEY
 
 
 def snapshot(path: Path) -> dict[str, bytes]:
@@ -72,7 +73,7 @@ def test_a_planted_staging_link_is_dropped_not_followed(
     root: Path, mount: Path, victim: Path, if_missing: bool
 ) -> None:
     before = snapshot(victim)
-    (weights(root) / f".staging-{KEY}").symlink_to(victim)
+    (tree(root) / ".staging").symlink_to(victim)
     code, result = run(root, mount, *(["--if-missing"] if if_missing else []))
     assert code == 0 and result["reason"] == "Downloaded", result
     assert snapshot(victim) == before  # nothing deleted by the sweep, nothing published into the target
@@ -84,26 +85,22 @@ def test_a_planted_cache_link_with_a_forged_manifest_is_not_a_cache(root: Path, 
               "files": [{"path": "precious", "size": 8}]}  # fmt: skip
     (victim / ".warmstart-manifest.json").write_text(json.dumps(forged))
     before = snapshot(victim)
-    (weights(root) / KEY).symlink_to(victim)
+    (tree(root) / "model").symlink_to(victim)
     code, result = run(root, mount, "--if-missing")
     assert code == 0 and result["reason"] == "Downloaded", result
     assert snapshot(victim) == before
     assert_real_cache(root)
 
 
-@pytest.mark.parametrize("level", ["warmstart", "weights"])
-def test_a_link_at_the_shared_levels_is_refused(tmp_path: Path, mount: Path, victim: Path, level: str) -> None:
+@pytest.mark.parametrize("level", ["warmstart", "warmstart/keys", f"warmstart/keys/{KEY}"])
+def test_a_link_on_the_way_to_the_keys_tree_is_refused(tmp_path: Path, mount: Path, victim: Path, level: str) -> None:
     root = tmp_path / "nvme"
-    root.mkdir()
-    if level == "warmstart":
-        (root / "warmstart").symlink_to(victim)
-    else:
-        (root / "warmstart").mkdir()
-        (root / "warmstart" / "weights").symlink_to(victim)
+    (root / level).parent.mkdir(parents=True)
+    (root / level).symlink_to(victim)
     before = snapshot(victim)
     code, result = run(root, mount)
     assert result["reason"] == "PathEscape" and code != 0, result
-    assert snapshot(victim) == before and not (victim / KEY).exists() and not (victim / "weights").exists()
+    assert snapshot(victim) == before and not (victim / KEY).exists() and not (victim / "keys").exists()
     code, result = preload("--delete", KEY, root=root)
     assert result["reason"] == "PathEscape", result
     assert snapshot(victim) == before
@@ -116,7 +113,7 @@ def test_a_link_at_the_shared_levels_is_refused(tmp_path: Path, mount: Path, vic
 def test_links_inside_staging_are_replaced_not_written_through(
     root: Path, mount: Path, victim: Path, planted: str
 ) -> None:
-    staging = weights(root) / f".staging-{KEY}"
+    staging = tree(root) / ".staging"
     (staging / planted).parent.mkdir(parents=True, exist_ok=True)
     target = victim / "sub" if planted in ("sub", ".warmstart-tmp") else victim / "precious"
     (staging / planted).symlink_to(target)
@@ -129,7 +126,7 @@ def test_links_inside_staging_are_replaced_not_written_through(
 
 def test_a_planted_lock_link_creates_nothing_at_its_target(root: Path, mount: Path, tmp_path: Path) -> None:
     target = tmp_path / "created-through-the-link"
-    (weights(root) / f".lock-{KEY}").symlink_to(target)
+    (tree(root) / ".lock").symlink_to(target)
     code, result = run(root, mount)
     assert code == 0, result
     assert not target.exists()
@@ -139,7 +136,7 @@ def test_a_planted_lock_link_creates_nothing_at_its_target(root: Path, mount: Pa
 def test_a_planted_old_link_is_replaced_when_a_cache_is_republished(root: Path, mount: Path, victim: Path) -> None:
     assert run(root, mount)[0] == 0
     (cache_dir(root, KEY) / "a.bin").write_bytes(b"changed size!")  # no longer complete: the rerun publishes again
-    (weights(root) / f".old-{KEY}-{os.getpid()}").symlink_to(victim)
+    (tree(root) / f".old-{os.getpid()}").symlink_to(victim)
     before = snapshot(victim)
     code, result = run(root, mount)
     assert code == 0 and result["reason"] == "Downloaded", result
@@ -149,10 +146,10 @@ def test_a_planted_old_link_is_replaced_when_a_cache_is_republished(root: Path, 
 
 def test_delete_removes_a_linked_cache_entry_but_not_its_target(root: Path, victim: Path) -> None:
     before = snapshot(victim)
-    (weights(root) / KEY).symlink_to(victim)
-    (weights(root) / f".staging-{KEY}").symlink_to(victim)
-    (weights(root) / f".deleting-{KEY}-{os.getpid()}").symlink_to(victim)
+    (tree(root) / "model").symlink_to(victim)
+    (tree(root) / ".staging").symlink_to(victim)
+    (tree(root) / f".deleting-{os.getpid()}").symlink_to(victim)
     code, result = preload("--delete", KEY, root=root)
     assert code == 0 and result["reason"] == "Deleted", result
     assert snapshot(victim) == before
-    assert not os.path.lexists(weights(root) / KEY)
+    assert not os.path.lexists(tree(root) / "model")

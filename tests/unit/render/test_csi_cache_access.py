@@ -97,14 +97,14 @@ def test_a_users_init_container_sees_the_model_read_only_without_a_sub_path() ->
     assert check["volumeMounts"] == [{"name": "model-weights", "mountPath": "/models", "readOnly": True}]
 
 
-def test_preload_and_cleanup_jobs_ask_the_driver_to_write_their_key() -> None:
+def test_preload_and_cleanup_jobs_ask_the_driver_to_write_their_key_and_mount_only_its_tree() -> None:
     preload, cleanup, key = job_pods(SOURCES["s3"])
     for pod in (preload, cleanup):
         cache = next(v for v in pod["volumes"] if v["name"] == jobs.CACHE_VOLUME)
         assert cache == cache_volumes.csi_volume(jobs.CACHE_VOLUME, key, write=True)
         assert "initContainers" not in pod or pod["initContainers"] == []
         (container,) = pod["containers"]
-        assert {"name": jobs.CACHE_VOLUME, "mountPath": f"{ROOT}/warmstart"} in container["volumeMounts"]
+        assert {"name": jobs.CACHE_VOLUME, "mountPath": f"{ROOT}/warmstart/keys/{key}"} in container["volumeMounts"]
 
 
 def test_csi_access_without_a_signing_key_is_refused() -> None:

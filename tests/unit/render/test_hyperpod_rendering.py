@@ -73,7 +73,7 @@ def test_kubernetes_block_reaches_the_pods_after_the_preload() -> None:
     model_mount = next(m for m in user["volumeMounts"] if m["name"] == "model-weights")
     worker_mount = spec["containers"][0]["volumeMounts"][0]
     assert model_mount == {**worker_mount, "mountPath": "/model"}  # the model files, read-only, never the cache root
-    assert model_mount["readOnly"] is True and model_mount["subPath"].startswith("weights/")
+    assert model_mount["readOnly"] is True and model_mount["subPath"].startswith("keys/")
 
 
 def test_metrics_become_scrape_annotations_or_a_pod_monitor() -> None:

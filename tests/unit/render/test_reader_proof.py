@@ -80,5 +80,7 @@ def test_the_csi_preload_job_records_its_namespace_as_a_reader_and_the_hostpath_
         assert ("--admit-reader" in args) is expected, access
 
 
-def test_the_reader_mark_lives_under_the_cache_directory() -> None:
-    assert preloading.reader_dir("/opt/dlami/nvme/", KEY, "team-b") == f"/opt/dlami/nvme/warmstart/readers/{KEY}/team-b"
+def test_the_reader_mark_lives_under_the_cache_directory_outside_every_keys_tree() -> None:
+    mark = preloading.reader_mark("/opt/dlami/nvme/", KEY, "team-b")
+    assert mark == f"/opt/dlami/nvme/warmstart/readers/{KEY}/team-b"
+    assert not mark.startswith(preloading.key_dir("/opt/dlami/nvme", KEY) + "/")  # no writer of the key reaches it

@@ -18,7 +18,7 @@ from warmstart.render.endpoints import Endpoint, ObjectRef
 ROOT = Path(__file__).resolve().parents[3]
 REF = ObjectRef(kind="InferenceEndpointConfig", name="example-model", namespace="team-a", uid="1111-2222")
 CONTEXT = RenderContext(operator_image="warmstart:test")
-DIR = "/var/run/warmstart-tokenizer/warmstart/weights/tokenizer"
+DIR = "/var/run/warmstart-tokenizer/warmstart/keys/tokenizer/model"
 
 
 def _endpoint(routing: dict[str, Any], source: dict[str, Any] | None = None) -> Endpoint:
