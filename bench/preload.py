@@ -257,7 +257,7 @@ def disk_speed(workdir: Path) -> float:
 
 
 def sparse_cache(root: Path, key: str, total: int, files: int) -> None:
-    final = root / "warmstart" / "weights" / key
+    final = root / "warmstart" / "keys" / key / "model"
     final.mkdir(parents=True)
     entries = []
     size = total // files
@@ -355,7 +355,7 @@ def compare(
     flags = ["--concurrency", str(args.concurrency), "--part-size-mb", str(args.part_size_mb)]
 
     def ours() -> dict[str, Any]:
-        shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
+        shutil.rmtree(root / "warmstart" / "keys" / key, ignore_errors=True)
         return run_preload(env, "bench", root, key, flags, workdir)
 
     def baseline() -> dict[str, Any]:
@@ -374,7 +374,7 @@ def compare(
         runs.append(median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline, repeats))
         shutil.rmtree(baseline_dir)
     clean = runs[0]["reported_seconds"]
-    weights = root / "warmstart" / "weights"
+    weights = root / "warmstart" / "keys"
     points = preload_resume.trials(
         [float(f) for f in args.kill_points.split(",") if f],
         args.resume_repeats or repeats,
@@ -478,7 +478,7 @@ def main() -> int:
             finally:
                 proc.terminate()
                 proc.wait()
-            shutil.rmtree(root / "warmstart" / "weights" / f"bench-{name}", ignore_errors=True)
+            shutil.rmtree(root / "warmstart" / "keys" / f"bench-{name}", ignore_errors=True)
             shutil.rmtree(workdir / "vgw", ignore_errors=True)
         served = workdir / "s3files" / "bench" / "model"
         served.mkdir(parents=True)
@@ -525,7 +525,7 @@ def main() -> int:
             for server in resumes
         }
         env = {**os.environ, **CREDENTIALS, **IDENTITY}
-        kept = [f"bench-{s}" for s in resumes if (root / "warmstart" / "weights" / f"bench-{s}").is_dir()]
+        kept = [f"bench-{s}" for s in resumes if (root / "warmstart" / "keys" / f"bench-{s}" / "model").is_dir()]
         if kept:  # moto's and versitygw's caches are removed with their servers
             figures["if_missing_small"] = if_missing(env, root, kept[-1], workdir)
         shutil.rmtree(workdir / "s3files")

@@ -54,7 +54,7 @@ def trials(
     clean_seconds: float,
     kill_argv: list[str],
     env: dict[str, str],
-    weights: Path,
+    weights: Path,  # <root>/warmstart/keys
     key: str,
     total: int,
     resume: Callable[[], dict[str, Any]],
@@ -69,9 +69,8 @@ def trials(
         runs = []
         for _ in range(repeats):
             shutil.rmtree(weights / key, ignore_errors=True)
-            shutil.rmtree(weights / f".staging-{key}", ignore_errors=True)
             load = os.getloadavg()[0]
-            arrived = kill_at(kill_argv, env, weights / f".staging-{key}", total, fraction)
+            arrived = kill_at(kill_argv, env, weights / key / ".staging", total, fraction)
             t0 = time.monotonic()
             if settle_after_kill:
                 os.sync()

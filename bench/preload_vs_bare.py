@@ -168,7 +168,7 @@ def against(
     flags = ["--concurrency", str(args.concurrency), "--part-size-mb", str(args.part_size_mb)]
 
     def preload() -> dict[str, Any]:
-        shutil.rmtree(root / "warmstart" / "weights" / key, ignore_errors=True)
+        shutil.rmtree(root / "warmstart" / "keys" / key, ignore_errors=True)
         return base.run_preload(env, "bench", root, key, flags, workdir)
 
     def bare() -> dict[str, Any]:
@@ -183,7 +183,7 @@ def against(
         for method, fn in methods.items():
             base.settle()
             runs[method].append(base.timed(f"[{name}] {method}", server_cpu, fn) | {"load_avg": os.getloadavg()[0]})
-    for path in (root / "warmstart" / "weights" / key, workdir / "bare", workdir / "naive"):
+    for path in (root / "warmstart" / "keys" / key, workdir / "bare", workdir / "naive"):
         shutil.rmtree(path, ignore_errors=True)
     medians = {m: sorted(r["reported_seconds"] for r in rs)[len(rs) // 2] for m, rs in runs.items()}
     return {"runs": runs, "median_seconds": medians}

@@ -328,7 +328,7 @@ class Bench:
         """Cold: the cache directory empty, owned by the preload's uid, as a preload leaves it before a download.
         Warm: the weights are there (the operator's preload Job put them there)."""
         cache = self.host_path / "warmstart"
-        weights = cache / "weights" / key
+        weights = cache / "keys" / key / "model"
         if not warm:
             shutil.rmtree(cache, ignore_errors=True)
             cache.mkdir(parents=True)

@@ -116,10 +116,11 @@ def _written(proc: subprocess.Popen[bytes]) -> int:
 
 
 def _leftovers(root: pathlib.Path, key: str) -> list[str]:
-    weights = root / "warmstart" / "weights"
-    if not weights.exists():
+    """What the key's tree holds besides its lock (which stays): `model` once published, and any leftover."""
+    tree = root / "warmstart" / "keys" / key
+    if not tree.exists():
         return []
-    return sorted(p.name for p in weights.glob(f"*{key}*") if not p.name.startswith(".lock-"))  # the lock file stays
+    return sorted(p.name for p in tree.iterdir() if p.name != ".lock")
 
 
 #: tries per kill run to land the kill before the preload completes (a fast download can beat a late offset)
@@ -199,7 +200,7 @@ def _resumed(
     kept = int(result.get("kept") or 0)
     if converged and not 0 < kept <= total:
         violations.append(f"the rerun did not resume: it kept {kept} B of the killed run's download")
-    extra = [name for name in _leftovers(root, key) if name != key]
+    extra = [name for name in _leftovers(root, key) if name != "model"]
     if extra:
         leaks.append(f"left after the rerun: {extra}")
     note = f"killed at {killed_at / MIB:.1f} of {total / MIB:.1f} MiB; resumed with {kept / MIB:.1f} MiB kept"

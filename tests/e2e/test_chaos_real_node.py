@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 
 import realstack
-from warmstart.api import GROUP
+from warmstart.api import GROUP, preloading
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.api.states import EndpointState
@@ -130,8 +130,8 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
         ModelSourceConfig.model_validate(manifest["spec"]["modelSourceConfig"]), host_path, real_stack.namespace, {}
     )
     real_stack.weights_keys.append(key)
-    weights = pathlib.Path(host_path) / "warmstart" / "weights"
-    staging = weights / f".staging-{key}"
+    tree = pathlib.Path(preloading.key_dir(host_path, key))
+    staging = tree / ".staging"
     real_stack.create_endpoint(manifest)
 
     realstack.eventually(
@@ -149,7 +149,7 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
         os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     # the kill landed before the preload completed: nothing was published, and the container died of the signal
-    assert not (weights / key).exists(), "the preload had published the cache before the kill: it did not land"
+    assert not (tree / "model").exists(), "the preload had published the cache before the kill: it did not land"
     code, _ = realstack.eventually(
         lambda: _preload_results(real_stack, key).get(uid), "the killed preload container terminated", 120
     )
@@ -165,8 +165,8 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
     assert 0 < int(result.get("kept") or 0) <= model.total_bytes, f"the retry did not resume: {result}"
     real_stack.wait_state(name, "DeploymentComplete", timeout=420)
     seconds = time.monotonic() - killed
-    cache = weights / key
-    leaks = [str(p) for p in weights.glob(f".staging-{key}*")]
+    cache = tree / "model"
+    leaks = [str(p) for p in tree.glob(".staging*")]
     for uploaded in model.files:
         assert _sha256(cache / uploaded.path) == uploaded.sha256, f"{uploaded.path} differs from what was uploaded"
     _record(

@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client
 
 import realstack
+from warmstart.api import preloading
 from warmstart.api.sources import ModelSourceConfig
 from warmstart.demo import engine, realengine
 from warmstart.localcluster import enginemodel, imaging, pushing
@@ -105,7 +106,7 @@ def test_the_engine_read_its_weights_from_the_node_cache(
     result = json.loads(init[0].state.terminated.message)
     assert result["reason"] == "AlreadyPresent", result
     # on the node: the cache holds the very bytes of the pinned GGUF
-    on_node = real_stack.hostpath_root / NAME / "warmstart" / "weights" / key / enginemodel.GGUF
+    on_node = pathlib.Path(preloading.model_dir(str(real_stack.hostpath_root / NAME), key)) / enginemodel.GGUF
     assert _sha256(on_node) == _sha256(enginemodel.gguf())
     # and the engine says it loaded that file (its /props), with the model's own metadata
     with urllib.request.urlopen(f"http://{pod.status.pod_ip}:{engine.PORT}/props", timeout=10) as answer:

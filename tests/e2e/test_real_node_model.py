@@ -28,7 +28,7 @@ from kubernetes import client
 
 import helming
 import realstack
-from warmstart.api import GROUP, VERSION, nodelabels
+from warmstart.api import GROUP, VERSION, nodelabels, preloading
 from warmstart.api.caches import MDCC_PLURAL, MIC_PLURAL
 from warmstart.api.routers import RouterConfig
 from warmstart.api.sources import ModelSourceConfig
@@ -106,7 +106,7 @@ def test_preload_job_downloads_the_model_from_s3_into_the_hostpath_and_labels_th
     node = real_core.read_node(real_stack.node)
     assert node.metadata.labels.get(nodelabels.weights_ready_label(seed.key)) == nodelabels.READY
 
-    cache = pathlib.Path(seed.host_path) / "warmstart" / "weights" / seed.key
+    cache = pathlib.Path(preloading.model_dir(seed.host_path, seed.key))
     manifest = json.loads((cache / ".warmstart-manifest.json").read_text())
     assert manifest["key"] == seed.key
     assert {f["path"]: f["size"] for f in manifest["files"]} == {f.path: f.size for f in seed.model.files}
@@ -446,8 +446,9 @@ def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
 
             # on the host: the cache the pod filled, owned by the non-root preload's uid, with the uploaded bytes
             cache_dir = host_path / "warmstart"
-            weights = cache_dir / "weights" / key
-            for path in (cache_dir, weights, *(weights / f.path for f in model.files)):
+            tree = pathlib.Path(preloading.key_dir(str(host_path), key))
+            weights = tree / preloading.MODEL_DIR_NAME
+            for path in (cache_dir, tree, weights, *(weights / f.path for f in model.files)):
                 assert (path.stat().st_uid, path.stat().st_gid) == (security.CACHE_UID, security.CACHE_UID), path
             for uploaded in model.files:
                 digest = hashlib.sha256((weights / uploaded.path).read_bytes()).hexdigest()

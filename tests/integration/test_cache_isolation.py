@@ -187,8 +187,15 @@ def run(
     return done.returncode, json.loads(tlog.read_text())
 
 
-def weights(node: Path) -> Path:
-    return node / preloading.CACHE_DIR_NAME / "weights"
+def model(node: Path, key: str) -> Path:
+    """The published files of `key` on the node."""
+    return Path(preloading.model_dir(str(node), key))
+
+
+def published(node: Path) -> list[str]:
+    """The keys with a published copy on the node."""
+    keys = node / preloading.CACHE_DIR_NAME / preloading.KEYS_DIR_NAME
+    return sorted(p.name for p in keys.iterdir() if model(node, p.name).is_dir()) if keys.is_dir() else []
 
 
 def test_two_namespaces_with_one_s3_source_never_share_a_cache(
@@ -222,9 +229,7 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
         args_b, env_b = container_of(api_client, job_b)  # team-b's credentials are real, and IAM denies the bucket
         code, result = run(args_b, env_b, node, stranger)
         assert result["reason"] == "AccessDenied" and code == 77, result
-        assert sorted(p.name for p in weights(node).iterdir() if not p.name.startswith(".")) == [
-            names_a[0].removeprefix("weights-")
-        ]
+        assert published(node) == [names_a[0].removeprefix("weights-")]
 
         # the model pods' warm path: team-b's init container finds nothing of team-a's either
         deployment = kube.wait_for(
@@ -320,5 +325,5 @@ def test_two_namespaces_with_a_pvc_of_one_name_get_distinct_caches(
             assert code == 0 and result["reason"] == "Downloaded", result
             found[ns] = mdcc_names(api_client, ns)[0].removeprefix("weights-")
         assert found[namespace] != found[second_namespace]
-        assert (weights(node) / found[namespace] / "model.bin").read_bytes() == b"team-a's model"
-        assert (weights(node) / found[second_namespace] / "model.bin").read_bytes() == b"planted by team-b"
+        assert (model(node, found[namespace]) / "model.bin").read_bytes() == b"team-a's model"
+        assert (model(node, found[second_namespace]) / "model.bin").read_bytes() == b"planted by team-b"

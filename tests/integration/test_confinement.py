@@ -190,7 +190,7 @@ def test_the_operator_refuses_other_cache_roots_when_admission_did_not(
     with operating.operator(str(cluster.kubeconfig), [namespace], render=render):
         assert _create(api_client, _mdcc(namespace, "weights-escape", "/var/lib/kubelet"), dry_run=False) is None
         assert _create(api_client, _iec(namespace, "escape", "/etc"), dry_run=False) is None
-        inside = "/opt/dlami/nvme/warmstart/weights/0123456789abcdef0123456789abcdef"
+        inside = "/opt/dlami/nvme/warmstart/keys/0123456789abcdef0123456789abcdef"
         assert _create(api_client, _mdcc(namespace, "weights-inside", inside), dry_run=False) is None
 
         def refused(plural: str, name: str) -> dict[str, Any] | None:

@@ -1,18 +1,22 @@
 """The CSI driver's mount decisions on the real control plane: real caches, a real signed Job and the pod the Job
 controller made from it, and pods a tenant forges (no node involved: the driver's reads and its decision).
 
-- the pod the Job controller creates from the operator's signed preload Job gets the cache root read-write (so the
+- the pod the Job controller creates from the operator's signed preload Job gets its key's tree read-write (so the
   API server's defaulting leaves a Job's pod equal to its template in every field the driver compares);
 - a pod a tenant creates with a controller reference to that same Job, running something else, is denied;
 - a Job a tenant creates with the operator's name is never signed, and a signature copied onto it does not fit;
 - a model pod of the cache's namespace reads it; one of another namespace, naming the same key, is denied;
 - a public key that two namespaces cache: through the driver's gRPC service and a real bind mount, the namespace
-  whose preload proved its access on the node reads it, the other waits (UNAVAILABLE) until its own preload did.
+  whose preload proved its access on the node reads it, the other waits (UNAVAILABLE) until its own preload did (the
+  driver reads each preload's proof when the kubelet unpublishes its volume); new content in the key is mounted for
+  neither until each proves it.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
 import pathlib
 import uuid
@@ -31,7 +35,7 @@ from warmstart.api.caches import MDCC_KIND, MDCC_PLURAL, ModelDataCacheConfigSpe
 from warmstart.api.preloading import PERMANENT_EXIT_CODES
 from warmstart.controllers import signing
 from warmstart.controllers.storage import Store
-from warmstart.csi import decisions, lookups, mounting, nodeservice
+from warmstart.csi import decisions, lookups, mounting, nodeservice, proofs
 from warmstart.csi.protos import csi_pb2, csi_pb2_grpc
 from warmstart.preload import store
 from warmstart.render import jobs, keys, signatures
@@ -113,10 +117,11 @@ def test_only_the_pod_of_the_operators_signed_job_writes_and_only_the_caches_nam
     signing.apply_job(Store(api_client), manifest, key, NODE, CONTEXT)
     driver = _driver(api_client)
 
-    # the operator's Job, as the Job controller runs it: read-write on the cache root
+    # the operator's Job, as the Job controller runs it: read-write on its key's tree, nothing else of the node
     pod = _job_pod(core, namespace, manifest["metadata"]["name"])
     granted = driver.decide(_context(pod, key, decisions.WRITE), read_only=False)
-    assert (granted.verdict, granted.path, granted.read_only) == (decisions.Verdict.MOUNT, f"{ROOT}/warmstart", False)
+    expected = (decisions.Verdict.MOUNT, f"{ROOT}/warmstart/keys/{key}", False)
+    assert (granted.verdict, granted.path, granted.read_only) == expected
 
     # a tenant's pod naming the operator's Job as its controller, running its own command: denied
     forged = copy.deepcopy(pod)
@@ -149,7 +154,7 @@ def test_only_the_pod_of_the_operators_signed_job_writes_and_only_the_caches_nam
     # readers: the cache's own namespace reads it; another namespace naming the same key does not
     reader = {"metadata": {"name": "model-0", "namespace": namespace, "uid": "u1"}, "spec": {}}
     allowed = driver.decide(_context(reader, key, decisions.READ), read_only=True)
-    assert (allowed.verdict, allowed.path) == (decisions.Verdict.MOUNT, f"{ROOT}/warmstart/weights/{key}")
+    assert (allowed.verdict, allowed.path) == (decisions.Verdict.MOUNT, f"{ROOT}/warmstart/keys/{key}/model")
     thief = {"metadata": {"name": "thief", "namespace": other_namespace, "uid": "u2"}, "spec": {}}
     stolen = driver.decide(_context(thief, key, decisions.READ), read_only=True)
     assert stolen.verdict == decisions.Verdict.DENIED
@@ -211,7 +216,9 @@ def test_a_namespace_sharing_a_public_key_reads_it_only_where_its_own_preload_pr
     lay = store.layout(str(root), key)
     os.makedirs(lay.final)
     pathlib.Path(lay.final, "config.json").write_text('{"model": "shared"}')
-    store.admit_reader(lay, namespace)
+    pathlib.Path(lay.manifest_path).write_text('{"key": "shared"}')
+    proven = hashlib.sha256(pathlib.Path(lay.manifest_path).read_bytes()).hexdigest()
+    _writer_ends(channel, root, namespace, key, proven)
 
     def reader(space: str) -> dict[str, str]:
         pod = {"metadata": {"name": "model-0", "namespace": space, "uid": uuid.uuid4().hex}, "spec": {}}
@@ -233,10 +240,30 @@ def test_a_namespace_sharing_a_public_key_reads_it_only_where_its_own_preload_pr
         mounting.unbind(str(mine))
 
     # once its own preload proved its access, the second namespace reads it too
-    store.admit_reader(lay, other_namespace)
+    _writer_ends(channel, root, other_namespace, key, proven)
     assert _publish(channel, reader(other_namespace), target) is None
     mounting.unbind(str(target))
 
-    # a removed cache takes its readers with it: a refilled copy is proven again
-    assert store.delete(str(root), key)
-    assert not os.path.lexists(lay.readers)
+    # new content published in the key: neither namespace proved it, so neither mounts it until its preload does
+    pathlib.Path(lay.manifest_path).write_text('{"key": "shared", "republished": true}')
+    again = root.parent / "pods" / "c" / "model"
+    refused = _publish(channel, reader(namespace), again)
+    assert refused is not None and refused.code() == grpc.StatusCode.UNAVAILABLE, refused
+    assert "current content" in (refused.details() or "")
+
+
+def _writer_ends(channel: grpc.Channel, root: pathlib.Path, namespace: str, key: str, proven: str) -> None:
+    """A preload pod of `namespace` that proved `proven` ends: the kubelet unpublishes its volume, and the driver,
+    which recorded the mount when it published it, reads the proof the pod left in the key's tree."""
+    uid = str(uuid.uuid4())
+    volume = f"csi-{uuid.uuid4().hex[:6]}"
+    proofs.remember(str(root), volume, decisions.WriterMount(namespace, uid, key, str(root), jobs.ROLE_PRELOAD))
+    results = pathlib.Path(store.layout(str(root), key).results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"{uid}.json").write_text(
+        json.dumps({"outcome": "Succeeded", "reason": "AlreadyPresent", "manifestSha256": proven})
+    )
+    target = root.parent / "pods" / uid / "cache"
+    target.mkdir(parents=True)
+    request = csi_pb2.NodeUnpublishVolumeRequest(volume_id=volume, target_path=str(target))
+    csi_pb2_grpc.NodeStub(channel).NodeUnpublishVolume(request, timeout=30)
