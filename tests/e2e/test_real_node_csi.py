@@ -9,10 +9,15 @@ privileged pod); the tenant's namespace enforces Pod Security `baseline`. There:
   read-only from the driver, and runs no warmstart init container;
 - the model pod answers a completion;
 - a pod in ANOTHER baseline namespace that names the tenant's key gets a FailedMount Event from the kubelet and never
-  starts; so does a pod of the tenant's own namespace that asks to write;
+  starts; a pod of the tenant's own namespace that asks to write is refused at admission (the chart's policy);
 - a namespace of the tenant's trust group (`cacheSharing.namespaceGroups`) that caches the same model shares the
-  key: its own preload Job proves its access on the node (AlreadyPresent, nothing downloaded again), and only then
-  does its model pod get the key's directory, and serve.
+  key: its own preload Job proves its access on the node (AlreadyPresent, nothing downloaded again), the driver
+  records the peer as a reader of that content when the Job's pod ends, and only then does its model pod get the key's
+  directory, and serve;
+- a running preload pod (its source hangs) is out of a tenant's reach: with the built-in `edit` role, a copy of it,
+  a patch of its image and `kubectl exec` into it are refused; on the node its mount is a bind of its key's own tree
+  and nothing else; a reader mark forged in that tree (all a compromised writer could write) is never read, and the
+  namespace it names still gets no bytes.
 
 Nothing is simulated: the kubelet registers the driver through its plugin watcher and calls NodePublishVolume.
 """
@@ -20,9 +25,14 @@ Nothing is simulated: the kubelet registers the driver through its plugin watche
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pathlib
 import shutil
+import socket
+import subprocess
+import threading
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -36,7 +46,7 @@ import helming
 import realstack
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL
-from warmstart.localcluster import objectstore, running
+from warmstart.localcluster import kubeconfigs, objectstore, running
 from warmstart.render import cache_volumes, labels
 
 pytestmark = [
@@ -51,23 +61,24 @@ BASELINE = {"pod-security.kubernetes.io/enforce": "baseline", "warmstart.io/test
 
 
 class CsiStack(realstack.Stack):
-    """The csi release: the operator and the driver in `system`, endpoints in the baseline `namespace`; `peer` is a
-    baseline namespace of the tenant's trust group, `other` one outside it."""
+    """The csi release: the operator and the driver in `system`, endpoints in the baseline `namespace`; `peer` and
+    `late` are baseline namespaces of the tenant's trust group, `other` one outside it."""
 
     system: str = ""
     other: str = ""
     peer: str = ""
+    late: str = ""
 
     def view(self, namespace: str) -> CsiStack:
         """The same release, with endpoints in `namespace`."""
         found = dataclasses.replace(self, namespace=namespace)
-        found.system, found.other, found.peer = self.system, self.other, self.peer
+        found.system, found.other, found.peer, found.late = self.system, self.other, self.peer, self.late
         return found
 
     def describe(self) -> str:
         core = client.CoreV1Api(self.api)
         out = []
-        for namespace in (self.namespace, self.system, self.other, self.peer):
+        for namespace in (self.namespace, self.system, self.other, self.peer, self.late):
             for pod in core.list_namespaced_pod(namespace).items:
                 out.append(f"pod {namespace}/{pod.metadata.name}: {pod.status.phase}")
                 for status in (pod.status.init_container_statuses or []) + (pod.status.container_statuses or []):
@@ -88,8 +99,8 @@ class CsiStack(realstack.Stack):
 
 def _values(stack: CsiStack, cluster: running.Cluster, s3: objectstore.Endpoint, suffix: str) -> dict[str, Any]:
     values = realstack.chart_values(stack.namespace, stack.image, suffix, s3, stack.hostpath_root)
-    values["watchNamespaces"] = [stack.namespace, stack.other, stack.peer]
-    values["cacheSharing"] = {"namespaceGroups": {"team": [stack.namespace, stack.peer]}}
+    values["watchNamespaces"] = [stack.namespace, stack.other, stack.peer, stack.late]
+    values["cacheSharing"] = {"namespaceGroups": {"team": [stack.namespace, stack.peer, stack.late]}}
     del values["cache"]["access"]  # the chart's default: csi
     values["cache"]["allowedHostPaths"] = [str(stack.hostpath_root / NAME)]  # a cache's hostPath equals its root
     values["csi"] = {
@@ -108,9 +119,9 @@ def csi_stack(
     core = client.CoreV1Api(api)
     suffix = uuid.uuid4().hex[:8]
     system, tenant, other = f"csi-system-{suffix}", f"csi-tenant-{suffix}", f"csi-other-{suffix}"
-    peer = f"csi-peer-{suffix}"
+    peer, late = f"csi-peer-{suffix}", f"csi-late-{suffix}"
     core.create_namespace({"metadata": {"name": system, "labels": {"warmstart.io/test": "true"}}})
-    for namespace in (tenant, other, peer):
+    for namespace in (tenant, other, peer, late):
         core.create_namespace({"metadata": {"name": namespace, "labels": BASELINE}})
     bucket = f"csi-{suffix}"
     objectstore.create_bucket(cluster.real.s3, bucket)
@@ -118,7 +129,7 @@ def csi_stack(
     image, shellless = real_images
     stack = CsiStack(cluster, api, tenant, f"csi-{suffix}", image, shellless, bucket, root)
     (root / NAME).mkdir(parents=True, exist_ok=True)  # the cache root exists on the node before anything mounts it
-    stack.system, stack.other, stack.peer = system, other, peer
+    stack.system, stack.other, stack.peer, stack.late = system, other, peer, late
     values = tmp_path_factory.mktemp("csi") / "values.yaml"
     values.write_text(yaml.safe_dump(_values(stack, cluster, cluster.real.s3, suffix)))
     kubeconfig = pathlib.Path(cluster.kubeconfig)
@@ -130,7 +141,7 @@ def csi_stack(
             realstack.uninstall(helm, stack)  # endpoints first (the operator cleans up), then the release
         finally:
             helming.run_helm(helm, kubeconfig, "uninstall", stack.release, "-n", system, check=False)
-            for namespace in (system, other, peer):
+            for namespace in (system, other, peer, late):
                 core.delete_namespace(namespace, propagation_policy="Background")
             api.close()
             shutil.rmtree(root, ignore_errors=True)
@@ -209,8 +220,10 @@ def test_a_baseline_tenant_preloads_and_serves_through_the_driver_and_another_na
 
     # the attack: another namespace names the tenant's key; the kubelet reports the driver's refusal
     core.create_namespaced_pod(stack.other, _reader_pod("thief", key, stack.image))
-    # and the tenant itself may not write its cache from a pod of its own
-    core.create_namespaced_pod(stack.namespace, _reader_pod("writer", key, stack.image, cache_volumes.WRITE))
+    # and the tenant itself may not write its cache from a pod of its own: the chart's policy refuses the pod at once
+    with pytest.raises(client.ApiException) as refusal:
+        core.create_namespaced_pod(stack.namespace, _reader_pod("writer", key, stack.image, cache_volumes.WRITE))
+    assert refusal.value.status == 403 and "only the Job controller may create pod writer" in str(refusal.value.body)
 
     def refused(namespace: str, pod_name: str, words: str) -> list[str] | None:
         events = _events(core, namespace, pod_name)
@@ -223,19 +236,10 @@ def test_a_baseline_tenant_preloads_and_serves_through_the_driver_and_another_na
         explain=stack.describe,
     )
     assert any("PermissionDenied" in e or "permission" in e.lower() for e in events), events
-    realstack.eventually(
-        lambda: refused(stack.namespace, "writer", "only the operator's preload and cleanup Jobs"),
-        "a FailedMount Event for the tenant's writer pod",
-        timeout=180,
-        explain=stack.describe,
-    )
-    for namespace, pod_name in ((stack.other, "thief"), (stack.namespace, "writer")):
-        stuck = core.read_namespaced_pod(pod_name, namespace)
-        assert stuck.status.phase == "Pending", stuck.status
-        assert all(
-            s.state.running is None and s.state.terminated is None for s in stuck.status.container_statuses or []
-        )
-        core.delete_namespaced_pod(pod_name, namespace, grace_period_seconds=0)
+    stuck = core.read_namespaced_pod("thief", stack.other)
+    assert stuck.status.phase == "Pending", stuck.status
+    assert all(s.state.running is None and s.state.terminated is None for s in stuck.status.container_statuses or [])
+    core.delete_namespaced_pod("thief", stack.other, grace_period_seconds=0)
 
     # a namespace of the tenant's trust group shares the key: the node already holds it, and the peer's model pod
     # mounts it only after the peer's own preload Job proved its access there (AlreadyPresent: every file HEADed with
@@ -252,3 +256,153 @@ def test_a_baseline_tenant_preloads_and_serves_through_the_driver_and_another_na
     assert (entry["state"], entry["reason"]) == ("Ready", "AlreadyPresent"), entry
     assert _completion(peer_pod.status.pod_ip)["choices"], "no completion in the peer namespace"
     peer.remove_endpoints([name], keep_pods=set())
+
+
+class _Hanging:
+    """A TCP server on the node's address that accepts connections and never answers: a tenant's slow source."""
+
+    def __init__(self, host: str) -> None:
+        self.server = socket.create_server((host, 0))
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+
+    def close(self) -> None:
+        self.server.close()
+        for connection in self.held:
+            connection.close()
+
+
+def _tenant_kubeconfig(stack: CsiStack, work: pathlib.Path) -> pathlib.Path:
+    """A ServiceAccount of the tenant's namespace with the built-in `edit` role there (RBAC as in-cluster)."""
+    core = client.CoreV1Api(stack.api)
+    core.create_namespaced_service_account(stack.namespace, {"metadata": {"name": "tenant"}})
+    binding = {
+        "metadata": {"name": "tenant-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": stack.namespace}],
+    }
+    client.RbacAuthorizationV1Api(stack.api).create_namespaced_role_binding(stack.namespace, binding)
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = core.create_namespaced_service_account_token("tenant", stack.namespace, request).status.token
+    path = work / "tenant.kubeconfig"
+    admin = pathlib.Path(stack.cluster.kubeconfig)
+    path.write_text(yaml.safe_dump(kubeconfigs.with_token(admin, "tenant", token, stack.namespace)))
+    return path
+
+
+def _kubectl(kubeconfig: pathlib.Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = ["kubectl", "--kubeconfig", str(kubeconfig), *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def _mount_of(target: pathlib.Path) -> str:
+    """The root (within its filesystem) of what is mounted at `target`, from the host's mountinfo."""
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == str(target):
+            return fields[3]
+    return ""
+
+
+def test_a_running_writer_is_out_of_a_tenants_reach_and_reaches_only_its_keys_tree(
+    csi_stack: CsiStack, tmp_path: pathlib.Path
+) -> None:
+    stack = csi_stack
+    core = client.CoreV1Api(stack.api)
+    host_path = str(stack.hostpath_root / NAME)
+    shared = (stack.endpoint(NAME) or {})["status"]["resolved"]["weightsCacheKey"]
+
+    # `late`, of the tenant's trust group, caches the same model with credentials the source refuses: no mark
+    late = stack.view(stack.late)
+    wrong = {"stringData": {"AWS_SECRET_ACCESS_KEY": "not-the-key"}}
+    core.patch_namespaced_secret("warmstart-preload-env", stack.late, wrong)
+    model = realstack.upload_model(stack.real.s3, stack.bucket, f"models/{NAME}", SIZES, seed=22)
+    late.create_endpoint(
+        realstack.sim_endpoint(NAME, late, model, replicas=1, weights=True, host_path=host_path, router=False)
+    )
+
+    def refused_preload() -> dict[str, Any] | None:
+        caches = helming.custom(stack.api).list_namespaced_custom_object(GROUP, VERSION, stack.late, MDCC_PLURAL)
+        entries = [n for c in caches["items"] for n in (c.get("status") or {}).get("nodes") or []]
+        return next((n for n in entries if n.get("reason") == "AccessDenied"), None)
+
+    realstack.eventually(refused_preload, "late's preload refused by the source", 300, stack.describe)
+
+    node_ip = urllib.parse.urlsplit(stack.real.s3.pod_url).hostname or ""
+    hanging = _Hanging(node_ip)
+    try:
+        slow = realstack.upload_model(stack.real.s3, stack.bucket, "models/csi-slow", {"config.json": 64}, seed=23)
+        manifest = realstack.sim_endpoint(
+            "csi-slow", stack, slow, replicas=1, weights=True, host_path=host_path, router=False
+        )
+        manifest["spec"]["modelSourceConfig"]["s3Storage"]["endpointUrl"] = f"http://{node_ip}:{hanging.port}"
+        stack.create_endpoint(manifest)
+
+        def running_writer() -> Any:
+            pods = core.list_namespaced_pod(stack.namespace, label_selector=f"{labels.ROLE_LABEL}=preload").items
+            for pod in pods:
+                statuses = pod.status.container_statuses or []
+                if pod.status.phase == "Running" and statuses and statuses[0].state.running is not None:
+                    return pod
+            return None
+
+        writer = realstack.eventually(running_writer, "the slow preload's pod running", 300, stack.describe)
+        name = writer.metadata.name
+        (volume,) = [v for v in writer.spec.volumes if v.csi is not None]
+        key = volume.csi.volume_attributes["key"]
+        assert key != shared
+        tenant = _tenant_kubeconfig(stack, tmp_path)
+
+        # a copy of the running writer, by the tenant: refused at admission
+        copied = stack.api.sanitize_for_serialization(writer)
+        copied["metadata"] = {"name": "copy", "ownerReferences": copied["metadata"]["ownerReferences"]}
+        copied["spec"].pop("nodeName", None)
+        copied.pop("status", None)
+        done = _kubectl(tenant, "create", "-n", stack.namespace, "-f", "-", stdin=json.dumps(copied))
+        assert done.returncode != 0 and "only the Job controller may create pod copy" in done.stderr, done.stderr
+        # its image patched to other code, or a command run in it: refused
+        patch = json.dumps([{"op": "replace", "path": "/spec/containers/0/image", "value": stack.shellless}])
+        done = _kubectl(tenant, "patch", "pod", name, "-n", stack.namespace, "--type=json", "-p", patch)
+        assert done.returncode != 0 and f"the containers of pod {name} may not change" in done.stderr, done.stderr
+        done = _kubectl(tenant, "exec", name, "-n", stack.namespace, "--", "python3", "-c", "print(1)")
+        assert done.returncode != 0 and "no exec or attach" in done.stderr, done.stderr
+        image = core.read_namespaced_pod(name, stack.namespace).spec.containers[0].image
+        assert image == writer.spec.containers[0].image
+
+        # on the node: the writer's mount is its key's tree, and nothing else of the cache
+        kubelet = stack.real.plan.nodes[0].kubelet_root
+        target = kubelet / "pods" / writer.metadata.uid / "volumes" / "kubernetes.io~csi" / volume.name / "mount"
+        assert _mount_of(target).endswith(f"/warmstart/keys/{key}"), _mount_of(target)
+        inside = {p.name for p in target.iterdir()}
+        assert not inside & {"keys", "readers", "weights", shared, "volumes"}, inside
+
+        # all a compromised writer could write: a mark for `late`, naming the shared key's very manifest, in its tree
+        cache = pathlib.Path(host_path) / "warmstart"
+        manifest_file = cache / "keys" / shared / "model" / ".warmstart-manifest.json"
+        forged = target / "readers" / shared
+        forged.mkdir(parents=True)
+        (forged / stack.late).write_text(hashlib.sha256(manifest_file.read_bytes()).hexdigest())
+        assert not (cache / "readers" / shared / stack.late).exists()
+        # `late` names the shared key: the driver still finds no proof of its own, and the pod gets no bytes
+        core.create_namespaced_pod(stack.late, _reader_pod("borrower", shared, stack.image))
+        realstack.eventually(
+            lambda: [e for e in _events(core, stack.late, "borrower") if "has not proven its access" in e] or None,
+            "the driver's refusal of late's pod",
+            timeout=180,
+            explain=stack.describe,
+        )
+        assert core.read_namespaced_pod("borrower", stack.late).status.phase == "Pending"
+        core.delete_namespaced_pod("borrower", stack.late, grace_period_seconds=0)
+    finally:
+        hanging.close()
+        stack.remove_endpoints(["csi-slow"], keep_pods=set())
+        late.remove_endpoints([NAME], keep_pods=set())
