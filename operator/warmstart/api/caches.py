@@ -88,6 +88,10 @@ class NodeCacheStatus(ApiModel):
     bytes: int | None = Field(default=None, description="Bytes preloaded on this node.")
     seconds: float | None = Field(default=None, description="Seconds the preload took.")
     attempts: int | None = Field(default=None, description="Preload Job attempts so far.")
+    content_sha256: str | None = Field(
+        default=None,
+        description="The sha256 of the cache manifest this cache's own preload published or proved on the node.",
+    )
     nvme_used_bytes: int | None = Field(
         default=None, description="NVMe bytes the caches the operator knows on this node use (this one included)."
     )

@@ -24,6 +24,12 @@ def weights_ready_label(key: str) -> str:
     return f"{CACHE_PREFIX}/weights-{key}"
 
 
+def weights_content_annotation(key: str) -> str:
+    """Node annotation: the sha256 of the manifest of the weights cache `key` a preload last published or proved on
+    that node. A namespace whose own proof names other content proves its access again (cache access csi)."""
+    return f"{CACHE_PREFIX}/weights-{key}-content"
+
+
 def image_ready_label(key: str) -> str:
     """Node label set when the image cache `key` is pulled on that node."""
     return f"{CACHE_PREFIX}/image-{key}"

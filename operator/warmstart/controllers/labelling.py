@@ -26,6 +26,15 @@ def set_label(store: Store, node: str, label: str, value: str | None) -> bool:
     return True
 
 
+def set_annotation(store: Store, node: str, annotation: str, value: str | None) -> bool:
+    """Set (or, with None, remove) one annotation on one node. False when the node is gone."""
+    try:
+        store.merge_patch("v1", "Node", node, {"metadata": {"annotations": {annotation: value}}})
+    except NotFound:
+        return False
+    return True
+
+
 def recent(labelled: Mapping[str, float], clock: float) -> dict[str, float]:
     """The nodes labelled within the grace period (node -> monotonic time of the label write)."""
     return {node: at for node, at in labelled.items() if clock - at < LABEL_GRACE_SECONDS}

@@ -64,14 +64,14 @@ def reserve(
     raise Unavailable(f"node {node} changed {ATTEMPTS} times while reserving NVMe for cache {key}")
 
 
-def label_ready(store: Store, node: str, key: str) -> bool:
-    """Label the node ready for `key` and drop its reservation in one patch (the label counts the bytes from now).
-    False when the node is gone."""
+def label_ready(store: Store, node: str, key: str, content: str | None = None) -> bool:
+    """Label the node ready for `key` and drop its reservation in one patch (the label counts the bytes from now);
+    with `content`, also the node's content annotation of the key. False when the node is gone."""
+    annotations: dict[str, str | None] = {nodelabels.weights_reserved_annotation(key): None}
+    if content:
+        annotations[nodelabels.weights_content_annotation(key)] = content
     patch = {
-        "metadata": {
-            "labels": {nodelabels.weights_ready_label(key): nodelabels.READY},
-            "annotations": {nodelabels.weights_reserved_annotation(key): None},
-        }
+        "metadata": {"labels": {nodelabels.weights_ready_label(key): nodelabels.READY}, "annotations": annotations}
     }
     try:
         store.merge_patch("v1", "Node", node, patch)
@@ -87,11 +87,12 @@ def held(facts: Iterable[nodes.NodeFacts], key: str) -> list[str]:
 
 
 def release(store: Store, node: str, key: str, *, unlabel: bool = False) -> None:
-    """Drop the reservation of `key` from the node, and with `unlabel` its ready label (nothing when the node is
-    gone)."""
+    """Drop the reservation of `key` from the node, and with `unlabel` its ready label and content annotation (nothing
+    when the node is gone)."""
     patch: dict[str, Any] = {"metadata": {"annotations": {nodelabels.weights_reserved_annotation(key): None}}}
     if unlabel:
         patch["metadata"]["labels"] = {nodelabels.weights_ready_label(key): None}
+        patch["metadata"]["annotations"][nodelabels.weights_content_annotation(key)] = None
     try:
         store.merge_patch("v1", "Node", node, patch)
     except NotFound:

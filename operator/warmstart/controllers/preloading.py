@@ -402,7 +402,7 @@ def _act_on_nodes(
 
     def mark_ready(node: str) -> str | None:
         with _OnNode(body, spec, node, "labelling the node cache-ready") as step:
-            if nvme_reserving.label_ready(store, node, key):
+            if nvme_reserving.label_ready(store, node, key, plan.content.get(node)):
                 remembered.labelled[node] = time.monotonic()
                 nvme_usage.unmark(store, by_name[node], key)
             # else: the node left; the next reconcile drops it
@@ -413,6 +413,16 @@ def _act_on_nodes(
         if why:
             failed[node] = why
     for node, why in zip(plan.label, fanout.each(plan.label, mark_ready), strict=True):
+        if why:
+            failed[node] = why
+    republished = sorted(set(plan.content) - set(plan.label))  # new content on a node already labelled
+
+    def mark_content(node: str) -> str | None:
+        with _OnNode(body, spec, node, "recording the key's new content on the node") as step:
+            labelling.set_annotation(store, node, nodelabels.weights_content_annotation(key), plan.content[node])
+        return step.failed
+
+    for node, why in zip(republished, fanout.each(republished, mark_content), strict=True):
         if why:
             failed[node] = why
     return failed

@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--jumpstart-json", help='{"modelId":..,"modelVersion":..,"acceptEula":..}')
     what.add_argument("--delete", metavar="KEY", help="remove the cache of KEY under --root")
     p.add_argument("--key", help="cache key: ^[a-z0-9][a-z0-9-]{0,62}$")
-    p.add_argument("--root", help="host path holding warmstart/weights/<key>/")
+    p.add_argument("--root", help="host path holding warmstart/keys/<key>/")
     p.add_argument("--if-missing", action="store_true", help="exit 0 at once if a complete cache of --key exists")
     p.add_argument(
         "--admit-reader",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,10 @@ class PreloadRequest:
 
 def _node_hash(node: str) -> str:
     return hashlib.sha1(node.encode()).hexdigest()[:8]
+
+
+#: a manifest digest as the preload reports it
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def preload_job_name(key: str, node: str, attempt: int) -> str:
@@ -320,9 +325,11 @@ def parse_termination_message(message: str) -> PreloadResult | None:
     if not isinstance(body, dict) or not isinstance(body.get("reason"), str) or not body["reason"]:
         return None
     raw_bytes, raw_seconds = body.get("bytes"), body.get("seconds")
+    sha = body.get("manifestSha256")
     return PreloadResult(
         reason=body["reason"],
         message=str(body.get("message") or ""),
         bytes=int(raw_bytes) if isinstance(raw_bytes, (int, float)) else None,
         seconds=float(raw_seconds) if isinstance(raw_seconds, (int, float)) else None,
+        manifest_sha256=sha if isinstance(sha, str) and _SHA256.match(sha) else "",
     )

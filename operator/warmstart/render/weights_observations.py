@@ -75,6 +75,8 @@ class PreloadResult:
     message: str = ""
     bytes: int | None = None
     seconds: float | None = None
+    #: the sha256 of the manifest the preload published or proved ('' when it reported none)
+    manifest_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ class Plan:
     create: list[tuple[str, int]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     label: list[str] = field(default_factory=list)
+    #: node -> the sha256 of the manifest a preload of this cache just published there (the node's content annotation)
+    content: dict[str, str] = field(default_factory=dict)
     #: (node, cache) to evict from the node before this cache fills it
     evict: list[tuple[str, nvme_budget.Resident]] = field(default_factory=list)
     recorded: list[tuple[NodeCacheStatus, PreloadJob]] = field(default_factory=list)

@@ -27,6 +27,7 @@ from typing import TypeVar
 from warmstart import placement
 from warmstart.api import nodelabels
 from warmstart.api.caches import ModelDataCacheConfigSpec, ModelDataCacheConfigStatus, NodeCacheStatus, UnavailableNode
+from warmstart.api.preloading import Reason
 from warmstart.api.states import NodeCacheState
 from warmstart.render import nvme_budget, throttling, tolerations
 from warmstart.render import weights_summaries as summaries
@@ -164,6 +165,10 @@ class _NodePlanner:
                 node=node.name, state=NodeCacheState.FAILED, reason=EVICTED, message=message, attempts=attempts
             )
         labelled = node.labels.get(self.label_key) == nodelabels.READY
+        if labelled and self.observed.prove_each_reader and _proven(previous, current):
+            stale = self._stale_proof(node, self._ready(node.name, previous, current))
+            if stale is not None:
+                return self._reprove(node.name, stale, current)
         if labelled and (not self.observed.prove_each_reader or _proven(previous, current)):
             return self._ready(node.name, previous, current)
         if not labelled:
@@ -217,9 +222,13 @@ class _NodePlanner:
             bytes=result.bytes,
             seconds=result.seconds,
             attempts=job.attempt,
+            content_sha256=result.manifest_sha256 or None,
         )
         if not _is_recorded(previous, job):
             self.plan.recorded.append((entry, job))
+            published = state == NodeCacheState.READY and result.reason == Reason.DOWNLOADED and result.manifest_sha256
+            if published and self.observed.prove_each_reader:
+                self.plan.content[node] = result.manifest_sha256
         return entry
 
     def _ready(self, node: str, previous: NodeCacheStatus | None, job: PreloadJob | None) -> NodeCacheStatus:
@@ -258,6 +267,20 @@ class _NodePlanner:
         self.slots -= 1
         self.plan.create.append((node, attempt))
         return NodeCacheStatus(node=node, state=NodeCacheState.PENDING, attempts=attempt)
+
+    def _stale_proof(self, node: NodeLike, ready: NodeCacheStatus) -> NodeCacheStatus | None:
+        """The entry, when its proof names other content than the node's key holds now (a namespace of the key's
+        scope published new content there): the CSI driver no longer mounts the key for this namespace."""
+        content = node.annotations.get(nodelabels.weights_content_annotation(self.observed.key))
+        proven = ready.content_sha256
+        return ready if content and proven and content != proven else None
+
+    def _reprove(self, node: str, ready: NodeCacheStatus, job: PreloadJob | None) -> NodeCacheStatus:
+        """A new attempt of this cache's own preload on the node, which proves its access to the new content."""
+        if job is not None:
+            self.plan.delete.append(job.name)
+        entry = self._create(node, (job.attempt if job else ready.attempts or 0) + 1)
+        return entry.model_copy(update={"message": "the key's content on the node changed: proving access to it"})
 
     def _rerun(self, node: str, job: PreloadJob, message: str) -> NodeCacheStatus:
         self.plan.delete.append(job.name)
