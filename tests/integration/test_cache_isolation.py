@@ -150,7 +150,11 @@ def container_of(api: client.ApiClient, job: Any) -> tuple[list[str], dict[str, 
     pod = job.spec.template.spec
     (container,) = pod.containers
     namespace = job.metadata.namespace
-    fields = {"metadata.namespace": namespace, "spec.serviceAccountName": pod.service_account_name or "default"}
+    fields = {
+        "metadata.namespace": namespace,
+        "spec.serviceAccountName": pod.service_account_name or "default",
+        "metadata.uid": str(uuid.uuid4()),  # the pod this run stands for
+    }
     env = {}
     for var in container.env or []:
         if var.value_from is None:
@@ -239,7 +243,7 @@ def test_two_namespaces_with_one_s3_source_never_share_a_cache(
         model_mount = next(
             m for c in deployment.spec.template.spec.containers for m in c.volume_mounts or [] if m.sub_path
         )
-        assert model_mount.sub_path == f"warmstart/weights/{names_b[0].removeprefix('weights-')}"
+        assert model_mount.sub_path == f"warmstart/keys/{names_b[0].removeprefix('weights-')}/model"
         fake_job = client.V1Job(
             metadata=client.V1ObjectMeta(namespace=second_namespace),
             spec=client.V1JobSpec(template=deployment.spec.template),

@@ -166,7 +166,7 @@ def test_admission_rejects_other_cache_roots_of_every_kind_and_admits_allowed_on
         _mdcc(namespace, "weights-escape", "/home"),
         _iec(namespace, "under-root", "/opt/dlami/nvme/team-a"),
         # another cache's own directory under an allowed root: mounting <it>/warmstart would expose that cache
-        _mdcc(namespace, "weights-into-a-cache", "/opt/dlami/nvme/warmstart/weights/0123456789abcdef0123456789abcdef"),
+        _mdcc(namespace, "weights-into-a-cache", "/opt/dlami/nvme/warmstart/keys/0123456789abcdef0123456789abcdef"),
     ):
         error = _create(api_client, manifest)
         assert error is not None and "is not an allowed cache root" in json.loads(error.body)["message"], manifest
