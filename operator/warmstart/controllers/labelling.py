@@ -19,17 +19,17 @@ LABEL_GRACE_SECONDS = 60.0
 
 def set_label(store: Store, node: str, label: str, value: str | None) -> bool:
     """Set (or, with None, remove) one label on one node. False when the node is gone."""
-    try:
-        store.merge_patch("v1", "Node", node, {"metadata": {"labels": {label: value}}})
-    except NotFound:
-        return False
-    return True
+    return _set(store, node, "labels", label, value)
 
 
 def set_annotation(store: Store, node: str, annotation: str, value: str | None) -> bool:
     """Set (or, with None, remove) one annotation on one node. False when the node is gone."""
+    return _set(store, node, "annotations", annotation, value)
+
+
+def _set(store: Store, node: str, field: str, name: str, value: str | None) -> bool:
     try:
-        store.merge_patch("v1", "Node", node, {"metadata": {"annotations": {annotation: value}}})
+        store.merge_patch("v1", "Node", node, {"metadata": {field: {name: value}}})
     except NotFound:
         return False
     return True
