@@ -320,6 +320,7 @@ def test_a_running_writer_is_out_of_a_tenants_reach_and_reaches_only_its_keys_tr
     core = client.CoreV1Api(stack.api)
     host_path = str(stack.hostpath_root / NAME)
     shared = (stack.endpoint(NAME) or {})["status"]["resolved"]["weightsCacheKey"]
+    before = {p.metadata.uid for p in core.list_namespaced_pod(stack.namespace).items}  # the tenant's serving pods
 
     # `late`, of the tenant's trust group, caches the same model with credentials the source refuses: no mark
     late = stack.view(stack.late)
@@ -365,6 +366,7 @@ def test_a_running_writer_is_out_of_a_tenants_reach_and_reaches_only_its_keys_tr
         # a copy of the running writer, by the tenant: refused at admission
         copied = stack.api.sanitize_for_serialization(writer)
         copied["metadata"] = {"name": "copy", "ownerReferences": copied["metadata"]["ownerReferences"]}
+        copied["apiVersion"], copied["kind"] = "v1", "Pod"
         copied["spec"].pop("nodeName", None)
         copied.pop("status", None)
         done = _kubectl(tenant, "create", "-n", stack.namespace, "-f", "-", stdin=json.dumps(copied))
@@ -404,5 +406,5 @@ def test_a_running_writer_is_out_of_a_tenants_reach_and_reaches_only_its_keys_tr
         core.delete_namespaced_pod("borrower", stack.late, grace_period_seconds=0)
     finally:
         hanging.close()
-        stack.remove_endpoints(["csi-slow"], keep_pods=set())
+        stack.remove_endpoints(["csi-slow"], keep_pods=before)
         late.remove_endpoints([NAME], keep_pods=set())

@@ -119,6 +119,7 @@ class Node(csi_pb2_grpc.NodeServicer):
         if not proofs.reader_proven(root, decision.reader_mark, current):
             os.close(checked)
             namespace = os.path.basename(decision.reader_mark)
+            logger.info("waiting: namespace %s has no proof of the current content of %s", namespace, decision.key)
             context.abort(
                 grpc.StatusCode.UNAVAILABLE,
                 f"namespace {namespace} has not proven its access to this cache's current content on node"
