@@ -11,7 +11,8 @@ namespace and pod it mounted (its own record of the mount, out of every pod's re
 - Downloaded (new content published): every mark naming other content goes; those namespaces prove again.
 - AccessDenied or NotFound (the source refused this namespace): the namespace's mark goes.
 - Anything else (a network error, a kill, no result): nothing changes.
-- A cleanup that left no published copy: the key's marks and its tree go.
+- A cleanup that left no published copy: the key's marks go (its tree stays, with only its lock: a writer of the key
+  may be starting).
 
 A read mounts only while the namespace's mark names the key's current manifest, so a mark never outlives the content
 it proved. `changes` is the pure rule; the rest reads and writes the node.
@@ -236,15 +237,15 @@ def settle(roots: tuple[str, ...], volume_id: str) -> None:
 
 
 def _forget_key(root: str, writer: decisions.WriterMount, key_dir: str) -> None:
-    """A cleanup ended: when no copy is published or staged, the key's marks and tree go (a refill is proven again)."""
+    """A cleanup ended: when no copy is published or staged, the key's marks go (a refill is proven again)."""
     model = preloading.model_dir(writer.host_path, writer.key)
     staging = posixpath.join(key_dir, ".staging")
     if os.path.lexists(model) or os.path.lexists(staging):
         return
-    for directory in (_marks_dir(writer.host_path, writer.key), key_dir):
-        try:
-            mounting.plain_directory(root, directory)
-        except mounting.PathError:
-            continue
-        shutil.rmtree(directory, ignore_errors=True)  # never follows links: they are unlinked
+    marks = _marks_dir(writer.host_path, writer.key)
+    try:
+        mounting.plain_directory(root, marks)
+    except mounting.PathError:
+        return
+    shutil.rmtree(marks, ignore_errors=True)  # never follows links: they are unlinked
     logger.info("cache %s removed from this node: its reader marks went with it", writer.key)

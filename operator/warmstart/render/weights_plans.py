@@ -165,12 +165,9 @@ class _NodePlanner:
                 node=node.name, state=NodeCacheState.FAILED, reason=EVICTED, message=message, attempts=attempts
             )
         labelled = node.labels.get(self.label_key) == nodelabels.READY
-        if labelled and self.observed.prove_each_reader and _proven(previous, current):
-            stale = self._stale_proof(node, self._ready(node.name, previous, current))
-            if stale is not None:
-                return self._reprove(node.name, stale, current)
         if labelled and (not self.observed.prove_each_reader or _proven(previous, current)):
-            return self._ready(node.name, previous, current)
+            ready = self._ready(node.name, previous, current)
+            return self._reprove(node.name, ready, current) if self._stale_proof(node, ready) else ready
         if not labelled:
             fitted = self._fit(node, attempts)
             if fitted is not None:
@@ -268,12 +265,13 @@ class _NodePlanner:
         self.plan.create.append((node, attempt))
         return NodeCacheStatus(node=node, state=NodeCacheState.PENDING, attempts=attempt)
 
-    def _stale_proof(self, node: NodeLike, ready: NodeCacheStatus) -> NodeCacheStatus | None:
-        """The entry, when its proof names other content than the node's key holds now (a namespace of the key's
-        scope published new content there): the CSI driver no longer mounts the key for this namespace."""
+    def _stale_proof(self, node: NodeLike, ready: NodeCacheStatus) -> bool:
+        """Whether this cache's proof on the node names other content than the key holds there now (a namespace of
+        the key's scope published new content): the CSI driver no longer mounts the key for this namespace."""
+        if not self.observed.prove_each_reader:
+            return False
         content = node.annotations.get(nodelabels.weights_content_annotation(self.observed.key))
-        proven = ready.content_sha256
-        return ready if content and proven and content != proven else None
+        return bool(content and ready.content_sha256 and content != ready.content_sha256)
 
     def _reprove(self, node: str, ready: NodeCacheStatus, job: PreloadJob | None) -> NodeCacheStatus:
         """A new attempt of this cache's own preload on the node, which proves its access to the new content."""

@@ -116,7 +116,7 @@ def test_a_mark_another_writer_planted_in_the_key_tree_is_never_read(tmp_path: p
     assert not _proven(root, "team-x")
 
 
-def test_a_cleanup_that_left_no_copy_takes_the_keys_marks_and_tree_with_it(tmp_path: pathlib.Path) -> None:
+def test_a_cleanup_that_left_no_copy_takes_the_keys_marks_with_it(tmp_path: pathlib.Path) -> None:
     root = tmp_path / "nvme"
     sha = _publish(root, b'{"files": 1}')
     _writer_ends(root, "csi-a", "team-a", "u-a", succeeded("Downloaded", sha))
@@ -127,7 +127,7 @@ def test_a_cleanup_that_left_no_copy_takes_the_keys_marks_and_tree_with_it(tmp_p
     model.rmdir()  # what `preload --delete` leaves
     proofs.settle((str(root),), "csi-clean")
     assert proofs.read_marks(str(root), str(root), KEY) == {}
-    assert not pathlib.Path(preloading.key_dir(str(root), KEY)).exists()
+    assert not pathlib.Path(preloading.reader_mark(str(root), KEY, "team-a")).parent.exists()
 
 
 def test_a_mark_linked_elsewhere_is_not_followed(tmp_path: pathlib.Path) -> None:
