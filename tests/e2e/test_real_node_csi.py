@@ -372,7 +372,7 @@ def test_a_running_writer_is_out_of_a_tenants_reach_and_reaches_only_its_keys_tr
         done = _kubectl(tenant, "create", "-n", stack.namespace, "-f", "-", stdin=json.dumps(copied))
         assert done.returncode != 0 and "only the Job controller may create pod copy" in done.stderr, done.stderr
         # its image patched to other code, or a command run in it: refused
-        patch = json.dumps([{"op": "replace", "path": "/spec/containers/0/image", "value": stack.shellless}])
+        patch = json.dumps([{"op": "replace", "path": "/spec/containers/0/image", "value": stack.shellless_image}])
         done = _kubectl(tenant, "patch", "pod", name, "-n", stack.namespace, "--type=json", "-p", patch)
         assert done.returncode != 0 and f"the containers of pod {name} may not change" in done.stderr, done.stderr
         done = _kubectl(tenant, "exec", name, "-n", stack.namespace, "--", "python3", "-c", "print(1)")
