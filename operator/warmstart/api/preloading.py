@@ -93,6 +93,11 @@ def model_dir(root: str, key: str) -> str:
     return posixpath.join(key_dir(root, key), MODEL_DIR_NAME)
 
 
+def legacy_model_dir(root: str, key: str) -> str:
+    """`<root>/warmstart/weights/<key>`: where the earlier layout published a key (moved into its tree on first use)."""
+    return posixpath.join(cache_dir(root), "weights", key)
+
+
 def reader_mark(root: str, key: str, namespace: str) -> str:
     """`<root>/warmstart/readers/<key>/<namespace>`: written by the CSI driver once a preload of `namespace` proved on
     this node that it may read the key's files and that they are its source's; it holds the sha256 of the manifest

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -91,7 +90,7 @@ class Node(csi_pb2_grpc.NodeServicer):
         try:
             if decision.writer is not None:
                 writer = decision.writer
-                legacy = posixpath.join(preloading.cache_dir(writer.host_path), "weights", writer.key)
+                legacy = preloading.legacy_model_dir(writer.host_path, writer.key)
                 mounting.own_key_dir(root, decision.path, legacy, security.CACHE_UID)
                 proofs.remember(root, request.volume_id, writer)
             checked = mounting.open_plain(root, decision.path)

@@ -122,7 +122,7 @@ class Layout:
     @property
     def legacy(self) -> str:
         """Where the earlier layout published the key: `<root>/warmstart/weights/<key>`."""
-        return os.path.join(self.root, CACHE_DIR_NAME, "weights", self.key)
+        return preloading.legacy_model_dir(self.root, self.key)
 
 
 def layout(root: str, key: str) -> Layout:

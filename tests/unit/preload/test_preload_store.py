@@ -153,3 +153,17 @@ def test_delete_refuses_a_key_tree_that_resolves_outside_root(tmp_path: Path) ->
 def test_delete_validates_the_key(tmp_path: Path) -> None:
     with pytest.raises(PreloadError):
         store.delete(str(tmp_path), "../etc")
+
+
+def test_a_copy_of_the_earlier_layout_moves_into_its_keys_tree_instead_of_being_downloaded_again(
+    tmp_path: Path,
+) -> None:
+    legacy = tmp_path / "root" / "warmstart" / "weights" / "k"
+    legacy.mkdir(parents=True)
+    (legacy / "config.json").write_text("{}")
+    lay = store.layout(str(tmp_path / "root"), "k")
+    store.ensure_key_dir(lay)
+    assert (Path(lay.final) / "config.json").read_text() == "{}"
+    assert not legacy.exists()
+    store.ensure_key_dir(lay)  # once moved, nothing more happens
+    assert (Path(lay.final) / "config.json").read_text() == "{}"
