@@ -28,6 +28,8 @@ class Admission:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._granted = 0
         """Slots granted to queued requests that have not been routed yet."""
+        self.freed: Callable[[], None] | None = None
+        """Told whenever a slot may have freed (router replicas sharing their in-flight counts)."""
 
     @property
     def depth(self) -> int:
@@ -62,6 +64,8 @@ class Admission:
 
     def wake(self) -> None:
         """Grant free slots to the head of the queue (call whenever a slot may have freed)."""
+        if self.freed is not None:
+            self.freed()
         while self._waiters and self._room():
             waiter = self._waiters.popleft()
             if waiter.done():  # cancelled, and its task has not run its handler yet

@@ -20,10 +20,11 @@ import argparse
 import asyncio
 import logging
 import signal
+from pathlib import Path
 
 from warmstart.api import strategies
 from warmstart.api.routers import RouterConfig
-from warmstart.router import admin, discovery, electing, extproc, proxying
+from warmstart.router import admin, discovery, electing, extproc, peerdiscovery, peersync, proxying
 from warmstart.router.routing import Router
 
 log = logging.getLogger("warmstart.router")
@@ -73,8 +74,43 @@ def parser() -> argparse.ArgumentParser:
         "ready (router/electing.py)",
     )
     p.add_argument("--lease-identity", help="this candidate's name in the Lease (the pod's name)")
+    p.add_argument(
+        "--sync-port",
+        type=int,
+        default=None,
+        help="share picks and in-flight counts with peer routers on this port (ZMQ; 0 = any free port; "
+        "default: no sync); needs --sync-key-file and --peers-service or --peers-file",
+    )
+    p.add_argument("--sync-key-file", help="file holding the endpoint's sync key (HMAC-SHA256; at least 16 bytes)")
+    p.add_argument("--peers-service", help="in-cluster: the routers' Service whose EndpointSlices list the peers")
+    p.add_argument("--peers-file", help="file of peer addresses (tcp://host:port), re-read when it changes")
+    p.add_argument("--sync-advertise", help="this router's own IP as peers list it (left out of its peers)")
+    p.add_argument(
+        "--sync-heartbeat", type=float, default=0.5, help="seconds between heartbeats to peers (default 0.5)"
+    )
     p.add_argument("--log-level", default="INFO")
     return p
+
+
+def build_sync(args: argparse.Namespace, router: Router) -> peersync.PeerSync | None:
+    """The peer sync the flags ask for; None without ``--sync-port``."""
+    if args.sync_port is None:
+        return None
+    if not args.sync_key_file or not (args.peers_service or args.peers_file):
+        raise SystemExit("warmstart router: --sync-port needs --sync-key-file and --peers-service or --peers-file")
+    key = Path(args.sync_key_file).read_bytes().strip()
+    sync = peersync.PeerSync(router, key, args.sync_port, args.host, heartbeat_seconds=args.sync_heartbeat)
+    return sync
+
+
+def sync_sources(args: argparse.Namespace, sync: peersync.PeerSync) -> list[discovery.Source]:
+    """Where the peers come from (after the sync port is bound, so its own address is known)."""
+    own = peerdiscovery.own_address(args.sync_advertise, sync.port)
+    if args.peers_service:
+        if not args.namespace:
+            raise SystemExit("warmstart router: --peers-service needs --namespace")
+        return [peerdiscovery.PeerWatcher(_api_client(args.kubeconfig), args.namespace, args.peers_service, sync, own)]
+    return [peerdiscovery.PeerFile(args.peers_file, sync, own or f"tcp://127.0.0.1:{sync.port}", args.reload_interval)]
 
 
 def build_sources(args: argparse.Namespace) -> list[discovery.Source]:
@@ -120,6 +156,13 @@ async def run(args: argparse.Namespace) -> int:
     for source in sources:
         await source.start(router)
     router.start()
+    sync = build_sync(args, router)
+    if sync is not None:
+        sync.start()
+        sources += sync_sources(args, sync)
+        for source in sources[-1:]:
+            await source.start(router)
+        log.info("sharing picks with peer routers on sync port %d", sync.port)
     traffic: proxying.TrafficServer | None = None
     picker: extproc.PickerServer | None = None
     elector = _elector(args)
@@ -155,6 +198,8 @@ async def run(args: argparse.Namespace) -> int:
     await admin_runner.cleanup()
     for source in sources:
         await source.stop()
+    if sync is not None:
+        await sync.stop()
     await router.stop()
     return 0
 

@@ -213,7 +213,7 @@ class EngineAwarePolicy:
         load = {}
         for name in names:
             reported = engines.loads.load(name, now)
-            load[name] = reported if reported is not None else float(by_name[name].inflight)
+            load[name] = reported if reported is not None else float(by_name[name].load)
         mean = (sum(load.values()) + 1.0) / len(names)
         keeping = (1.0 + self.balance_epsilon) * mean + self.balance_slack
         placing = (1.0 + self.balance_epsilon) * mean + max(0.0, self.balance_slack - 1.0)

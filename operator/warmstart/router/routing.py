@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
@@ -35,6 +35,23 @@ class Routed:
     decision: strategies.Decision
 
 
+class PickSharing(Protocol):
+    """Router replicas sharing their picks (:mod:`warmstart.router.peersync`), as the router calls it."""
+
+    def picked(self, replica: str, key: PromptKey) -> None:
+        """This router placed a request on ``replica``."""
+        ...
+
+    def changed(self) -> None:
+        """A slot was taken or freed."""
+        ...
+
+    def status(self) -> dict[str, object]: ...
+
+
+_NO_PEERS: Mapping[str, int] = {}
+
+
 class Router:
     """Configuration + fleet + policy; the proxy asks it where to send each request."""
 
@@ -52,6 +69,11 @@ class Router:
         self.engine_metrics = EngineMetrics(self.metrics.registry)
         self.engines = EngineState(self.config, observer=self.engine_metrics.observe)
         """The engines' KV events and load (used when ``kvEvents`` is on); started by :meth:`start`."""
+        self.sharing: PickSharing | None = None
+        self.peer_inflight: Mapping[str, int] = _NO_PEERS
+        """Requests the router's live peers have in flight, by replica (:meth:`share_picks`)."""
+        self.record_pick: Callable[[str, PromptKey], None] = lambda replica, key: None
+        """The policy's own bookkeeping of a placement: a peer's pick is entered through it."""
         self.policy: strategies.Policy = self._build_policy(self.config)
         self._note_kvaware(self.config)
         self.admission = Admission(self.free_slots)
@@ -62,9 +84,40 @@ class Router:
         self.set_backends(backends or [])
 
     def _build_policy(self, config: RouterConfig) -> strategies.Policy:
+        policy: strategies.Policy
         if config.kv_events and config.effective_strategy is RoutingStrategy.PREFIXAWARE:
-            return EngineAwarePolicy(config, self.engines)
-        return strategies.build(config, self._rng)
+            policy = EngineAwarePolicy(config, self.engines)
+        else:
+            policy = strategies.build(config, self._rng)
+        return self._tap(policy)
+
+    def _tap(self, policy: strategies.Policy) -> strategies.Policy:
+        """Remember the policy's own ``placed`` (peers' picks go there); while picks are shared, its ``placed`` also
+        tells the peers (the proxy and the picker call ``policy.placed`` as they take a slot)."""
+        own = type(policy).placed.__get__(policy)  # the class's method, even when the instance was tapped before
+        self.record_pick = own
+        sharing = self.sharing
+        if sharing is None:
+            vars(policy).pop("placed", None)
+            return policy
+
+        def placed(replica: str, key: PromptKey) -> None:
+            own(replica, key)
+            sharing.picked(replica, key)
+
+        policy.placed = placed  # type: ignore[method-assign]
+        return policy
+
+    def share_picks(self, sharing: PickSharing | None, peer_inflight: Mapping[str, int]) -> None:
+        """Tell ``sharing`` every pick and slot change, and count ``peer_inflight`` in the load; None: stop."""
+        self.sharing = sharing
+        self.peer_inflight = peer_inflight if sharing is not None else _NO_PEERS
+        self.admission.freed = sharing.changed if sharing is not None else None
+        self._tap(self.policy)
+
+    def fleet_urls(self) -> frozenset[str]:
+        """The current replicas' URLs (what a peer may name)."""
+        return frozenset(self.fleet.urls())
 
     def start(self) -> None:
         """Start following the engines (on the event loop; a no-op while ``kvEvents`` is off)."""
@@ -166,6 +219,8 @@ class Router:
                 self.engine_metrics.untokenized.inc()
             key = replace(key, token_blocks=token_keys)
         snapshot = self.fleet.snapshot()
+        if self.peer_inflight:
+            snapshot = strategies.with_peers(snapshot, self.peer_inflight)
         if only is not None:
             snapshot = strategies.Snapshot(tuple([replica for replica in snapshot.replicas if replica.name in only]))
         decision = policy.choose(snapshot, key)
@@ -208,6 +263,7 @@ class Router:
             "queued": self.admission.depth,
             "configError": self.config_error,
             "engines": self.engines.status() if self.config.kv_events else None,
+            "peerSync": self.sharing.status() if self.sharing is not None else None,
         }
 
     @staticmethod

@@ -53,7 +53,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -72,6 +72,13 @@ class ReplicaLoad(NamedTuple):
     prefill_chars: int = 0
     """Prompt characters sent to this replica whose first response byte has not arrived yet and
     that the router expected to be uncached: the replica's estimated prefill backlog."""
+    peers: int = 0
+    """Requests the router's peers (other router replicas) have in flight here: load, not this router's cap."""
+
+    @property
+    def load(self) -> int:
+        """In flight here from every router replica this router hears from."""
+        return self.inflight + self.peers
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +89,13 @@ class Snapshot:
 
     @property
     def total_inflight(self) -> int:
-        return sum(replica.inflight for replica in self.replicas)
+        """In flight over the fleet, the peers' requests included."""
+        return sum(replica.inflight + replica.peers for replica in self.replicas)
+
+
+def with_peers(snapshot: Snapshot, peers: Mapping[str, int]) -> Snapshot:
+    """``snapshot`` with the peers' in-flight counts of each replica."""
+    return Snapshot(tuple([replica._replace(peers=peers.get(replica.name, 0)) for replica in snapshot.replicas]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +187,7 @@ class LeastOutstandingPolicy(_Stateless):
         self.cap, self.rng = cap, rng
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
-        ordered = sorted(snapshot.replicas, key=lambda r: (r.inflight, self.rng.random()))
+        ordered = sorted(snapshot.replicas, key=lambda r: (r.load, self.rng.random()))
         return Decision(_cap_first(ordered, self.cap))
 
 
@@ -336,8 +349,14 @@ class PrefixAwarePolicy:
         the others, least in flight first; and whether the best-ranked one was passed over (a spill)."""
         first: list[str] = []
         rest: list[str] = []
+        cap = self.cap
         for position, name in enumerate(ranked):
-            if by_name[name].inflight < ceiling and self.shares.recent(name) < bound(position, name):
+            replica = by_name[name]
+            if (
+                replica.load < ceiling
+                and (cap is None or replica.inflight < cap)
+                and self.shares.recent(name) < bound(position, name)
+            ):
                 first.append(name)
             else:
                 rest.append(name)
@@ -346,8 +365,8 @@ class PrefixAwarePolicy:
         return first, rest, spilled
 
     def _ceiling(self, snapshot: Snapshot) -> int:
-        ceiling = load_ceiling(snapshot, self.epsilon, self.min_ceiling)
-        return ceiling if self.cap is None else min(ceiling, self.cap)
+        """The burst ceiling over every router's in-flight requests (the cap, this router's own, is apart)."""
+        return load_ceiling(snapshot, self.epsilon, self.min_ceiling)
 
     def _backlog(self, replica: ReplicaLoad) -> int:
         return replica.prefill_chars if self.prefill_aware else 0
