@@ -202,11 +202,13 @@ async def start_warmstart(
     logs: Path,
     config_extra: dict[str, Any] | None = None,
     source: Path | None = None,
+    args: list[str] | None = None,
 ) -> RouterUnderTest:
     """``warmstart router`` as its own process, fed by a config file and a backends file.
 
     ``source``: run the router from this ``operator`` directory (an older commit, for a
-    before/after comparison in one run) instead of the installed package.
+    before/after comparison in one run) instead of the installed package. ``args``: more flags
+    (e.g. the peer sync's, :func:`sync_args`).
     """
     from warmstart.api.routers import RouterConfig
 
@@ -240,6 +242,7 @@ async def start_warmstart(
             "0.2",
             "--log-level",
             "WARNING",
+            *(args or []),
         ],
         logs,
         env,
@@ -255,6 +258,19 @@ async def start_warmstart(
     )
     await wait_http(session, router.url + "/ready", proc)
     return router
+
+
+def sync_args(copies: int, logs: Path) -> list[list[str]]:
+    """The flags of ``copies`` router processes that share their picks: one key, one peers file, a sync port each."""
+    ports = [free_port() for _ in range(copies)]
+    workdir = logs / f"sync-{ports[0]}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    key = workdir / "key"
+    key.write_bytes(os.urandom(32).hex().encode())
+    peers = workdir / "peers"
+    peers.write_text("".join(f"tcp://{HOST}:{port}\n" for port in ports))
+    common = ["--sync-key-file", str(key), "--peers-file", str(peers), "--sync-advertise", HOST]
+    return [["--sync-port", str(port), *common] for port in ports]
 
 
 def checkout(ref: str, into: Path) -> Path:

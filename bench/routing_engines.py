@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -46,7 +47,8 @@ import routing
 from warmstart.sim import tinytokenizer, workloads
 
 FLEET = routing.FLEET
-KINDS = ("events", "text", "sglang")
+#: "-sync": the router processes share their picks and in-flight counts (peer sync; docs/router.md)
+KINDS = ("events", "text", "sglang", "events-sync", "text-sync")
 
 
 def router_config(kind: str, cfg: dict[str, Any], copies: int) -> dict[str, Any]:
@@ -75,12 +77,18 @@ async def start(
             target.peers.append(await fleets.start_sglang(session, "cache_aware", urls, logs))
     else:
         strategy = "random" if kind == "random" else "prefixaware"
-        extra = router_config(kind, cfg, copies)
-        target = await fleets.start_warmstart(session, strategy, urls, logs, extra)
-        for _ in range(copies - 1):
-            target.peers.append(await fleets.start_warmstart(session, strategy, urls, logs, extra))
+        base = kind.removesuffix("-sync")
+        extra = router_config(base, cfg, copies)
+        flags: list[list[str]] = (
+            fleets.sync_args(copies, logs) if kind.endswith("-sync") and copies > 1 else [[] for _ in range(copies)]
+        )
+        target = await fleets.start_warmstart(session, strategy, urls, logs, extra, args=flags[0])
+        for more in flags[1:]:
+            target.peers.append(await fleets.start_warmstart(session, strategy, urls, logs, extra, args=more))
     target.label = f"{kind} x{copies}"
-    if kind == "events":
+    if kind.endswith("-sync"):
+        await asyncio.sleep(1.0)  # the peers' first heartbeats: every router has heard from every other
+    if kind.startswith("events"):
         await asyncio.sleep(0.5)  # subscriptions reach the publishers
     return target
 
@@ -206,6 +214,91 @@ def goals(summary: dict[str, Any], counts: list[int], cpu: dict[str, float]) -> 
     return lines
 
 
+async def sync_cost(session: aiohttp.ClientSession, target: fleets.RouterUnderTest) -> dict[str, float]:
+    """The peer sync's CPU over every router process of ``target``, per request they routed (their own metrics)."""
+    cpu = requests = dropped = 0.0
+    for member in target.members:
+        async with session.get(member.internals + "/metrics") as response:
+            text = await response.text()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "warmstart_router_peer_sync_cpu_seconds_total":
+                    cpu += sample.value
+                elif sample.name == "warmstart_router_requests_total":
+                    requests += sample.value
+                elif sample.name == "warmstart_router_peer_messages_dropped_total":
+                    dropped += sample.value
+    return {
+        "cpu_seconds": cpu,
+        "requests": requests,
+        "dropped": dropped,
+        "cpu_ms_per_request": 1000 * cpu / requests if requests else float("nan"),
+    }
+
+
+def sync_goals(summary: dict[str, Any], counts: list[int], cost: dict[str, dict[str, float]]) -> list[list[str]]:
+    """The peer-sync goals: N synced routers against one router of the same kind, and against SGLang at N."""
+    lines: list[list[str]] = []
+
+    def med(workload: str, label: str, figure: str) -> float:
+        cell = summary.get(workload, {}).get(label)
+        return float(cell[figure]["median"]) if cell else float("nan")
+
+    for base in ("events", "text"):
+        labels = {n: f"{base}-sync x{n}" if n > 1 else f"{base} x1" for n in {1, *counts}}
+        if not any(labels[n] in by for by in summary.values() for n in counts if n > 1):
+            continue
+        for n in (c for c in counts if c > 1):
+            deltas = [med(w, labels[n], "hit_ratio") - med(w, labels[1], "hit_ratio") for w in summary]
+            deltas = [d for d in deltas if d == d]
+            worst = min(deltas, key=lambda d: -abs(d)) if deltas else float("nan")
+            lines.append(
+                [
+                    f"{base}, synced: hit ratio, {n} routers vs 1",
+                    "within 0.01",
+                    f"{worst:+.3f}",
+                    _ok(abs(worst) <= 0.01),
+                ]
+            )
+        for n in counts:
+            high = [med(w, labels[n], "max_mean_share") for w in summary if "@low" not in w]
+            low = [med(w, labels[n], "max_mean_share") for w in summary if "@low" in w]
+            high, low = [x for x in high if x == x], [x for x in low if x == x]
+            if high:
+                lines.append(
+                    [
+                        f"{base}: max/mean share, high load, {n} routers",
+                        "<= 1.2",
+                        f"{max(high):.2f}",
+                        _ok(max(high) <= 1.2),
+                    ]
+                )
+            if low:
+                lines.append(
+                    [
+                        f"{base}: max/mean share, low load, {n} routers",
+                        "<= 1.3",
+                        f"{max(low):.2f}",
+                        _ok(max(low) <= 1.3),
+                    ]
+                )
+            ratios = [med(w, labels[n], "ttft_p99_ms") / med(w, f"sglang x{n}", "ttft_p99_ms") for w in summary]
+            ratios = [r for r in ratios if r == r]
+            if ratios:
+                lines.append(
+                    [
+                        f"{base}: p99 TTFT vs SGLang, {n} routers",
+                        "<= 1.00x",
+                        f"{max(ratios):.2f}x",
+                        _ok(max(ratios) <= 1.0),
+                    ]
+                )
+    for label, cell in sorted(cost.items()):
+        ms = float(cell["median"])
+        lines.append([f"sync CPU per request, {label} (all routers)", "<= 0.05 ms", f"{ms:.4f} ms", _ok(ms <= 0.05)])
+    return lines
+
+
 def _ok(met: bool) -> str:
     return "met" if met else "missed"
 
@@ -230,10 +323,17 @@ async def main_async(args: argparse.Namespace) -> int:
     urls = [f"http://{fleets.HOST}:{base + i}" for i in range(FLEET)]
     if args.no_workloads:
         args.workloads = []
-    targets = [(kind, n) for n in args.counts for kind in args.kinds]
+    # a synced kind stands for its kind at 2+ routers; at 1 router there is nothing to sync
+    targets = [
+        (kind, n)
+        for n in args.counts
+        for kind in args.kinds
+        if not (kind.endswith("-sync") and n == 1) and not (n > 1 and f"{kind}-sync" in args.kinds)
+    ]
     if any(w.startswith("shared_prefix") for w in args.workloads):
         targets.append(("random", 1))
     rows: dict[str, dict[str, list[reporting.Row]]] = {}
+    sync_costs: dict[str, list[float]] = {}
     started = time.monotonic()
     print(f"plan: {json.dumps(cfg)}; targets {targets}; workloads {args.workloads}; runs {args.runs}", flush=True)
     result: dict[str, Any] = {
@@ -258,10 +358,15 @@ async def main_async(args: argparse.Namespace) -> int:
                         target = await start(session, kind, n, urls, cfg, logs)
                         try:
                             row = await routing.run_workload(session, target, workload, cfg, urls, urls)
+                            cost = await sync_cost(session, target) if kind.endswith("-sync") and n > 1 else None
                         finally:
                             target.stop()
                         rows.setdefault(workload, {}).setdefault(target.label, []).append(row)
-                        result["runs"].append({"run": run, "workload": workload, "router": target.label, **_row(row)})
+                        entry = {"run": run, "workload": workload, "router": target.label, **_row(row)}
+                        if cost is not None:
+                            entry["sync"] = cost
+                            sync_costs.setdefault(target.label, []).append(cost["cpu_ms_per_request"])
+                        result["runs"].append(entry)
                         (out / "routing-engines.partial.json").write_text(json.dumps(result, indent=1))
                         print(
                             f"[{time.monotonic() - started:6.0f}s] run {run} {workload:18s} {target.label:10s} "
@@ -291,12 +396,13 @@ async def main_async(args: argparse.Namespace) -> int:
     summary = summarize(rows)
     result.update(
         summary=summary,
+        sync_cpu_ms_per_request={label: median_range(v) for label, v in sync_costs.items()},
         disagreement={k: median_range(v) for k, v in disagree.items()},
         cpu_ms_per_request=cpu,
         seconds=round(time.monotonic() - started),
         load_average_at_end=[round(x, 1) for x in os.getloadavg()],
     )
-    table = goals(summary, args.counts, cpu)
+    table = goals(summary, args.counts, cpu) + sync_goals(summary, args.counts, result["sync_cpu_ms_per_request"])
     result["goals"] = table
     (out / "routing-engines.json").write_text(json.dumps(result, indent=1))
     report = render(summary, result["disagreement"], table)

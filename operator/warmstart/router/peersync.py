@@ -5,8 +5,8 @@ Each router binds a ZMQ PULL socket on the sync port and connects one PUSH socke
 
 - its **picks** as it makes them (the replica and the request's text and token block keys), batched
   for ``flush_seconds`` so that a busy router sends one message for many;
-- its **in-flight counts** per replica, absolute, with every message: a slot taken or freed sends
-  one within ``flush_seconds`` (a lost message is healed by the next);
+- its **in-flight counts** per replica, absolute, with every message: a freed slot sends one within
+  ``settle_seconds`` unless a pick's message goes sooner (a lost message is healed by the next);
 - a **heartbeat** every ``heartbeat_seconds`` when it has nothing else to say.
 
 What it does with a peer's message: it checks it (MAC, shape, replay, rate: :mod:`~.peerwire`,
@@ -55,13 +55,18 @@ class PeerSync:
         *,
         limits: Limits | None = None,
         flush_seconds: float = 0.002,
+        settle_seconds: float = 0.05,
         heartbeat_seconds: float = 0.5,
         metrics: PeerMetrics | None = None,
     ) -> None:
         if len(key) < 16:
             raise ValueError("the sync key must be at least 16 bytes")
         self.router, self.key, self.host, self.port = router, key, host, port
-        self.flush_seconds, self.heartbeat_seconds = flush_seconds, heartbeat_seconds
+        self.flush_seconds, self.settle_seconds, self.heartbeat_seconds = (
+            flush_seconds,
+            settle_seconds,
+            heartbeat_seconds,
+        )
         cap = router.config.max_concurrent_requests
         if limits is None:
             limits = Limits(timeout=max(3.0, 6 * heartbeat_seconds), max_inflight=cap or Limits().max_inflight)
@@ -132,16 +137,30 @@ class PeerSync:
     # --- sending ---------------------------------------------------------------------------------------
 
     def picked(self, replica: str, key: PromptKey) -> None:
-        """The router placed a request on ``replica`` (called from the policy's ``placed``)."""
+        """The router placed a request on ``replica`` (called from the policy's ``placed``): send within
+        ``flush_seconds``."""
         self._picks.append(Pick(replica, key.blocks, key.anchor, key.token_blocks))
-        self.changed()
+        self._schedule(self.flush_seconds)
 
     def changed(self) -> None:
-        """Something to tell (a pick, a slot taken or freed): send within ``flush_seconds``."""
-        if self._flush is None and self._loop is not None:
-            self._flush = self._loop.call_later(self.flush_seconds, self._send)
+        """A slot was freed (or taken): send within ``settle_seconds``, with the next pick's message if sooner."""
+        self._schedule(self.settle_seconds)
+
+    def _schedule(self, delay: float) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        due = loop.time() + delay
+        flush = self._flush
+        if flush is not None:
+            if flush.when() <= due:
+                return
+            flush.cancel()
+        self._flush = loop.call_at(due, self._send)
 
     def _send(self, heartbeat: bool = False) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
         self._flush = None
         started = time.thread_time()
         inflight = {replica.url: replica.inflight for replica in self.router.fleet.replicas() if replica.inflight > 0}
@@ -159,7 +178,7 @@ class PeerSync:
                 self.metrics.unsent.inc()
         self.metrics.sent.inc()
         if self._picks:
-            self.changed()
+            self._schedule(self.flush_seconds)
         self.metrics.cpu.inc(time.thread_time() - started)
 
     async def _beat(self) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import sys
+from array import array
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -38,6 +40,7 @@ MAX_BLOCKS = 4096
 MAX_REPLICAS = 1024
 MAX_URL_CHARS = 256
 _U64 = 2**64
+_SWAP = sys.byteorder != "little"
 
 
 class Reason(str, enum.Enum):
@@ -83,10 +86,29 @@ def mac(key: bytes, payload: bytes) -> bytes:
     return hmac.digest(key, payload, hashlib.sha256)
 
 
+def pack_keys(keys: tuple[int, ...]) -> bytes:
+    """64-bit unsigned keys as little-endian bytes."""
+    packed = array("Q", keys)
+    if _SWAP:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_keys(data: bytes) -> tuple[int, ...]:
+    """The keys :func:`pack_keys` packed; :class:`Rejected` for a length that is not a whole number of keys."""
+    if len(data) % 8 or len(data) > MAX_BLOCKS * 8:
+        raise Rejected(Reason.MALFORMED)
+    packed = array("Q")
+    packed.frombytes(data)
+    if _SWAP:
+        packed.byteswap()
+    return tuple(packed)
+
+
 def encode(message: Message, key: bytes) -> list[bytes]:
     """The two frames of ``message``, authenticated with ``key``."""
     picks = [
-        [p.replica, list(p.blocks), p.anchor, None if p.token_blocks is None else list(p.token_blocks)]
+        [p.replica, pack_keys(p.blocks), p.anchor, None if p.token_blocks is None else pack_keys(p.token_blocks)]
         for p in message.picks
     ]
     payload = msgpack.packb(
@@ -105,7 +127,7 @@ def decode(frames: list[bytes], key: bytes) -> Message:
     if len(tag) != MAC_BYTES or not hmac.compare_digest(mac(key, payload), tag):
         raise Rejected(Reason.FORGED)
     try:
-        fields = msgpack.unpackb(payload, raw=False, strict_map_key=True, max_bin_len=SENDER_BYTES)
+        fields = msgpack.unpackb(payload, raw=False, strict_map_key=True, max_bin_len=MAX_BLOCKS * 8)
         return _message(fields)
     except Rejected:
         raise
@@ -135,11 +157,11 @@ def _pick(item: Any) -> Pick:
     if not isinstance(item, list) or len(item) != 4:
         raise Rejected(Reason.MALFORMED)
     replica, blocks, anchor, token_blocks = item
-    if not _url(replica) or not _keys(blocks) or not (anchor is None or _uint(anchor)):
+    if not _url(replica) or not isinstance(blocks, bytes) or not (anchor is None or _uint(anchor)):
         raise Rejected(Reason.MALFORMED)
-    if token_blocks is not None and not _keys(token_blocks):
+    if token_blocks is not None and not isinstance(token_blocks, bytes):
         raise Rejected(Reason.MALFORMED)
-    return Pick(replica, tuple(blocks), anchor, None if token_blocks is None else tuple(token_blocks))
+    return Pick(replica, unpack_keys(blocks), anchor, None if token_blocks is None else unpack_keys(token_blocks))
 
 
 def _uint(value: Any) -> bool:
@@ -149,6 +171,3 @@ def _uint(value: Any) -> bool:
 def _url(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_URL_CHARS
 
-
-def _keys(value: Any) -> bool:
-    return isinstance(value, list) and len(value) <= MAX_BLOCKS and all(_uint(k) for k in value)
