@@ -6,6 +6,8 @@ CLUSTER_DIR ?= .cluster
 CHAOS_BUDGET ?= 1200
 CHAOS_GROUPS ?= preload,router,operator,peering,realnode,nodes,controlplane
 REAL_NODES ?= 0
+# make test's parallel pytest-xdist workers (0: one process); each worker that runs a cluster test starts its own
+TEST_WORKERS ?= 3
 
 .PHONY: demo test test-engine test-unit status-snapshots docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
@@ -21,11 +23,12 @@ demo: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
 	$(BIN)/warmstart demo --dir $(CLUSTER_DIR) $(DEMO_ARGS)
 
-## test: every test (unit, real-control-plane integration, e2e, the real engine last: its first compile is long);
-## reuses a running cluster if WARMSTART_KUBECONFIG is set
+## test: every test (unit, real-control-plane integration, e2e), in TEST_WORKERS parallel workers: the tests of one
+## cluster module on one worker, every real-node test on one (the real engine's last: its first compile is long), the
+## KEDA test last; the first worker reuses a running cluster if WARMSTART_KUBECONFIG is set, the others start their own
 test: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 ## test-engine: only the real llama.cpp engine on the real node (compiles the engine image first: long on a cold machine)
 test-engine: $(BIN)/warmstart

@@ -20,7 +20,14 @@ nodes plus one REAL kubelet node (containerd + runc: images are pulled, containe
 registry and an S3 server (versitygw). It is separate so that pods of the kwok-only tests, some of
 which have no node selector, never land on a real node. A host runs one such cluster at a time; it
 starts on first use (~30 s) and stops at the end of the session, restoring the host. Nothing about
-it is skipped: if the real node cannot start, the tests that need it fail with the reason.
+it is skipped: if the real node cannot start, the tests that need it fail with the reason. Before its first
+real-node test a session takes the host's real-node lock (:mod:`realnodelock`), which other sessions' real nodes
+take too.
+
+Run in parallel (``make test``: pytest-xdist, ``--dist loadgroup``), each worker is a session of its own: a worker
+that runs a cluster test starts its own cluster (the first worker reuses ``WARMSTART_KUBECONFIG``), since some tests
+restart the control plane or install cluster-wide CRDs. The tests of one cluster module form one group (its module
+fixtures start once); every real-node test is in one group, so one worker runs the host's single real node.
 """
 
 from __future__ import annotations
@@ -35,16 +42,50 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+import realnodelock
 from warmstart.localcluster import building, running, versions
 
+#: the xdist group of every real-node test: one worker runs them all, as the host runs one real node
+REAL_NODE_GROUP = "realnode"
+#: a test that waits for CI's background build (KEDA, the engine image) may wait this long, on top of its own time
+BUILD_WAIT_SECONDS = 2700
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that need a slow build run last, the llama.cpp engine's after KEDA's: each build (~12 min cold) then
-    overlaps the rest of the suite when CI starts it in the background (.ci/run); the tests wait for it through the
-    build lock."""
-    items.sort(
-        key=lambda item: (item.get_closest_marker("engine") is not None, item.get_closest_marker("keda") is not None)
+
+def _order(item: pytest.Item) -> tuple[bool, bool, bool, bool]:
+    """Where a test runs: the real-node group first (the longest: a worker starts on it at once), the llama.cpp
+    engine's tests last within it; then the other cluster tests; then the rest; the KEDA test last of all."""
+    return (
+        item.get_closest_marker("keda") is not None,
+        item.get_closest_marker("cluster") is None,
+        item.get_closest_marker("realnode") is None,
+        item.get_closest_marker("engine") is not None,
     )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the tests (:func:`_order`) and group them for ``--dist loadgroup``: each cluster module is one group and
+    every real-node test is in one; a test that waits for a slow build (~12 min and more cold) gets time for it.
+
+    CI builds KEDA and the engine image in the background (.ci/run): the tests that need them run last, and wait
+    for them through the build lock."""
+    items.sort(key=_order)
+    for item in items:
+        if item.get_closest_marker("realnode"):
+            item.add_marker(pytest.mark.xdist_group(REAL_NODE_GROUP))
+        elif item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        if item.get_closest_marker("keda") or item.get_closest_marker("engine"):
+            timeout = item.get_closest_marker("timeout")
+            own = float(timeout.args[0]) if timeout and timeout.args else float(item.config.getini("timeout") or 0)
+            item.add_marker(pytest.mark.timeout(max(own, BUILD_WAIT_SECONDS)), append=False)
+
+
+def _reused_kubeconfig() -> str | None:
+    """``WARMSTART_KUBECONFIG``, for a session that runs alone or the first of pytest-xdist's workers (``gw0``)."""
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return None
+    return os.environ.get("WARMSTART_KUBECONFIG") or None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -53,7 +94,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if session.config.option.collectonly:
         return
     wanted: tuple[versions.Build, ...] = ()
-    if any(item.get_closest_marker("cluster") for item in session.items) and not os.environ.get("WARMSTART_KUBECONFIG"):
+    if any(item.get_closest_marker("cluster") for item in session.items) and not _reused_kubeconfig():
         wanted += versions.CONTROL_PLANE
     if any(item.get_closest_marker("realnode") for item in session.items) and not os.environ.get(REAL_KUBECONFIG):
         wanted += tuple(build for build in versions.CONTROL_PLANE + versions.REAL_NODES if build not in wanted)
@@ -64,10 +105,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         building.ensure(wanted)
 
 
+@pytest.hookimpl(tryfirst=True, wrapper=True)  # before pytest-timeout starts the test's clock: waiting is no test time
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A real-node test first takes the host's real-node lock (kept to the session's end), unless it reuses a
+    running real-node cluster (``WARMSTART_REAL_KUBECONFIG``)."""
+    if item.get_closest_marker("realnode") and not os.environ.get(REAL_KUBECONFIG):
+        REAL_NODE_LOCK.take()
+    return (yield)
+
+
+def pytest_sessionfinish() -> None:
+    """The session's real-node cluster stopped with its fixtures: the host's real node is free again."""
+    REAL_NODE_LOCK.release()
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[running.Cluster]:
-    """The running local cluster (``.kubeconfig``, ``.dir``, ``.server``)."""
-    reused = os.environ.get("WARMSTART_KUBECONFIG")
+    """The running local cluster (``.kubeconfig``, ``.dir``, ``.server``): ``WARMSTART_KUBECONFIG``'s when set (in a
+    parallel run, for the first worker only), otherwise one this session starts and stops."""
+    reused = _reused_kubeconfig()
     if reused:
         kubeconfig = pathlib.Path(reused).resolve()
         server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
@@ -82,6 +138,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[running.Cluste
 
 
 REAL_KUBECONFIG = "WARMSTART_REAL_KUBECONFIG"
+REAL_NODE_LOCK = realnodelock.RealNodeLock()
 
 
 #: starts of the real-node cluster before the session gives up (running.up stops what it started on failure)
