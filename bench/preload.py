@@ -8,9 +8,10 @@ checksums as S3 gives new objects. Against each server, into the same disk:
 
   1. `warmstart preload` (its own process; parallel ranged GETs, verification, fsync, atomic publish);
   2. boto3 `download_file` called sequentially per object, with fsync (the naive baseline, boto3 defaults);
-  3. a preload killed -9 once 10%, 25%, 50% and 75% of the bytes are on disk (`--kill-points`), each followed by
-     the resume, timed against the clean run next to (1 - the fraction on disk), the median of `--resume-repeats`
-     trials with the spread and the load average (`preload_resume.py`).
+  3. a preload killed -9 at 10%, 25%, 40%, 50% and 75% of the clean run's time (`--kill-points`), each followed
+     by the resume, timed against the clean run next to (1 - the fraction on disk at the kill), with the bytes it
+     kept and its fetch throughput, the median of `--resume-repeats` trials with the spread and the load average
+     (`preload_resume.py`).
 
 Then a plain local copy with fsync (the loopback/disk limit), both in the kernel (`copy_file_range`, what
 `shutil.copyfile` does) and through user space (read into a buffer, `pwrite`: the best any downloader can do),
@@ -19,7 +20,7 @@ and `--if-missing` on a complete cache and on a synthetic 100 GB one. Servers' C
 reported, so a reader can tell when the server, not the client, is the bottleneck. Everything written is removed.
 
     .venv/bin/python bench/preload.py [--shard-mb 300] [--shards 3] [--servers moto,versitygw,file-s3,file-s3-crc64]
-        [--resume-only] [--kill-points 0.1,0.25,0.5,0.75] [--resume-repeats N] [--json bench/results/<date>-x.json]
+        [--resume-only] [--kill-points 0.1,0.25,0.4,0.5,0.75] [--resume-repeats N] [--json bench/results/<date>-x.json]
 """
 
 from __future__ import annotations
@@ -182,11 +183,19 @@ def run_preload(
     env: dict[str, str], bucket: str, root: Path, key: str, args: list[str], workdir: Path
 ) -> dict[str, Any]:
     tlog = workdir / f"tlog-{key}"
+    t0 = time.monotonic()
     proc = subprocess.run(preload_argv(bucket, root, key, tlog, args), env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
     result = json.loads(tlog.read_text())
     if proc.returncode != 0:
         raise RuntimeError(f"preload failed: {result}\n{proc.stderr[-2000:]}")
-    return {"reported_seconds": result["seconds"], "reason": result["reason"], "message": result["message"]}
+    return {
+        "reported_seconds": result["seconds"],
+        "process_wall_seconds": round(wall, 3),
+        "reason": result["reason"],
+        "kept": result.get("kept", 0),
+        "message": result["message"],
+    }
 
 
 BASELINE = """
@@ -373,7 +382,11 @@ def compare(
     if not args.resume_only:
         runs.append(median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline, repeats))
         shutil.rmtree(baseline_dir)
-    clean = runs[0]["reported_seconds"]
+    clean = {
+        "reported": runs[0]["reported_seconds"],
+        "wall": runs[0]["process_wall_seconds"],
+        "fetch_rate": preload_resume.fetch_rate(runs[0]["message"]) or 0.0,
+    }
     weights = root / "warmstart" / "keys"
     points = preload_resume.trials(
         [float(f) for f in args.kill_points.split(",") if f],
@@ -385,9 +398,16 @@ def compare(
         key,
         total,
         lambda: run_preload(env, "bench", root, key, flags, workdir),
+        args.concurrency,
         args.settle_after_kill,
     )
-    return runs, {"clean_seconds": clean, "clean_runs": runs[0]["all_seconds"], "kill_points": points}
+    summary = {
+        "clean_seconds": clean["reported"],
+        "clean_wall_seconds": clean["wall"],
+        "clean_fetch_mib_s": round(clean["fetch_rate"] / MIB, 1),
+        "clean_runs": runs[0]["all_seconds"],
+    }
+    return runs, {**summary, "kill_points": points}
 
 
 def median(label: str, server_cpu: Any, fn: Any, repeats: int) -> dict[str, Any]:
@@ -432,7 +452,9 @@ def main() -> int:
         "--moto-repeats", type=int, default=1, help="runs per method against moto (its baseline takes minutes)"
     )
     p.add_argument(
-        "--kill-points", default="0.1,0.25,0.5,0.75", help="fractions on disk at which a run is killed ('': none)"
+        "--kill-points",
+        default="0.1,0.25,0.4,0.5,0.75",
+        help="fractions of the clean run's time at which a run is killed ('': none)",
     )
     p.add_argument("--resume-repeats", type=int, default=0, help="trials per kill point (default: --repeats)")
     p.add_argument(

@@ -73,7 +73,8 @@ class CorruptingProxy:
     `etags` maps real ETags to others that the proxy shows instead (headers and listings; If-Match is mapped
     back): how an object looks when S3 encrypted it with SSE-KMS or SSE-C, whose ETag is not the content's MD5.
 
-    `served` counts the body bytes of object GETs per path. With `hold_after` N, object GETs after the first N
+    `served` counts the body bytes of object GETs per path; `ranges` lists each object GET's path and Range header, in
+    the order they arrived. With `hold_after` N, object GETs after the first N
     wait (unanswered) until `stop`: the client is frozen at a known point, e.g. to be killed there. With
     `partial_bytes` P as well, GET N+1 gets its head and the first P bytes of its body before it waits."""
 
@@ -89,6 +90,7 @@ class CorruptingProxy:
         self.corrupt_paths = corrupt_paths
         self.etags = dict(etags or {})
         self.served: dict[str, int] = {}
+        self.ranges: list[tuple[str, str]] = []
         self.object_gets = 0
         self.hold_after = hold_after
         self.partial_bytes = partial_bytes
@@ -111,6 +113,7 @@ class CorruptingProxy:
                 if is_object_get:
                     with proxy.lock:
                         proxy.object_gets += 1
+                        proxy.ranges.append((path, self.headers.get("Range") or ""))
                         held = proxy.hold_after is not None and proxy.object_gets > proxy.hold_after
                         partial = held and proxy.partial_bytes > 0 and proxy.object_gets == proxy.hold_after + 1
                     if held and not partial:

@@ -215,18 +215,22 @@ def test_a_part_killed_mid_way_resumes_from_its_durable_prefix(
     assert tree_digests(cache_dir(root, "p")) == digests(model)
 
 
-def test_prefix_records_are_parsed_strictly_and_a_damaged_prefix_is_dropped(tmp_path: Path) -> None:
+def test_span_records_are_parsed_strictly_and_a_damaged_span_is_dropped(tmp_path: Path) -> None:
     header = partjournal.Header({"size": 3 * PART, "etag": "x-3"}, PART, ("CRC64NVME",))
     lines = [
         json.dumps(header.to_json()),
         '{"i": 1, "n": 1000, "p": "aa"}',
-        '{"i": 1, "n": 2000, "p": "bb"}',  # the longest prefix of a part wins
-        f'{{"i": 2, "n": {PART}, "p": "cc"}}',  # a whole part is not a prefix
+        '{"i": 1, "n": 2000, "p": "bb"}',  # the longest span at an offset wins
+        '{"i": 1, "o": 1500, "n": 100, "p": "ee"}',  # overlaps the span before it: dropped
+        '{"i": 1, "o": 3000, "n": 100, "p": "ff"}',  # a span further into the part
+        f'{{"i": 1, "o": {PART - 10}, "n": 11, "p": "gg"}}',  # past the part's end
+        f'{{"i": 2, "n": {PART}, "p": "cc"}}',  # a span may be the whole part
         '{"i": 0, "n": 0, "p": "dd"}',
         '{"i": 0, "n": 10, "p": 7}',
+        '{"i": 0, "o": -1, "n": 10, "p": "hh"}',
         '{"i": 0, "n": 1',
     ]
-    assert partjournal.parse_prefixes(lines, header) == {1: (2000, "bb")}
+    assert partjournal.parse_spans(lines, header) == {1: [(0, 2000, "bb"), (3000, 100, "ff")], 2: [(0, PART, "cc")]}
     assert partjournal.parse(lines, header) == {}
 
     path = tmp_path / "part"
@@ -234,9 +238,13 @@ def test_prefix_records_are_parsed_strictly_and_a_damaged_prefix_is_dropped(tmp_
     fd = os.open(path, os.O_RDWR)
     try:
         good = partdigests.of_range(fd, PART, 4096, "CRC64NVME")
-        recorded = {1: (4096, good), 2: (4096, partdigests.of_range(fd, 2 * PART, 4096, "CRC64NVME"))}
-        os.pwrite(fd, b"\x00" * 8, 2 * PART + 100)  # part 2's prefix is damaged after it was recorded
-        kept = partjournal.recheck_prefixes(fd, recorded, 3 * PART, PART, "CRC64NVME", partdigests.of_range)
+        inside = partdigests.of_range(fd, PART + 8192, 4096, "CRC64NVME")
+        recorded = {
+            1: [(0, 4096, good), (8192, 4096, inside)],
+            2: [(0, 4096, partdigests.of_range(fd, 2 * PART, 4096, "CRC64NVME"))],
+        }
+        os.pwrite(fd, b"\x00" * 8, 2 * PART + 100)  # part 2's span is damaged after it was recorded
+        kept = partjournal.recheck_spans(fd, recorded, 3 * PART, PART, "CRC64NVME", partdigests.of_range)
     finally:
         os.close(fd)
-    assert kept == {1: (4096, good)}
+    assert kept == {1: [(0, 4096, good), (8192, 4096, inside)]}

@@ -95,9 +95,14 @@ def test_a_staged_file_damaged_between_runs_is_fetched_again(
         f.seek(1234)
         f.write(bytes([byte[0] ^ 0x55]))
 
+    kept = journal_lines(root, "damaged")
+
     code, result = preload(*args, root=root)
 
-    assert (code, result["reason"]) == (0, "Downloaded")
+    assert (code, result["reason"]) == (0, "Downloaded"), result
+    # re-checked while the rest downloaded, found damaged, fetched again: every other whole file stays kept
+    assert f"{kept - 1} kept from an interrupted run" in result["message"], result
+    assert "(1 failed their re-check and were fetched again)" in result["message"], result
     assert tree_digests(cache_dir(root, "damaged")) == digests(files)
 
 

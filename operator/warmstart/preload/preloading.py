@@ -134,7 +134,7 @@ def _download(
 ) -> Result:
     """Resume, check capacity, fetch and publish (under the key's lock, held by `preload`)."""
     staging = store.Staging(lay)
-    kept = _resume(source, staging, listing)
+    kept = _resumable(staging, listing)
     todo = [f for f in listing.files if f not in kept]
     with store.guarded(staging.dir):
         staging.sweep(keep={f.path for f in kept} | {f.path + store.PART_SUFFIX for f in todo})  # parts may resume
@@ -148,7 +148,14 @@ def _download(
         progress.human(capacity.available),
     )
     phases = {"prepare": time.monotonic() - started}
-    fetched, kept_parts = _fetch(source, staging, listing, todo, kept_bytes, progress_interval, phases)
+    fetched, kept_parts, failed = _fetch(source, staging, listing, todo, kept, kept_bytes, progress_interval, phases)
+    if failed:  # kept files that failed their re-check, made during the fetch: fetched again now
+        kept = [f for f in kept if f not in failed]
+        kept_bytes = sum(f.size for f in kept)
+        store.check_capacity(sum(f.size for f in failed), lay.key_dir, statvfs)
+        again, _, _ = _fetch(source, staging, listing, failed, [], kept_bytes, progress_interval, phases)
+        fetched += again
+        todo += failed
     extra: dict[str, Any] = {"seconds": round(time.monotonic() - started, 3)}
     if listing.commit:
         extra["commit"] = listing.commit
@@ -160,6 +167,7 @@ def _download(
     seconds = time.monotonic() - started
     rate = progress.human(fetched / seconds) if seconds > 0 else "-"
     partial = f" with {progress.human(kept_parts)} of the partial files" if kept_parts else ""
+    partial += f" ({len(failed)} failed their re-check and were fetched again)" if failed else ""
     timing = ", ".join(f"{name} {value:.2f}s" for name, value in phases.items())
     return Result(
         Reason.DOWNLOADED,
@@ -173,21 +181,11 @@ def _download(
     )
 
 
-def _resume(source: Source, staging: store.Staging, listing: Listing) -> list[RemoteFile]:
-    """Files an interrupted run already verified, checked again from disk; the others are dropped."""
-    candidates = [f for f in listing.files if staging.journaled(f.path, f.fingerprint())]
-    if not candidates:
-        return []
-    log.info("resuming: re-checking %d files kept from an interrupted run", len(candidates))
-    kept: list[RemoteFile] = []
-    with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS) as pool:
-        checks = {f: pool.submit(source.verifier(f), staging.path(f.path)) for f in candidates}
-        for file, future in checks.items():
-            if future.exception() is None:
-                kept.append(file)
-            else:
-                log.warning("fetching %s again: %s", file.path, future.exception())
-                staging.forget(file.path)
+def _resumable(staging: store.Staging, listing: Listing) -> list[RemoteFile]:
+    """Files an interrupted run verified for this same version and left whole: re-checked during the fetch."""
+    kept = [f for f in listing.files if staging.journaled(f.path, f.fingerprint())]
+    if kept:
+        log.info("resuming: %d files kept from an interrupted run, re-checked while the rest downloads", len(kept))
     return kept
 
 
@@ -206,15 +204,18 @@ def _fetch(
     staging: store.Staging,
     listing: Listing,
     todo: list[RemoteFile],
+    kept: list[RemoteFile],
     kept_bytes: int,
     interval: float,
     phases: dict[str, float],
-) -> tuple[int, int]:
-    """Download `todo` into staging, verifying each file as it lands (while the others still download); the bytes
-    fetched, and those of partial files kept from an interrupted run."""
+) -> tuple[int, int, list[RemoteFile]]:
+    """Download `todo` into staging, verifying each file as it lands (while the others still download), and re-check
+    the `kept` files from disk meanwhile; the bytes fetched, those of partial files kept from an interrupted run,
+    and the kept files that failed their re-check (removed, to be fetched again)."""
     for file in todo:
         staging.make_parent(file.path)
     failures: list[PreloadError] = []
+    failed: list[RemoteFile] = []
     lock = threading.Lock()
     meter = progress.Progress(listing.total_bytes, interval=interval, already=kept_bytes)
 
@@ -227,23 +228,33 @@ def _fetch(
                 failures.append(_classified(exc, file.path))
             staging.forget(file.path)
 
+    def recheck(file: RemoteFile) -> None:
+        try:
+            source.verifier(file)(staging.path(file.path))
+        except Exception as exc:  # noqa: BLE001 - a kept file that no longer checks out is fetched again
+            log.warning("fetching %s again: %s", file.path, exc)
+            staging.forget(file.path)
+            with lock:
+                failed.append(file)
+
     with concurrent.futures.ThreadPoolExecutor(VERIFY_WORKERS, thread_name_prefix="verify") as verifiers, meter:
-        pending: list[concurrent.futures.Future[None]] = []
+        pending = [verifiers.submit(recheck, f) for f in kept]
         mark = time.monotonic()
         try:
-            source.fetch(
-                todo,
-                lambda f: staging.part_path(f.path),
-                meter.add,
-                lambda f: pending.append(verifiers.submit(check, f)),
-                staging.tmp_dir("source"),
-                on_kept=meter.keep,
-            )
-            phases["fetch"] = time.monotonic() - mark
+            if todo:
+                source.fetch(
+                    todo,
+                    lambda f: staging.part_path(f.path),
+                    meter.add,
+                    lambda f: pending.append(verifiers.submit(check, f)),
+                    staging.tmp_dir("source"),
+                    on_kept=meter.keep,
+                )
+            phases["fetch"] = phases.get("fetch", 0.0) + time.monotonic() - mark
         finally:
             mark = time.monotonic()
             concurrent.futures.wait(list(pending))
-            phases["verify tail"] = time.monotonic() - mark
+            phases["verify tail"] = phases.get("verify tail", 0.0) + time.monotonic() - mark
     if failures:
         raise failures[0]
-    return meter.fetched, meter.already - kept_bytes
+    return meter.fetched, meter.already - kept_bytes, failed

@@ -297,15 +297,16 @@ class S3Source:
             jobs.append(
                 s3ranges.Job(file, part_path(file), partjournal.PartJournal(journal_path(journals, file), header))
             )
-        s3ranges.fetch(
-            jobs,
-            self.get_range,
-            self.options.concurrency,
-            on_bytes,
-            lambda file, digests: on_file(file, self._plans[file.ref], digests),
-            lambda e, f: error(e, self.uri(f.ref)),
-            on_kept or on_bytes,
+        how = s3ranges.Fetch(
+            get=self.get_range,
+            concurrency=self.options.concurrency,
+            piece_size=self.options.part_size,
+            on_bytes=on_bytes,
+            on_file=lambda file, digests: on_file(file, self._plans[file.ref], digests),
+            classify=lambda e, f: error(e, self.uri(f.ref)),
+            on_kept=on_kept or on_bytes,
         )
+        s3ranges.fetch(jobs, how)
 
     def _journaled_proof(self, file: RemoteFile, path: str) -> bool:
         """Check a file kept from an interrupted run by its part journal: each part's cheap digest re-read from disk,
