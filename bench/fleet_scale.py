@@ -14,15 +14,19 @@ Measured:
     method (its own counter), per (node + cache);
   - while the fleet warms, every 5 s the probe endpoint's `replicas` flips between 1 and 2: the time until its
     status shows the new generation (`status.observedGeneration`) is what a user waits for.
-  - before the fleet starts, the operator's CPU over a minute with every node Ready and nothing to do: what the
-    nodes alone cost it (their status updates and leases reach its watches); with `--profile`, that minute's
-    samples also go to profile-<size>-idle.txt.
+  - before the fleet starts, the operator's CPU over a minute with every node Ready and nothing to do, next to the
+    node watch events of that minute (bench/idle_minute.py); with `--profile`, that minute's samples also go to
+    profile-<size>-idle.txt;
+  - the operator's CPU from its start until the probe endpoint's first status (its listings and index fill);
+  - the control plane's CPU (etcd, kube-apiserver, controller manager, scheduler) apart from kwok's (the simulated
+    kubelets: leases, pods) and the operator's, and the operator's share of the three.
 With `--profile`, bench/stack_sampler.py samples the operator's on-CPU stacks (20 Hz) into collapsed stacks.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 import threading
@@ -37,7 +41,8 @@ import psutil
 from kubernetes import client
 
 import apicounting
-from scale_fixtures import cleanup, free_port, mdcc, operator_process, scrape_requests
+import idle_minute
+from scale_fixtures import cleanup, delta, free_port, mdcc, operator_process, scrape_requests
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import nodes as kwok_nodes
@@ -46,8 +51,8 @@ from warmstart.render import labels
 IEC_PLURAL = "inferenceendpointconfigs"
 PROBE = "probe"
 PROBE_EVERY_SECONDS = 5.0
-#: how long the operator's CPU is read with every node Ready and nothing else to do
-IDLE_SECONDS = 60.0
+#: the processes of the control plane proper (kwok, the simulated kubelets, is reported apart)
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 #: the chart's defaults that change what the operator does per node (charts/warmstart/values.yaml)
 CHART_SETTINGS = {
     "WARMSTART_CACHE_ACCESS": "csi",
@@ -82,22 +87,46 @@ class FleetFigures:
     idle_cpu_s_per_min: float = 0.0
     #: the same minute in 10-s slices (CPU seconds each)
     idle_cpu_slices_s: list[float] = field(default_factory=list)
+    #: node watch events the API server sent in the idle minute, by type (a watch of the bench's own)
+    idle_node_events: dict[str, int] = field(default_factory=dict)
+    #: node events the operator's informer received in the idle minute, by outcome (changed, unchanged, bookmark)
+    idle_operator_node_events: dict[str, float] = field(default_factory=dict)
+    #: the operator's CPU seconds from its start until the probe endpoint's first status
+    start_cpu_s: float = 0.0
+    #: the controllers' requests by "METHOD resource"
+    controller_requests_by_resource: dict[str, int] = field(default_factory=dict)
     profile: str | None = None
 
     @property
     def requests_per_node_cache(self) -> float:
         return self.server_requests / (self.nodes + self.caches)
 
+    @property
+    def control_plane_cpu_s(self) -> float:
+        return round(sum(v for k, v in self.component_cpu_s.items() if k in CONTROL_PLANE), 1)
+
     def to_json(self) -> dict[str, Any]:
         probes = self.probe_latencies_s
+        kwok = self.component_cpu_s.get("kwok", 0.0)
         return {
             **vars(self),
+            "control_plane_cpu_s": self.control_plane_cpu_s,
+            "operator_share_of_cluster_cpu": round(
+                self.operator_cpu_s / (self.operator_cpu_s + self.control_plane_cpu_s + kwok), 3
+            ),
+            "probe_p99_s": round(percentile(probes, 0.99), 2) if probes else None,
             "requests_per_node_cache": round(self.requests_per_node_cache, 2),
             "controller_requests_total": sum(self.controller_requests.values()),
             "operator_cpu_ms_per_node_cache": round(1000 * self.operator_cpu_s / (self.nodes + self.caches), 2),
             "probe_median_s": round(statistics.median(probes), 2) if probes else None,
             "probe_max_s": round(max(probes), 2) if probes else None,
         }
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile (`fraction` 0.99: the value that 99% of the values do not exceed)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
 def _endpoint(namespace: str, name: str, instance_type: str, cached: bool) -> dict[str, Any]:
@@ -216,9 +245,11 @@ def measure_fleet(
     out: Path,
     *,
     profile: bool = False,
-    deadline_s: float = 1500.0,
+    deadline_s: float | None = None,
 ) -> FleetFigures:
-
+    """One fleet, as the module docstring says; `deadline_s` (default 1,500 s, 0.6 s a node above 2,500 nodes) bounds
+    the wait for every cache to be Ready."""
+    deadline_s = deadline_s if deadline_s is not None else max(1500.0, 0.6 * node_count)
     core, batch, custom = client.CoreV1Api(api), client.BatchV1Api(api), client.CustomObjectsApi(api)
     run = uuid.uuid4().hex[:6]
     namespace = f"bench-{run}"
@@ -233,7 +264,7 @@ def measure_fleet(
         # named before they exist, so that an interrupted run still deletes every node it made
         created = [m["metadata"]["name"] for m in kwok_nodes.manifests_for_spec(mix, prefix=f"f{run}")]
         kwok_nodes.create_nodes(api, mix, prefix=f"f{run}", parallelism=32)
-        wait_until = time.monotonic() + 600
+        wait_until = time.monotonic() + max(600.0, 0.2 * node_count)
         while len(kwok_nodes.ready_nodes(api, created)) < len(created):
             if time.monotonic() > wait_until:
                 raise RuntimeError("kwok nodes did not become Ready")
@@ -249,18 +280,17 @@ def measure_fleet(
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, IEC_PLURAL, _endpoint(namespace, PROBE, types[-1], cached=False)
             )
-            settle_until = time.monotonic() + 120
+            settle_until = time.monotonic() + 300
             while _observed(custom, namespace, PROBE)[1] < 1 and time.monotonic() < settle_until:
                 time.sleep(0.5)
-            idle_before = sum(operator.cpu_times()[:2])
+            start_cpu = sum(operator.cpu_times()[:2])
             stacks_before = _stacks(profile_out) if profile else None
-            slices = []  # CPU seconds per 10-s slice: a steady cost, or the tail of the start-up's work
-            for _ in range(int(IDLE_SECONDS // 10)):
-                slice_start = sum(operator.cpu_times()[:2])
-                time.sleep(10)
-                slices.append(round(sum(operator.cpu_times()[:2]) - slice_start, 2))
-            idle_cpu = sum(operator.cpu_times()[:2]) - idle_before
-            print(f"{size}: idle operator CPU per 10 s: {slices}", flush=True)
+            idle = idle_minute.measure(api, operator, port)
+            print(
+                f"{size}: idle operator CPU per 10 s: {idle.cpu_slices_s}; node events (API server): "
+                f"{idle.node_events}; the operator's informer: {idle.operator_node_events}",
+                flush=True,
+            )
             if stacks_before is not None:  # the idle minute's own samples (the file is written every few seconds)
                 (out / f"profile-{size}-idle.txt").write_text(_stack_lines(_stacks(profile_out) - stacks_before))
             uptime_start = apicounting.uptime()
@@ -269,6 +299,7 @@ def measure_fleet(
             operator_before = sum(operator.cpu_times()[:2])
             server_before = apicounting.server_counts(api, namespace)
             controllers_before = scrape_requests(port)
+            resources_before = scrape_requests(port, ("method", "resource"))
             started = time.time()
             cached_endpoints = endpoint_count - 1
             for i in range(cached_endpoints):
@@ -306,16 +337,13 @@ def measure_fleet(
             operator_cpu = sum(operator.cpu_times()[:2]) - operator_before
             server = apicounting.server_counts(api, namespace).minus(server_before)
             controllers_after = scrape_requests(port)
+            resources_after = scrape_requests(port, ("method", "resource"))
             cpu = apicounting.cpu_delta(apicounting.cpu_seconds(pids), cpu_before)
             bench_cpu = apicounting.tree_cpu_seconds(psutil.Process().pid) - bench_before
             uptime_end = apicounting.uptime()
         jobs_all = batch.list_namespaced_job(namespace, label_selector=labels.MDCC_LABEL).items
         last_done = max(j.status.completion_time.timestamp() for j in jobs_all if j.status.completion_time)
-        controllers = {
-            m: controllers_after.get(m, 0) - controllers_before.get(m, 0)
-            for m in sorted(set(controllers_after) | set(controllers_before))
-            if controllers_after.get(m, 0) - controllers_before.get(m, 0)
-        }
+        controllers = delta(controllers_after, controllers_before)
         assert caches_at is not None
         return FleetFigures(
             nodes=len(created),
@@ -336,8 +364,12 @@ def measure_fleet(
             probe_latencies_s=probes,
             uptime_start=uptime_start,
             uptime_end=uptime_end,
-            idle_cpu_s_per_min=round(idle_cpu * 60 / IDLE_SECONDS, 2),
-            idle_cpu_slices_s=slices,
+            idle_cpu_s_per_min=idle.cpu_s_per_min,
+            idle_cpu_slices_s=idle.cpu_slices_s,
+            idle_node_events=idle.node_events,
+            idle_operator_node_events=idle.operator_node_events,
+            start_cpu_s=round(start_cpu, 1),
+            controller_requests_by_resource=delta(resources_after, resources_before),
             profile=str(profile_out) if profile else None,
         )
     finally:
@@ -354,16 +386,25 @@ def print_fleet(figures: FleetFigures) -> None:
         ("last Job done -> all caches Ready (s)", data["last_job_to_ready_s"]),
         ("operator peak RSS (MB)", data["peak_rss_mb"]),
         ("operator CPU (s)", data["operator_cpu_s"]),
+        ("  its start, until the probe's first status (s)", data["start_cpu_s"]),
         ("  before: CPU (s) per minute, nodes Ready, idle", data["idle_cpu_s_per_min"]),
+        ("    node events in that minute (API server)", json.dumps(data["idle_node_events"])),
+        ("    node events the informer got, by outcome", json.dumps(data["idle_operator_node_events"])),
         ("operator CPU per (node + cache) (ms)", data["operator_cpu_ms_per_node_cache"]),
         ("API requests, all (API server's count)", data["server_requests"]),
         ("API requests per (node + cache)", data["requests_per_node_cache"]),
         ("  of which the controllers' (by method)", json.dumps(data["controller_requests"])),
         ("  rejected by the API server (429)", data["server_rejected"]),
         ("  queued in the API server (s, sum)", data["server_queue_wait_s"]),
-        ("probe endpoint change -> status (s, median/max)", f"{data['probe_median_s']} / {data['probe_max_s']}"),
+        (
+            "probe endpoint change -> status (s, median/p99/max)",
+            f"{data['probe_median_s']} / {data['probe_p99_s']} / {data['probe_max_s']}",
+        ),
         ("  probes", len(figures.probe_latencies_s)),
+        ("  the controllers' GETs by resource", json.dumps(_gets(figures.controller_requests_by_resource))),
         ("CPU (s) over the same span", json.dumps(data["component_cpu_s"])),
+        ("  control plane (etcd, apiserver, KCM, scheduler)", data["control_plane_cpu_s"]),
+        ("  operator's share (operator / +control plane +kwok)", data["operator_share_of_cluster_cpu"]),
         ("  the bench itself", data["bench_cpu_s"]),
         ("uptime at start", figures.uptime_start),
         ("uptime at end", figures.uptime_end),
@@ -371,6 +412,10 @@ def print_fleet(figures: FleetFigures) -> None:
     print(f"fleet: {figures.nodes} nodes, {figures.caches} caches, {figures.endpoints} endpoints")
     for label, value in rows:
         print(f"  {label:48} {value}", flush=True)
+
+
+def _gets(by_resource: dict[str, int]) -> dict[str, int]:
+    return {key.split(" ", 1)[1]: n for key, n in by_resource.items() if key.startswith("GET ")}
 
 
 def summarize_profile(raw: str, top: int = 30) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:

@@ -20,10 +20,14 @@ is printed next to the figures.
     .venv/bin/python bench/operator_scale.py --sizes 500x50
     .venv/bin/python bench/operator_scale.py --sizes '' --warmup 500 --half-deadline 480
     nice .venv/bin/python bench/operator_scale.py --sizes '' --fleet 500x50x25,2000x200x100 --profile
+    .venv/bin/python bench/operator_scale.py --sizes '' --fleet 500,5000 --results operator-scale-5000
 
 With --fleet NODESxCACHESxENDPOINTS it creates nodes, caches and endpoints at once with the chart's settings and
 counts everything (bench/fleet_scale.py): the operator's CPU seconds and every API request it made (counted by the
-API server), the control plane's CPU seconds, and how long an unrelated endpoint's change waits while the fleet warms.
+API server), the control plane's CPU seconds (apart from kwok's and the operator's), and how long an unrelated
+endpoint's change waits while the fleet warms. The named sizes (`--fleet 500,2000,5000`) keep one endpoint per 20
+nodes and one cache per 10: 5,000 nodes, 500 caches and 250 endpoints is the largest, with the chart's default
+preload throttle.
 
 Afterwards it stops the operator, strips finalizers, deletes the namespace and the nodes. SIGTERM and Ctrl-C stop
 the run the same way and stop the cluster the bench started.
@@ -61,6 +65,18 @@ import provenance
 from scale_fixtures import cleanup, free_port, mdcc, operator_process, scrape_requests
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+#: the named fleet sizes: nodes, caches, endpoints
+FLEETS = {"500": (500, 50, 25), "2000": (2000, 200, 100), "5000": (5000, 500, 250)}
+
+
+def fleet_size(text: str) -> tuple[int, int, int]:
+    """A --fleet item: a named size (500, 2000, 5000) or NODESxCACHESxENDPOINTS."""
+    if text in FLEETS:
+        return FLEETS[text]
+    nodes, caches, endpoints = (int(x) for x in text.split("x"))
+    return nodes, caches, endpoints
 
 
 @dataclass
@@ -395,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         "--fleet",
         default="",
         metavar="NxCxE",
-        help="comma-separated NODESxCACHESxENDPOINTS fleets created at once (bench/fleet_scale.py)",
+        help="comma-separated NODESxCACHESxENDPOINTS or named sizes (500, 2000, 5000) of fleets created at once "
+        "(bench/fleet_scale.py)",
     )
     parser.add_argument(
         "--profile",
@@ -418,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Figures] = []
     warmed: list[Warmup] = []
     fleets: list[fleet_scale.FleetFigures] = []
-    fleet_sizes = [tuple(int(x) for x in size.split("x")) for size in args.fleet.split(",") if size]
+    fleet_sizes = [fleet_size(size) for size in args.fleet.split(",") if size]
     with cluster_kubeconfig() as kubeconfig:
         install_crds(kubeconfig)
         api = config.new_client_from_config(config_file=kubeconfig)
@@ -467,9 +484,14 @@ def main(argv: list[str] | None = None) -> int:
     if len(fleets) >= 2:
         first, last = fleets[0], fleets[-1]
         grew = (last.nodes + last.caches) / (first.nodes + first.caches)
+        cpu_ratio = (last.operator_cpu_s / (last.nodes + last.caches)) / (
+            first.operator_cpu_s / (first.nodes + first.caches)
+        )
         print(
             f"fleet: requests grew {last.server_requests / first.server_requests:.2f}x and the operator's CPU "
-            f"{last.operator_cpu_s / first.operator_cpu_s:.2f}x for {grew:.2f}x nodes + caches"
+            f"{last.operator_cpu_s / first.operator_cpu_s:.2f}x for {grew:.2f}x nodes + caches; per (node + cache): "
+            f"requests {last.requests_per_node_cache / first.requests_per_node_cache:.2f}x, operator CPU "
+            f"{cpu_ratio:.2f}x"
         )
     return 0
 

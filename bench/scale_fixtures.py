@@ -41,14 +41,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def scrape_requests(port: int) -> dict[str, int]:
+def scrape(port: int, metric: str, labels: tuple[str, ...]) -> dict[str, float]:
+    """A counter of the operator's /metrics summed by `labels` (joined with a space), e.g. ("method",)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    found: dict[str, int] = {}
+    found: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("warmstart_api_requests_total{"):
-            method = line.split('method="', 1)[1].split('"', 1)[0]
-            found[method] = int(float(line.rsplit(" ", 1)[1]))
+        if line.startswith(metric + "{"):
+            key = " ".join(line.split(f'{label}="', 1)[1].split('"', 1)[0] for label in labels)
+            found[key] = found.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
     return found
+
+
+def scrape_requests(port: int, by: tuple[str, ...] = ("method",)) -> dict[str, int]:
+    """The operator's controllers' API requests so far, by method (or by `by`: ("method", "resource"))."""
+    return {key: int(value) for key, value in scrape(port, "warmstart_api_requests_total", by).items()}
+
+
+def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """after - before, per key, without the keys that did not move."""
+    moved = {key: after.get(key, 0) - before.get(key, 0) for key in sorted(set(after) | set(before))}
+    return {key: value for key, value in moved.items() if value}
 
 
 @contextlib.contextmanager

@@ -9,8 +9,9 @@ from kopf._cogs.structs import references
 from warmstart.controllers import discovery, running
 from warmstart.controllers.settings import OperatorSettings
 
-#: resources the operator's handlers must watch or index (a subset: enough that an empty read cannot pass)
-EXPECTED = {"inferenceendpointconfigs", "jumpstartmodels", "modeldatacacheconfigs", "modelimagecaches", "jobs", "nodes"}
+#: resources the operator's handlers must watch or index (a subset: enough that an empty read cannot pass; nodes are
+#: read by the operator's own informer, controllers/node_watching.py, not by kopf)
+EXPECTED = {"inferenceendpointconfigs", "jumpstartmodels", "modeldatacacheconfigs", "modelimagecaches", "jobs", "pods"}
 
 
 def _name(selector: references.Selector) -> str:

@@ -10,8 +10,7 @@ from typing import Any
 
 from warmstart.api import nodelabels
 from warmstart.api.statuses import WarmPlacement
-from warmstart.controllers import deployment_index, sharing
-from warmstart.controllers.nodes import all_nodes
+from warmstart.controllers import deployment_index, nodes, sharing
 from warmstart.controllers.nodes import lookup as lookup_node
 from warmstart.controllers.storage import Store
 from warmstart.render import pickers, router, services
@@ -84,8 +83,7 @@ def warm_nodes(endpoint: Endpoint, wkey: str, indexes: Mapping[str, Any]) -> lis
     """Nodes labelled ready for the endpoint's weights cache (the router's warmNodes); None without the cache."""
     if not endpoint.weights_enabled:
         return None
-    label = nodelabels.weights_ready_label(wkey)
-    return sorted(n.name for n in all_nodes(indexes["node_facts"]) if n.labels.get(label) == nodelabels.READY)
+    return nodes.ready_labelled(indexes[nodes.NODES_BY_READY_LABEL], nodelabels.weights_ready_label(wkey))
 
 
 def serving_weights_key(deployment: Mapping[str, Any] | None) -> str | None:

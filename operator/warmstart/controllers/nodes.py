@@ -1,4 +1,8 @@
-"""In-memory indexes of nodes (labels, annotations, readiness; names by instance type), kept by kopf from one watch.
+"""What the controllers know of a node (`NodeFacts`), and how they query the node indexes.
+
+The indexes (nodes by name, names by instance type, names by cache-ready label) are kept by one informer of the
+operator's own (controllers/node_watching.py), not by kopf, and reach the handlers among kopf's indexes, under the
+names below, in the shape of a kopf index (key -> a collection of values).
 
 A cache that targets instance types (every cache an endpoint makes does) looks up its candidate nodes by instance
 type, so one reconcile reads its own nodes, not the fleet's: the operator's work grows with nodes + caches, not with
@@ -7,15 +11,18 @@ their product.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import kopf
-
-from warmstart.api.nodelabels import INSTANCE_TYPE
+from warmstart.api.nodelabels import CACHE_PREFIX, INSTANCE_TYPE, READY
 from warmstart.api.scheduling import NodeAffinity, NodeSelectorOperator
-from warmstart.controllers.settings import OperatorSettings
+
+#: the handlers' names of the node indexes: name -> (facts,); instance type -> names; cache-ready label -> names
+NODE_FACTS = "node_facts"
+NODES_BY_INSTANCE_TYPE = "nodes_by_instance_type"
+NODES_BY_READY_LABEL = "nodes_by_ready_label"
 
 
 @dataclass(frozen=True)
@@ -33,21 +40,26 @@ class NodeFacts:
     ready: str | None = "True"
 
 
+def facts_of(body: Mapping[str, Any]) -> NodeFacts:
+    """A node's facts from its body as the API server returns it (pure)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return NodeFacts(
+        name=str(meta.get("name", "")),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        unschedulable=bool(spec.get("unschedulable")),
+        deleting=meta.get("deletionTimestamp") is not None,
+        taints=tuple(dict(t) for t in spec.get("taints") or []),
+        ready=_ready(body),
+    )
+
+
 def node_facts(
     name: str, labels: Mapping[str, str], annotations: Mapping[str, str], body: Any, **_: Any
 ) -> dict[str, NodeFacts]:
-    """Index nodes by name."""
-    return {
-        name: NodeFacts(
-            name=name,
-            labels=dict(labels),
-            annotations=dict(annotations),
-            unschedulable=bool(body.get("spec", {}).get("unschedulable")),
-            deleting=body.get("metadata", {}).get("deletionTimestamp") is not None,
-            taints=tuple(dict(t) for t in body.get("spec", {}).get("taints") or []),
-            ready=_ready(body),
-        )
-    }
+    """One node's entry in the index by name (kopf's index-handler arguments)."""
+    return {name: dataclasses.replace(facts_of(body), name=name, labels=dict(labels), annotations=dict(annotations))}
 
 
 def _ready(body: Any) -> str | None:
@@ -63,6 +75,18 @@ def all_nodes(index: Mapping[str, Any]) -> Iterator[NodeFacts]:
         for facts in store:
             if isinstance(facts, NodeFacts) and not facts.deleting:
                 yield facts
+
+
+def ready_labels(facts: NodeFacts) -> frozenset[str]:
+    """The node's cache labels whose value says the cache is complete there (none while the node is deleted)."""
+    if facts.deleting:
+        return frozenset()
+    return frozenset(k for k, v in facts.labels.items() if v == READY and k.startswith(CACHE_PREFIX + "/"))
+
+
+def ready_labelled(label_index: Mapping[str, Any], label: str) -> list[str]:
+    """The live nodes labelled `label` = ready, from the `nodes_by_ready_label` index, sorted."""
+    return sorted(_values(label_index, label))
 
 
 def nodes_by_instance_type(name: str, labels: Mapping[str, str], **_: Any) -> dict[str, str]:
@@ -124,10 +148,3 @@ def _values(index: Mapping[Any, Any], key: Any) -> list[Any]:
         return list(index[key])
     except KeyError:
         return []
-
-
-def register(registry: kopf.OperatorRegistry, settings: OperatorSettings) -> None:
-    """Register the node indexes."""
-    del settings
-    kopf.index("", "v1", "nodes", registry=registry)(node_facts)
-    kopf.index("", "v1", "nodes", registry=registry)(nodes_by_instance_type)

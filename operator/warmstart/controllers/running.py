@@ -25,7 +25,7 @@ from warmstart.controllers import (
     images,
     kopf_relisting,
     kopf_tuning,
-    nodes,
+    node_watching,
     sharing,
     waking,
     weights,
@@ -36,7 +36,6 @@ from warmstart.controllers.storage import Store, load_api_client
 
 #: what registers this operator's indexes and handlers, in this order
 REGISTRARS = (
-    nodes.register,
     sharing.register,
     endpoints.register,
     weights.register,
@@ -150,6 +149,14 @@ async def _serve_once(
     operator_registry = registry(settings)
     indexers = kopf_indexing.OperatorIndexers()
     kopf_relisting.activate(kopf_relisting.Relisting(operator_registry, indexers))
+    informer = node_watching.NodeInformer(api)
+    informer.start()
+    node_watching.expose(informer, indexers)
+    # the nodes are listed once, before any handler runs (kopf's own indexes are waited for by kopf)
+    while not await asyncio.to_thread(informer.wait_synced, 1.0):
+        if stop.is_set():
+            informer.stop()
+            return []
     insights = kopf_references.Insights()
     halt = asyncio.Event()
     missing: list[str] = []
@@ -192,6 +199,7 @@ async def _serve_once(
     finally:
         for helper in helpers:
             helper.cancel()
+        await asyncio.to_thread(informer.stop)
     return missing
 
 

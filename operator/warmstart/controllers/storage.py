@@ -18,7 +18,9 @@ from prometheus_client import Counter
 FIELD_MANAGER = "warmstart"
 
 API_REQUESTS = Counter(
-    "warmstart_api_requests", "Kubernetes API requests made by the operator's controllers", ["method"]
+    "warmstart_api_requests",
+    "Kubernetes API requests made by the operator's controllers, by method and resource (pods, pods/log, ...)",
+    ["method", "resource"],
 )
 
 Manifest = dict[str, Any]
@@ -99,11 +101,22 @@ def object_path(api_version: str, kind: str, name: str, namespace: str | None = 
     return f"{collection_path(api_version, kind, namespace)}/{name}"
 
 
+def resource_of(path: str) -> str:
+    """The resource (and subresource) a request path names: `/api/v1/namespaces/n/pods/p/log` -> `pods/log`."""
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]  # /api/v1, /apis/group/version
+    if len(parts) >= 2 and parts[0] == "namespaces":
+        parts = parts[2:] or ["namespaces"]
+    if not parts:
+        return ""
+    return f"{parts[0]}/{parts[2]}" if len(parts) >= 3 else parts[0]
+
+
 class CountingApiClient(client.ApiClient):  # type: ignore[misc]
     """An ApiClient that counts every request it makes."""
 
     def call_api(self, resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        API_REQUESTS.labels(method=method).inc()
+        API_REQUESTS.labels(method=method, resource=resource_of(resource_path)).inc()
         return super().call_api(resource_path, method, *args, **kwargs)
 
 
