@@ -216,7 +216,7 @@ def goals(summary: dict[str, Any], counts: list[int], cpu: dict[str, float]) -> 
 
 async def sync_cost(session: aiohttp.ClientSession, target: fleets.RouterUnderTest) -> dict[str, float]:
     """The peer sync's CPU over every router process of ``target``, per request they routed (their own metrics)."""
-    cpu = requests = dropped = 0.0
+    cpu = apply = requests = dropped = 0.0
     for member in target.members:
         async with session.get(member.internals + "/metrics") as response:
             text = await response.text()
@@ -224,6 +224,8 @@ async def sync_cost(session: aiohttp.ClientSession, target: fleets.RouterUnderTe
             for sample in family.samples:
                 if sample.name == "warmstart_router_peer_sync_cpu_seconds_total":
                     cpu += sample.value
+                elif sample.name == "warmstart_router_peer_apply_cpu_seconds_total":
+                    apply += sample.value
                 elif sample.name == "warmstart_router_requests_total":
                     requests += sample.value
                 elif sample.name == "warmstart_router_peer_messages_dropped_total":
@@ -233,6 +235,7 @@ async def sync_cost(session: aiohttp.ClientSession, target: fleets.RouterUnderTe
         "requests": requests,
         "dropped": dropped,
         "cpu_ms_per_request": 1000 * cpu / requests if requests else float("nan"),
+        "apply_cpu_ms_per_request": 1000 * apply / requests if requests else float("nan"),
     }
 
 

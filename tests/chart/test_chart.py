@@ -179,7 +179,9 @@ def test_rbac_grants_what_the_controllers_need_and_nodes_read_and_patch_only(
     assert {"create"} <= granted[("scheduling.k8s.io", "priorityclasses")]
     # the router's Role reads EndpointSlices: the operator must hold that to grant it
     assert {"get", "list", "watch"} <= granted[("discovery.k8s.io", "endpointslices")]
-    assert ("", "secrets") not in granted
+    # the routers' sync keys, one Secret per endpoint: read by name (to keep its key and check its owner), never
+    # listed or watched
+    assert granted[("", "secrets")] == {"get", "create", "patch", "delete"}
     assert granted[("", "persistentvolumeclaims")] == {"list", "create", "patch", "delete"}
     assert granted[("keda.sh", "scaledobjects")] == {"create", "patch", "delete"}
     # gateway mode: the endpoint's InferencePool by name (never listed or watched), and the picker's Lease, whose get
@@ -226,7 +228,7 @@ def test_namespaced_permissions_bind_only_in_watched_namespaces(helm: pathlib.Pa
     assert cluster[("", "persistentvolumes")] == {"create", "patch", "delete"}
     assert cluster[("scheduling.k8s.io", "priorityclasses")] == {"get", "list", "watch"}
     assert cluster[("", "nodes")] == {"get", "list", "watch", "patch"}
-    assert ("", "secrets") not in _rules(docs, "Role")
+    assert _rules(docs, "Role")[("", "secrets")] == {"get", "create", "patch", "delete"}  # routers' sync keys only
 
 
 def test_chart_crds_are_the_generated_crds(helm: pathlib.Path) -> None:

@@ -93,6 +93,11 @@ app.kubernetes.io/component: operator
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create, patch, delete]
+# the routers' sync keys: one Secret per endpoint (`<endpoint>-router-sync`), read back only to keep its key and to
+# check its owner before an apply or a removal; no list or watch
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create, patch, delete]
 # pods: where an endpoint's replicas run (warm/cold placement), preload and pre-pull progress; create only with
 # dryRun=All, the Pod Security check of a model pod before its Deployment is applied (the dry-run-pods policy in
 # admission.yaml refuses any other create)

@@ -33,6 +33,7 @@ from warmstart.controllers import (
     metrics,
     routing,
     sharing,
+    sync_keys,
 )
 from warmstart.controllers.resolving import ResolutionFailed, resolve
 from warmstart.controllers.storage import Invalid, Store
@@ -140,7 +141,14 @@ def _reconcile(kind: str, body: kopf.Body, memo: kopf.Memo, indexes: Mapping[str
         autoscaling.remove(store, endpoint)
     generation_keys = Generation(wkey, ikey)
     rendered = endpoint_children.children(
-        endpoint, gate.open, generation_keys, context, traffic.via_router, warm_nodes, served
+        endpoint,
+        gate.open,
+        generation_keys,
+        context,
+        traffic.via_router,
+        warm_nodes,
+        served,
+        sync_keys.key(store, memo, endpoint),
     )
     children = [*rendered, *scaling.manifests]
     changed = applying.pending(memo, endpoint.ref.uid, children, deployment)

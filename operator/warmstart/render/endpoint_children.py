@@ -22,9 +22,11 @@ def children(
     via_router: bool,
     warm_nodes: list[str] | None,
     pool_served: bool,
+    sync_key: str = "",
 ) -> list[Manifest]:
     """All this endpoint wants to exist, rendered: caches, then (gate open) Deployment and Service, then the router
-    (or in gateway mode the picker, and the InferencePool where its API is served)."""
+    (or in gateway mode the picker, and the InferencePool where its API is served); `sync_key` is the router
+    replicas' sync key (chosen once by the controller)."""
     wanted: list[Manifest] = []
     storage = render_fsx.storage_of(endpoint.source)
     if storage is not None:  # the claim (and its static volume) that the Deployment's preload mounts
@@ -42,7 +44,7 @@ def children(
             services.client_service(endpoint, via_router=via_router),
         ]
     if endpoint.proxy_enabled:
-        wanted += router.manifests(endpoint, context, warm_nodes)
+        wanted += router.manifests(endpoint, context, warm_nodes, sync_key)
     elif endpoint.endpoint_picker is not None:
         wanted += pickers.manifests(endpoint, context, warm_nodes, pool_served)
     if gate_open and endpoint.metrics_enabled and context.pod_monitors:

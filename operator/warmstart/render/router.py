@@ -2,6 +2,11 @@
 the model pods' headless Service it follows, least-privilege RBAC, and a NetworkPolicy that opens its traffic port to
 clients and its admin port only to the peers the admin lists.
 
+Router replicas share their picks and in-flight counts (`router/peersync.py`): they find each other through the
+headless Service `<endpoint>-router` (its EndpointSlices list the router pods on the sync port), authenticate every
+message with the key in the Secret `<endpoint>-router-sync` (mounted by the router pods alone), and the NetworkPolicy
+admits only this endpoint's router pods to the sync port.
+
 Gateway mode's endpoint picker (`render/pickers.py`) is the same program in another mode: it reuses these pieces
 under its own name and labels (a :class:`Workload`).
 
@@ -11,6 +16,7 @@ ready); the router reaches the model pods through the EndpointSlices of `<endpoi
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +37,13 @@ ROUTER_PORT_NAME = "http"
 #: /metrics and /router/status: on the pod only, never in the router's Service
 ROUTER_ADMIN_PORT = 9090
 ROUTER_ADMIN_PORT_NAME = "admin"
+#: router-to-router sync (picks and in-flight counts): open only to the endpoint's own router pods
+ROUTER_SYNC_PORT = 9091
+ROUTER_SYNC_PORT_NAME = "sync"
+#: the Secret key holding the endpoint's sync key, and where router pods mount it
+SYNC_KEY = "key"
+SYNC_ROOT = "/var/run/warmstart-sync"
+SYNC_VOLUME = "warmstart-sync"
 #: seconds a stopping router pod keeps serving, so kube-proxy stops sending it connections before it closes
 DRAIN_SECONDS = 5
 #: where router replicas spread (best effort: ScheduleAnyway)
@@ -61,6 +74,11 @@ def name(endpoint_name: str, workload: Workload = PROXY) -> str:
     """`<endpoint>-router` (`-epp` for the picker), hash-shortened when that is not a DNS-1035 label (its Service
     needs one)."""
     return names.child_name(endpoint_name, workload.suffix)
+
+
+def sync_secret_name(endpoint_name: str) -> str:
+    """`<endpoint>-router-sync`: the Secret holding the key router replicas authenticate their sync messages with."""
+    return names.child_name(endpoint_name, "-router-sync")
 
 
 def models_service_name(endpoint_name: str) -> str:
@@ -270,10 +288,13 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
             str(ROUTER_ADMIN_PORT),
             "--port-name",
             endpoint.worker.model_invocation_port.name,
+            *sync_args(endpoint),
         ],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": [
             {"name": ROUTER_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"},
             {"name": ROUTER_ADMIN_PORT_NAME, "containerPort": ROUTER_ADMIN_PORT, "protocol": "TCP"},
+            {"name": ROUTER_SYNC_PORT_NAME, "containerPort": ROUTER_SYNC_PORT, "protocol": "TCP"},
         ],
         "readinessProbe": {"httpGet": {"path": "/ready", "port": ROUTER_PORT}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/health", "port": ROUTER_PORT}, "periodSeconds": 10},
@@ -281,7 +302,70 @@ def deployment(endpoint: Endpoint, context: RenderContext) -> Manifest:
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
     }
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-    return workload_deployment(endpoint, context, PROXY, container, rolling)
+    rendered = workload_deployment(endpoint, context, PROXY, container, rolling)
+    pod = rendered["spec"]["template"]["spec"]
+    secret = {"secretName": sync_secret_name(endpoint.ref.name), "defaultMode": 0o440}
+    pod["volumes"] = [*pod.get("volumes", []), {"name": SYNC_VOLUME, "secret": secret}]
+    main = pod["containers"][0]
+    main["volumeMounts"] = [
+        *main.get("volumeMounts", []),
+        {"name": SYNC_VOLUME, "mountPath": SYNC_ROOT, "readOnly": True},
+    ]
+    pod["securityContext"]["fsGroup"] = SYNC_FS_GROUP
+    return rendered
+
+
+#: the group that may read the mounted sync key (the router container's user)
+SYNC_FS_GROUP = security.CACHE_UID
+
+
+def sync_args(endpoint: Endpoint) -> list[str]:
+    """The flags by which a router shares its picks with the endpoint's other routers (found through
+    `<endpoint>-router`, this pod's own address left out)."""
+    return [
+        "--sync-port",
+        str(ROUTER_SYNC_PORT),
+        "--sync-key-file",
+        f"{SYNC_ROOT}/{SYNC_KEY}",
+        "--peers-service",
+        name(endpoint.ref.name),
+        "--sync-advertise",
+        "$(POD_IP)",
+    ]
+
+
+def sync_secret(endpoint: Endpoint, key: str) -> Manifest:
+    """The endpoint's sync key (`key`, chosen once by the controller and kept): only the router pods mount it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {**metadata(endpoint), "name": sync_secret_name(endpoint.ref.name)},
+        "type": "Opaque",
+        "data": {SYNC_KEY: base64.b64encode(key.encode()).decode()},
+    }
+
+
+def peers_service(endpoint: Endpoint) -> Manifest:
+    """`<endpoint>-router`: headless, the router pods' sync port; its EndpointSlices are how routers find each other
+    (not-ready routers included: a router's load counts before it serves)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(endpoint),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": pod_selector(endpoint),
+            "ports": [
+                {
+                    "name": ROUTER_SYNC_PORT_NAME,
+                    "port": ROUTER_SYNC_PORT,
+                    "targetPort": ROUTER_SYNC_PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
 
 
 def disruption_budget(endpoint: Endpoint, workload: Workload = PROXY, max_unavailable: int | str = 1) -> Manifest:
@@ -300,8 +384,16 @@ def network_policy(
 ) -> Manifest:
     """The workload's pods accept the traffic port from anyone; the admin port (/metrics, /router/status) only from
     `context.router_admin_from` (the chart's `router.adminFrom`; none by default: `kubectl port-forward` still works,
-    it does not cross the pod network). Egress is left open: the router calls the API server and the model pods."""
+    it does not cross the pod network); the proxy's sync port only from this endpoint's own router pods. Egress is left
+    open: the router calls the API server, the model pods and its peers."""
     ingress: list[Manifest] = [{"ports": [{"port": traffic_port, "protocol": "TCP"}]}]
+    if workload == PROXY:
+        ingress.append(
+            {
+                "from": [{"podSelector": {"matchLabels": pod_selector(endpoint, workload)}}],
+                "ports": [{"port": ROUTER_SYNC_PORT, "protocol": "TCP"}],
+            }
+        )
     if context.router_admin_from:
         ingress.append(
             {
@@ -338,14 +430,19 @@ def models_service(endpoint: Endpoint) -> Manifest:
     }
 
 
-def manifests(endpoint: Endpoint, context: RenderContext, warm_nodes: Iterable[str] | None = None) -> list[Manifest]:
-    """Everything the router needs, in apply order; `warm_nodes` (None: no weights cache) go in its ConfigMap."""
+def manifests(
+    endpoint: Endpoint, context: RenderContext, warm_nodes: Iterable[str] | None = None, sync_key: str = ""
+) -> list[Manifest]:
+    """Everything the router needs, in apply order; `warm_nodes` (None: no weights cache) go in its ConfigMap,
+    `sync_key` (the controller's, kept once chosen) in its sync Secret."""
     return [
         configmap(endpoint, warm_nodes, trusted_proxies=context.router_trusted_proxies),
         service_account(endpoint),
         role(endpoint),
         role_binding(endpoint),
         models_service(endpoint),
+        sync_secret(endpoint, sync_key),
+        peers_service(endpoint),
         network_policy(endpoint, context),
         deployment(endpoint, context),
         disruption_budget(endpoint),
@@ -353,10 +450,11 @@ def manifests(endpoint: Endpoint, context: RenderContext, warm_nodes: Iterable[s
 
 
 def objects(endpoint_name: str) -> list[tuple[str, str, str]]:
-    """(apiVersion, kind, name) of every router object, for removal; also the `<endpoint>-router` Service that
-    earlier versions rendered (clients now call the endpoint's own Service)."""
+    """(apiVersion, kind, name) of every router object, for removal (the `<endpoint>-router` Service is the routers'
+    headless peers Service; earlier versions' client Service of that name goes with it)."""
     router = name(endpoint_name)
     return [
+        ("v1", "Secret", sync_secret_name(endpoint_name)),
         ("apps/v1", "Deployment", router),
         ("policy/v1", "PodDisruptionBudget", router),
         ("networking.k8s.io/v1", "NetworkPolicy", router),

@@ -98,9 +98,12 @@ def build_sync(args: argparse.Namespace, router: Router) -> peersync.PeerSync | 
         return None
     if not args.sync_key_file or not (args.peers_service or args.peers_file):
         raise SystemExit("warmstart router: --sync-port needs --sync-key-file and --peers-service or --peers-file")
-    key = Path(args.sync_key_file).read_bytes().strip()
-    sync = peersync.PeerSync(router, key, args.sync_port, args.host, heartbeat_seconds=args.sync_heartbeat)
-    return sync
+    try:
+        key = Path(args.sync_key_file).read_bytes().strip()
+        return peersync.PeerSync(router, key, args.sync_port, args.host, heartbeat_seconds=args.sync_heartbeat)
+    except (OSError, ValueError) as exc:  # the router still routes, on its own view
+        log.error("peer sync off: no usable sync key in %s (%s)", args.sync_key_file, type(exc).__name__)
+        return None
 
 
 def sync_sources(args: argparse.Namespace, sync: peersync.PeerSync) -> list[discovery.Source]:

@@ -39,6 +39,11 @@ class PeerMetrics:
             "CPU time this router spent sending, receiving, checking and applying sync messages.",
             registry=registry,
         )
+        self.apply_cpu = Counter(
+            "warmstart_router_peer_apply_cpu_seconds",
+            "The part of the sync's CPU time spent entering peers' picks into this router's index and shares.",
+            registry=registry,
+        )
         self.peers = Gauge("warmstart_router_peers", "Peers this router sends to.", registry=registry)
         self.live = Gauge(
             "warmstart_router_peers_live", "Peers heard from within the timeout (their load counts).", registry=registry

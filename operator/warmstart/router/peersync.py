@@ -173,7 +173,7 @@ class PeerSync:
         frames = peerwire.encode(message, self.key)
         for push in self._pushes.values():
             try:
-                push.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                push.send_multipart(frames, flags=zmq.NOBLOCK)
             except zmq.Again:
                 self.metrics.unsent.inc()
         self.metrics.sent.inc()
@@ -222,10 +222,13 @@ class PeerSync:
             self.metrics.dropped(rejected.reason.value).inc()
             return
         self.metrics.received.inc()
-        record = router.record_pick
-        for pick in picks:
-            record(pick.replica, PromptKey(pick.blocks, 0, anchor=pick.anchor, token_blocks=pick.token_blocks))
-        self.metrics.picks.inc(len(picks))
+        if picks:
+            started = time.thread_time()
+            record = router.record_pick
+            for pick in picks:
+                record(pick.replica, PromptKey(pick.blocks, 0, anchor=pick.anchor, token_blocks=pick.token_blocks))
+            self.metrics.picks.inc(len(picks))
+            self.metrics.apply_cpu.inc(time.thread_time() - started)
 
     def status(self) -> dict[str, object]:
         """For ``/router/status``: the port, the peers sent to, and what each peer last said."""

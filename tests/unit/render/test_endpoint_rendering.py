@@ -50,7 +50,7 @@ def test_router_objects_golden() -> None:
     endpoint = endpoints.from_iec(
         REF, seed_spec(intelligentRoutingSpec={"enabled": True, "routingStrategy": "prefixaware"})
     )
-    check_golden("router", router.manifests(endpoint, CONTEXT))
+    check_golden("router", router.manifests(endpoint, CONTEXT, sync_key="0123456789abcdef" * 4))
 
 
 def test_router_pods_go_where_the_chart_puts_them() -> None:
@@ -81,7 +81,11 @@ def test_request_limits_reach_the_router_and_its_admin_port_stays_off_the_servic
         "overflowStatusCode": 503,
     }
     container = router.deployment(endpoint, CONTEXT)["spec"]["template"]["spec"]["containers"][0]
-    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {"http": 8080, "admin": 9090}
+    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {
+        "http": 8080,
+        "admin": 9090,
+        "sync": 9091,
+    }
     assert [port["targetPort"] for port in services.client_service(endpoint, via_router=True)["spec"]["ports"]] == [
         8080
     ]

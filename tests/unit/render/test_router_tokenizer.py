@@ -53,7 +53,7 @@ def test_kv_events_give_router_pods_the_models_tokenizer_files() -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes[router.TOKENIZER_VOLUME] == {"name": router.TOKENIZER_VOLUME, "emptyDir": {}}
     assert not any("hostPath" in v or "csi" in v for v in pod["volumes"])
-    (mount,) = pod["containers"][0]["volumeMounts"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] != router.SYNC_VOLUME]
     assert mount == {
         "name": router.TOKENIZER_VOLUME,
         "mountPath": "/var/run/warmstart-tokenizer/warmstart",
@@ -61,7 +61,7 @@ def test_kv_events_give_router_pods_the_models_tokenizer_files() -> None:
     }
     assert _config(endpoint)["tokenizerDir"] == DIR == preloading.tokenizer_dir(router.TOKENIZER_ROOT)
     # the router container itself gets no credentials
-    assert "env" not in pod["containers"][0]
+    assert [e["name"] for e in pod["containers"][0]["env"]] == ["POD_IP"]  # its own address, for the peer sync
 
 
 def test_a_hub_token_is_mounted_into_the_fetch_only() -> None:
@@ -75,7 +75,7 @@ def test_a_hub_token_is_mounted_into_the_fetch_only() -> None:
     pod = _pod(_endpoint({"enabled": True, "routerConfig": {"kvEvents": True}}, hub))
     (fetch,) = pod["initContainers"]
     assert "--hf-token-file" in fetch["args"]
-    secret_volumes = {v["name"] for v in pod["volumes"] if "secret" in v}
+    secret_volumes = {v["name"] for v in pod["volumes"] if "secret" in v} - {router.SYNC_VOLUME}
     assert secret_volumes and secret_volumes <= {m["name"] for m in fetch["volumeMounts"]}
     assert not secret_volumes & {m["name"] for m in pod["containers"][0]["volumeMounts"]}
 
@@ -84,5 +84,7 @@ def test_without_kv_events_router_pods_fetch_nothing() -> None:
     for routing in ({"enabled": True}, {"enabled": True, "routerConfig": {"kvEvents": False}}):
         endpoint = _endpoint(routing)
         pod = _pod(endpoint)
-        assert "initContainers" not in pod and "volumes" not in pod and "volumeMounts" not in pod["containers"][0]
+        assert "initContainers" not in pod
+        assert [v["name"] for v in pod["volumes"]] == [router.SYNC_VOLUME]  # the sync key alone
+        assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == [router.SYNC_VOLUME]
         assert "tokenizerDir" not in _config(endpoint)

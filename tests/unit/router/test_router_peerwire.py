@@ -1,4 +1,4 @@
-"""The peer-sync wire format: a message survives the round trip under its key, and anything else is rejected by reason."""
+"""The peer-sync wire format: a message survives the round trip under its key; anything else is rejected by reason."""
 
 from __future__ import annotations
 
