@@ -55,13 +55,21 @@ def check_network_policy(api_client: client.ApiClient, kubeconfig: str, namespac
         _endpoint(api_client, namespace, body)
     )
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    assert policy["spec"]["ingress"] == [{"ports": [{"port": router_render.ROUTER_PORT, "protocol": "TCP"}]}]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"port": router_render.ROUTER_PORT, "protocol": "TCP"}]},
+        # the routers' sync port: the endpoint's own router pods only
+        {
+            "from": [{"podSelector": {"matchLabels": selector}}],
+            "ports": [{"port": router_render.ROUTER_SYNC_PORT, "protocol": "TCP"}],
+        },
+    ]
     peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     context = RenderContext(router_admin_from=(peer,))
     rendered = router_render.network_policy(_endpoint(api_client, namespace, body), context)
     rendered["metadata"]["name"] = "routed-router-admin"
     created = client.NetworkingV1Api(api_client).create_namespaced_network_policy(namespace, rendered, dry_run="All")
-    [_, admin] = created.spec.ingress
+    [_, _, admin] = created.spec.ingress
     assert [p.port for p in admin.ports] == [router_render.ROUTER_ADMIN_PORT]
     assert admin._from[0].namespace_selector.match_labels == {"kubernetes.io/metadata.name": "monitoring"}
 
