@@ -1,15 +1,20 @@
 """An Envoy bootstrap configured as a Gateway API Inference Extension gateway: Envoy asks an endpoint picker.
 
 It follows GIE's reference gateway configuration: one listener whose HTTP connection manager runs the `ext_proc` filter
-against the picker (request and response headers, bodies in FULL_DUPLEX_STREAMED mode, trailers), then routes to an
-ORIGINAL_DST cluster that takes the destination from the `x-gateway-destination-endpoint` header the picker sets.
-`failureMode` maps to `failure_mode_allow`; with FailOpen a request the picker did not place goes to the model
-Service instead.
+against the picker, then routes to an ORIGINAL_DST cluster that takes the destination from the
+`x-gateway-destination-endpoint` header the picker sets. `failureMode` maps to `failure_mode_allow`; with FailOpen a
+request the picker did not place goes to the model Service instead.
 
-FailOpen buffers the request body (BUFFERED, as GIE's first reference policy did) instead of streaming it: Envoy hands
-a FULL_DUPLEX_STREAMED body to the picker without keeping a copy, so when the picker's stream fails Envoy answers 500
-whatever `failure_mode_allow` says (measured on Envoy 1.40). Buffered, Envoy still holds the body and goes on to the
-model Service. The picker then answers the headers at once and picks on the body message.
+The picker is sent as few messages as it needs, since each costs it more CPU than its pick (Python gRPC, measured):
+- the request body BUFFERED: one message carries the whole body, the picker answers it with the pick and sends
+  nothing back (Envoy keeps its copy). It is also what FailOpen needs: Envoy answers 500 when the picker fails after
+  a FULL_DUPLEX_STREAMED body went to it, whatever `failure_mode_allow` says (measured on Envoy 1.40), where a
+  buffered body still goes on to the model Service. The listener's buffer limit is the largest body a request may
+  carry (`max_request_bytes`; over it Envoy answers 413 itself);
+- the response headers (the status, and the endpoint that served), but not the response body, unless
+  `response_bodies` asks for it: every streamed event would otherwise make a round trip through the picker. Without
+  it the picker counts the first byte at the response headers and the response's end at the stream's end; with it
+  (FULL_DUPLEX_STREAMED) the picker measures time to first token, which its prefill-aware load estimate uses.
 
 What a plain Envoy needs besides, for the protocol:
 - the client's own `x-gateway-destination-endpoint` is removed as the request arrives, before any route is chosen, so
@@ -97,6 +102,10 @@ class GatewaySpec:
     message_timeout_s: float = 10.0
     #: how long Envoy waits to open a connection to a model pod (seconds)
     connect_timeout_s: float = 10.0
+    #: the picker sees the response body (time to first token, for the prefill-aware estimate); one message per piece
+    response_bodies: bool = False
+    #: the largest request body Envoy buffers for the picker (the listener's buffer limit; the router's default)
+    max_request_bytes: int = 8 * 1024 * 1024
 
 
 def bootstrap(spec: GatewaySpec) -> Config:
@@ -135,6 +144,8 @@ def listener(spec: GatewaySpec) -> Config:
     return {
         "name": "inference_gateway",
         "address": _socket(spec.listen.host, spec.listen.port),
+        # the buffered request body must fit (Envoy's default is 1 MiB)
+        "per_connection_buffer_limit_bytes": spec.max_request_bytes,
         "filter_chains": [
             {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}
         ],
@@ -190,14 +201,7 @@ def ext_proc(spec: GatewaySpec) -> Config:
         },
         "failure_mode_allow": spec.failure_mode == "FailOpen",
         "allow_mode_override": False,
-        "processing_mode": {
-            "request_header_mode": "SEND",
-            "request_body_mode": request_body_mode(spec.failure_mode),
-            "request_trailer_mode": "SEND",
-            "response_header_mode": "SEND",
-            "response_body_mode": "FULL_DUPLEX_STREAMED",
-            "response_trailer_mode": "SEND",
-        },
+        "processing_mode": processing_mode(spec),
         "message_timeout": _seconds(spec.message_timeout_s),
         # the picker's header changes the route (ORIGINAL_DST vs the fallback): always re-select it
         "route_cache_action": "CLEAR",
@@ -208,9 +212,16 @@ def ext_proc(spec: GatewaySpec) -> Config:
     }
 
 
-def request_body_mode(failure_mode: FailureMode) -> str:
-    """FULL_DUPLEX_STREAMED, except with FailOpen: BUFFERED, so Envoy still has the body if the picker fails."""
-    return "BUFFERED" if failure_mode == "FailOpen" else "FULL_DUPLEX_STREAMED"
+def processing_mode(spec: GatewaySpec) -> Config:
+    """What Envoy sends the picker: headers both ways, the request body buffered, the response body if asked."""
+    return {
+        "request_header_mode": "SEND",
+        "request_body_mode": "BUFFERED",
+        "request_trailer_mode": "SEND",
+        "response_header_mode": "SEND",
+        "response_body_mode": "FULL_DUPLEX_STREAMED" if spec.response_bodies else "NONE",
+        "response_trailer_mode": "SEND" if spec.response_bodies else "SKIP",
+    }
 
 
 def route_config(spec: GatewaySpec) -> Config:

@@ -1,21 +1,22 @@
 """The endpoint picker: Envoy's ``ExternalProcessor.Process`` stream, one HTTP request per stream, picked by the router.
 
-The gateway runs its ext_proc filter with the request body in ``FULL_DUPLEX_STREAMED`` mode (and
-trailers sent), as the Gateway API Inference Extension's reference configuration does. For each
-stream:
+The picker follows the processing modes the gateway announces. warmstart's rendered gateway sends the request body
+BUFFERED and the response headers only (each message costs the picker more CPU than its pick); GIE's reference
+configuration streams both bodies FULL_DUPLEX_STREAMED (with trailers), which works too. For each stream:
 
 1. Request headers: kept; the subset hint is read from the filter metadata. Headers that end
-   the request (no body) are answered with a pick at once.
+   the request (no body) are answered with a pick at once; in BUFFERED mode they are answered
+   unchanged and the pick answers the body message.
 2. Request body pieces: held (under the router's body limit and byte budget) until the body ends
-   (``end_of_stream``, or the request trailers). Then the body is parsed as the proxy parses it,
-   the request waits for a free slot like a proxied one (overload answers 429), the router's
-   policy picks among the hinted (or all) replicas, and the picker sends the held headers answer
-   with the pick list in ``x-gateway-destination-endpoint`` and in the ``envoy.lb`` dynamic
-   metadata, then hands the body back as streamed body mutations.
+   (``end_of_stream``, the request trailers, or the one buffered message). Then the body is parsed
+   as the proxy parses it, the request waits for a free slot like a proxied one (overload answers
+   429), the router's policy picks among the hinted (or all) replicas, and the picker answers with
+   the pick list in ``x-gateway-destination-endpoint`` and in the ``envoy.lb`` dynamic metadata
+   (full duplex: on the held headers, then hands the body back as streamed body mutations).
 3. Response: headers, body pieces and trailers pass through unchanged. The response headers'
    ``envoy.lb/x-gateway-destination-endpoint-served`` moves the accounting to the replica that
-   served; the first body piece is the TTFT; the response's end (or the stream's, however it
-   ends) releases the in-flight slot.
+   served; the first body piece (or, with no response body sent, the headers) is the TTFT; the
+   response's end (or the stream's, however it ends) releases the in-flight slot.
 
 Refusals are immediate HTTP answers: 400 bad JSON, 413 body over the limit, 429 overload, 503 no
 ready endpoint or an empty or unmatched subset hint. Prompts are never logged.
@@ -57,10 +58,15 @@ was cancelled, before it counts the request as served. Its slot is given back at
 _streams = itertools.count()
 
 
-def _metadata(message: pb.ProcessingRequest) -> dict[str, Any]:
-    """The request's filter metadata as plain values."""
+def _metadata(message: pb.ProcessingRequest, namespace: str) -> dict[str, Any]:
+    """One namespace of the message's filter metadata as plain values (empty when the gateway sent none).
+
+    Only the namespace asked for is converted: the conversion is the costliest step of a message.
+    """
     filter_metadata = message.metadata_context.filter_metadata
-    return {name: json_format.MessageToDict(value) for name, value in filter_metadata.items()}
+    if namespace not in filter_metadata:
+        return {}
+    return {namespace: json_format.MessageToDict(filter_metadata[namespace])}
 
 
 def _headers(message: pb.HttpHeaders) -> dict[str, str]:
@@ -118,7 +124,7 @@ class Exchange:
         self.started = time.perf_counter()
         self.headers = _headers(message.request_headers)
         self.client = self._client()
-        self.hint = picking.subset_hint(_metadata(message))
+        self.hint = picking.subset_hint(_metadata(message, picking.SUBSET_NAMESPACE))
         mode = self.request_mode
         if message.request_headers.end_of_stream or mode == _NONE:
             return await self.pick(end=None)
@@ -249,7 +255,7 @@ class Exchange:
         headers = message.response_headers
         status = _headers(headers).get(":status", "")
         self.status = int(status) if status.isdigit() else 0
-        served = picking.served_endpoint(_metadata(message))
+        served = picking.served_endpoint(_metadata(message, picking.LB_NAMESPACE))
         assignment = self.assignment
         if served is not None and assignment is not None:
             url = picking.url_in(served, self.router.fleet.urls())
@@ -300,13 +306,12 @@ async def _cancelled_within(context: grpc.aio.ServicerContext[Any, Any], grace_s
 
     A cancelled stream's messages end just as a half-closed one's do; its cancellation arrives
     separately (as this task's cancellation or ``context.cancelled()``), later on a busy machine.
+    One timer, not a polling loop: a cancellation that arrives meanwhile cancels this task (the
+    caller's ``finally`` counts it aborted), one seen only by the context is read after the wait.
     """
-    deadline = time.monotonic() + grace_s
-    while not context.cancelled():
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.005)
-    return True
+    if not context.cancelled():
+        await asyncio.sleep(grace_s)
+    return bool(context.cancelled())
 
 
 class Picker(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]

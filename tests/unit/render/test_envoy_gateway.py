@@ -54,19 +54,34 @@ def test_fail_open_buffers_the_request_body_so_envoy_can_go_on_without_the_picke
     failure_mode_allow (test_envoy_failure_modes.py shows the fallback really serving)."""
     config = envoy_gateway.bootstrap(GatewaySpec(picker=PICKER, failure_mode="FailOpen", fallback=MODELS))
     assert _ext_proc(config)["processing_mode"]["request_body_mode"] == "BUFFERED"
-    assert _ext_proc(config)["processing_mode"]["response_body_mode"] == "FULL_DUPLEX_STREAMED"
 
 
-def test_ext_proc_streams_both_ways_as_gie_configures_it() -> None:
-    proc = _ext_proc(envoy_gateway.bootstrap(GatewaySpec(picker=PICKER)))
+def test_the_picker_gets_the_buffered_request_and_the_response_headers_only() -> None:
+    """One message per request body, none per response piece: each message costs the picker more than its pick."""
+    config = envoy_gateway.bootstrap(GatewaySpec(picker=PICKER))
+    proc = _ext_proc(config)
     assert proc["processing_mode"] == {
         "request_header_mode": "SEND",
-        "request_body_mode": "FULL_DUPLEX_STREAMED",
+        "request_body_mode": "BUFFERED",
         "request_trailer_mode": "SEND",
         "response_header_mode": "SEND",
-        "response_body_mode": "FULL_DUPLEX_STREAMED",
-        "response_trailer_mode": "SEND",
+        "response_body_mode": "NONE",
+        "response_trailer_mode": "SKIP",
     }
+    # a body up to the router's default limit fits in the buffer (Envoy's own default is 1 MiB)
+    listener = config["static_resources"]["listeners"][0]
+    assert listener["per_connection_buffer_limit_bytes"] == 8 * 1024 * 1024
+
+
+def test_time_to_first_token_asks_for_the_response_body_streamed() -> None:
+    proc = _ext_proc(envoy_gateway.bootstrap(GatewaySpec(picker=PICKER, response_bodies=True)))
+    assert proc["processing_mode"]["request_body_mode"] == "BUFFERED"
+    assert proc["processing_mode"]["response_body_mode"] == "FULL_DUPLEX_STREAMED"
+    assert proc["processing_mode"]["response_trailer_mode"] == "SEND"
+
+
+def test_ext_proc_settings_as_gie_configures_them() -> None:
+    proc = _ext_proc(envoy_gateway.bootstrap(GatewaySpec(picker=PICKER)))
     assert proc["allow_mode_override"] is False
     assert proc["grpc_service"]["envoy_grpc"]["cluster_name"] == envoy_gateway.PICKER_CLUSTER
     # the picker sees the subset hint and the served endpoint, and may write only envoy.lb
