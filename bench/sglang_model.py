@@ -11,8 +11,8 @@ default 64 Mi-character tree is for these workloads), and tree size by blocks re
 
 from __future__ import annotations
 
+from warmstart._routing_core import PrefixIndex
 from warmstart.api.strategies import RoutingStrategy
-from warmstart.router.indexes import PrefixIndex
 from warmstart.router.prefixes import PromptKey
 from warmstart.router.strategies import Decision, Snapshot
 

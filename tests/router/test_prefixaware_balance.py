@@ -9,10 +9,10 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from warmstart._routing_core import ShareMeter
 from warmstart.api.routers import RouterConfig
 from warmstart.router import strategies
 from warmstart.router.prefixes import PromptKey, block_hashes, prompt_key
-from warmstart.router.shares import ShareMeter
 from warmstart.router.strategies import ReplicaLoad, Snapshot
 
 NAMES = [f"http://10.0.1.{i}:8000" for i in range(8)]

@@ -5,7 +5,7 @@ scrapes every engine's load (:mod:`warmstart.router.engineload`), so replicas de
 facts rather than from what each happened to route. For each request:
 
 1. **Match.** The request's token ids (:mod:`warmstart.router.tokenizing`) are keyed in blocks of
-   the engine's block size (:func:`warmstart.router.kvindex.chain_keys`); each replica whose events
+   the engine's block size (:func:`warmstart._routing_core.chain_keys`); each replica whose events
    are live is credited with the leading blocks its events (or this router's own picks of the last
    ``speculativeTtlSeconds``) say it holds. A replica that publishes nothing, or a request the
    router cannot tokenize, is matched in the router's own text index instead (the fallback).
@@ -33,14 +33,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from warmstart import _routing_core as core
 from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.router.engineload import EngineLoadPoller, EngineLoads
-from warmstart.router.indexes import PrefixIndex
-from warmstart.router.kvindex import EventIndex, chain_keys
 from warmstart.router.kvsubscribing import EventPorts, Follower, Observer
 from warmstart.router.prefixes import PromptKey
-from warmstart.router.strategies import Decision, Snapshot, _rendezvous
+from warmstart.router.strategies import Decision, Snapshot
 from warmstart.router.tokenizing import ModelTokenizer
 
 CHARS_PER_TOKEN = 4
@@ -51,7 +50,7 @@ class EngineState:
 
     def __init__(self, config: RouterConfig, observer: Observer | None = None) -> None:
         self.config = config
-        self.index = EventIndex(config.kv_block_size)
+        self.index = core.EventIndex(config.kv_block_size)
         self.loads = EngineLoads()
         self.observer = observer
         self.follower: Follower | None = None
@@ -90,7 +89,7 @@ class EngineState:
         if old.tokenizer_dir != config.tokenizer_dir:
             self._load_tokenizer(config.tokenizer_dir)
         if old.kv_block_size != config.kv_block_size:
-            self.index = EventIndex(config.kv_block_size)
+            self.index = core.EventIndex(config.kv_block_size)
             if self.follower is not None:
                 self.follower.index = self.index
         stream_knobs = ("kv_events", "kv_events_port", "kv_events_replay_port", "kv_events_ports_relative")
@@ -133,7 +132,7 @@ class EngineState:
             return None
         size = self.config.kv_block_size
         tokens = self.tokenizer.request_tokens("", request, self.config.max_blocks * size)
-        return None if tokens is None else chain_keys(tokens, size)
+        return None if tokens is None else tuple(core.chain_keys(tokens, size))
 
     def live(self, replica: str) -> bool:
         return self.follower is not None and self.follower.live(replica)
@@ -173,91 +172,58 @@ class Match:
 
 
 class EngineAwarePolicy:
-    """Longest engine-reported prefix, then least engine-reported load, rendezvous ties (see module doc)."""
+    """Longest engine-reported prefix, then least engine-reported load, rendezvous ties (see module doc); the
+    routing core's :class:`~warmstart._routing_core.EnginePicker` decides."""
 
     strategy = RoutingStrategy.PREFIXAWARE
 
     def __init__(self, config: RouterConfig, engines: EngineState, clock: Callable[[], float] = time.monotonic):
         self.cap = config.max_concurrent_requests
-        self.balance_epsilon = config.balance_epsilon
-        self.balance_slack = config.balance_slack
-        self.block_chars = config.block_chars
-        self.ttl = config.speculative_ttl_seconds
         self.engines = engines
-        self.text = PrefixIndex(config.index_capacity_blocks)
+        self.text = core.PrefixIndex(config.index_capacity_blocks)
+        self.picker = core.EnginePicker(
+            cap=self.cap,
+            balance_epsilon=config.balance_epsilon,
+            balance_slack=config.balance_slack,
+            block_chars=config.block_chars,
+            chars_per_token=CHARS_PER_TOKEN,
+            ttl=config.speculative_ttl_seconds,
+            events=engines.index,
+            text=self.text,
+        )
         self.clock = clock
         self.last = Match(0, False)
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
-        by_name = {replica.name: replica for replica in snapshot.replicas}
-        names = tuple(by_name)
-        if not names:
+        replicas = snapshot.replicas
+        if not replicas:
             return Decision(())
         now = self.clock()
         engines = self.engines
-        token_keys = key.token_blocks
-        live = [n for n in names if engines.live(n)] if token_keys else []
-        matched: dict[str, int] = {}
-        if live and token_keys:
-            size = engines.index.block_size
-            for name, depth in engines.index.match(token_keys, live, now).items():
-                matched[name] = depth * size
-        fallback = [n for n in names if n not in live]
-        if fallback and key.blocks:
-            per_block = self.block_chars // CHARS_PER_TOKEN
-            for name, depth in self.text.match(key.blocks, fallback).items():
-                matched[name] = depth * per_block
-        seed = token_keys[0] if token_keys else (key.blocks[0] if key.blocks else None)
-        order = _rendezvous(seed, names) if seed is not None else tuple(sorted(names))
-        rank = {name: position for position, name in enumerate(order)}
-        load = {}
-        for name in names:
-            reported = engines.loads.load(name, now)
-            load[name] = reported if reported is not None else float(by_name[name].load)
-        mean = (sum(load.values()) + 1.0) / len(names)
-        keeping = (1.0 + self.balance_epsilon) * mean + self.balance_slack
-        placing = (1.0 + self.balance_epsilon) * mean + max(0.0, self.balance_slack - 1.0)
-        band = max(1.0, self.balance_epsilon * mean)
-
-        def eligible(name: str) -> bool:
-            bound = keeping if matched.get(name) else placing
-            return load[name] < bound and (self.cap is None or by_name[name].inflight < self.cap)
-
-        ranked = sorted(names, key=lambda n: (-matched.get(n, 0), load[n], by_name[n].inflight, rank[n]))
-        first = [n for n in ranked if eligible(n)]
-        rest = sorted((n for n in ranked if n not in first), key=lambda n: (load[n], by_name[n].inflight, rank[n]))
-        if first:
-            # among the eligible replicas with the deepest match, those within one band of the least loaded
-            # are equal: the prefix's rendezvous order picks, so routers whose views differ a little agree
-            deepest = matched.get(first[0], 0)
-            group = [n for n in first if matched.get(n, 0) == deepest]
-            lowest = min(load[n] for n in group)
-            tied = [n for n in group if load[n] < lowest + band]
-            # then the engines' recent request rates (their request shares): the least served within one
-            # band of rate, so new prefixes spread evenly at low load, where every replica is nearly idle
-            rates = {n: engines.loads.rate(n) for n in tied}
-            known = [r for r in rates.values() if r is not None]
-            if len(known) == len(tied) and len(tied) > 1:
-                mean_rate = sum(known) / len(known)
-                slowest = min(known)
-                rate_band = max(1e-9, self.balance_epsilon * mean_rate)
-                tied = [n for n in tied if (rates[n] or 0.0) < slowest + rate_band]
-            best = min(tied, key=lambda n: rank[n])
-            first.remove(best)
-            first.insert(0, best)
-        candidates = tuple(first + rest)
-        choice = candidates[0]
-        self.last = Match(matched.get(choice, 0), choice in live)
-        spilled = matched.get(choice, 0) < matched.get(ranked[0], 0)
-        return Decision(candidates, matched_blocks=0, spilled=spilled)
+        picker = self.picker
+        if picker.events is not engines.index:  # the block size changed: a new event index
+            picker.events = engines.index
+        names = [r.name for r in replicas]
+        loads = engines.loads
+        candidates, tokens, by_events, spilled = picker.choose(
+            names,
+            [r.inflight for r in replicas],
+            [r.peers for r in replicas],
+            [engines.live(name) for name in names],
+            key.token_blocks,
+            key.blocks,
+            [loads.load(name, now) for name in names],
+            [loads.rate(name) for name in names],
+            now,
+        )
+        self.last = Match(tokens, by_events)
+        return Decision(tuple(candidates), matched_blocks=0, spilled=spilled)
 
     def placed(self, replica: str, key: PromptKey) -> None:
         now = self.clock()
-        self.text.record(replica, key.blocks)
-        if key.token_blocks:
-            self.engines.index.speculate(replica, key.token_blocks, now + self.ttl)
+        self.picker.placed(replica, key.blocks, key.token_blocks, now)
         self.engines.loads.picked(replica, now)
 
     def forget(self, replica: str) -> None:
-        self.text.forget(replica)
+        self.picker.forget(replica)
         self.engines.loads.forget(replica)

@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 import zmq
 import zmq.asyncio
 
+from warmstart._routing_core import EventIndex
 from warmstart.router import kvevents
-from warmstart.router.kvindex import EventIndex
 
 log = logging.getLogger(__name__)
 
@@ -233,17 +233,16 @@ class Follower:
             socket.close(linger=0)
 
     def _apply(self, url: str, stream: StreamState, seq: int, batch: kvevents.Batch) -> None:
-        for event in batch.events:
-            self.index.apply(url, event)
+        self.index.apply_batch(url, batch)
         stream.last_seq = seq
         stream.batches += 1
-        stream.events += len(batch.events)
+        stream.events += len(batch)
         now = time.time()
         stream.last_batch_at = now
         if batch.ts > 0:
             stream.lag_seconds = max(0.0, now - batch.ts)
             self.observer(url, "lag", stream.lag_seconds)
-        if any(isinstance(event, kvevents.AllBlocksCleared) for event in batch.events):
+        if batch.cleared:
             stream.drop_reasons["cleared"] = stream.drop_reasons.get("cleared", 0) + 1
             self.observer(url, "drop:cleared", 1)
 

@@ -4,20 +4,20 @@ Completions hash their ``prompt``. Chat requests hash a canonical rendering of `
 (role and the text of every content part, in order), so conversations that share leading
 messages share leading blocks. Only full blocks are hashed, and each block's hash covers every
 block before it (a chain), so "block i matches" implies "the whole prefix up to i matches".
-The prompt text itself never leaves this module: callers get lengths and hashes only.
+The prompt text itself never leaves this module: callers get lengths and hashes only. The
+hashing itself is the routing core's (:mod:`warmstart._routing_core`); this module renders.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
+
+from warmstart import _routing_core as core
 
 #: Separators of the canonical chat rendering; unlikely in user text, stable across versions.
 _ROLE_SEP = "\x1e"
 _MSG_SEP = "\x1f"
-#: An empty BLAKE2b state with 8-byte digests, copied for each block.
-_BLAKE2B_8 = hashlib.blake2b(digest_size=8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class PromptKey:
     past its first user message when ``chars`` is larger."""
 
     token_blocks: tuple[int, ...] | None = None
-    """The router's keys of the request's token-id blocks (:mod:`warmstart.router.kvindex`), when the
+    """The router's keys of the request's token-id blocks (:func:`warmstart._routing_core.chain_keys`), when the
     router follows the engines' KV events and could tokenize the request; None otherwise."""
 
     @property
@@ -154,53 +154,16 @@ def block_hashes(text: str, block_chars: int, max_blocks: int) -> tuple[int, ...
     Block i's hash is the 8-byte BLAKE2b digest of (block i-1's digest, or 8 zero bytes) followed
     by block i's UTF-8 bytes.
     """
-    count = min(len(text) // block_chars, max_blocks)
-    if text.isascii():  # one byte per character: encode once, then slice bytes
-        data = text[: count * block_chars].encode("ascii")
-        chunks = [data[index * block_chars : (index + 1) * block_chars] for index in range(count)]
-    else:
-        chunks = [
-            text[index * block_chars : (index + 1) * block_chars].encode("utf-8", "surrogatepass")
-            for index in range(count)
-        ]
-    hashes: list[int] = []
-    previous = b"\x00" * 8
-    for chunk in chunks:
-        state = _BLAKE2B_8.copy()  # cheaper than building a hasher per block
-        state.update(previous)
-        state.update(chunk)
-        previous = state.digest()
-        hashes.append(int.from_bytes(previous, "big"))
-    return tuple(hashes)
-
-
-def anchor_end(head: str) -> int | None:
-    """Where the first user message of a chat rendering ends (after its separator), or None.
-
-    None for a text that is not a chat rendering (a completion prompt) and for a first user
-    message that does not end within ``head``.
-    """
-    marker = "user" + _ROLE_SEP
-    start = 0 if head.startswith(marker) else head.find(_MSG_SEP + marker)
-    if start < 0:
-        return None
-    end = head.find(_MSG_SEP, start + len(marker) + (1 if start else 0))
-    return None if end < 0 else end + 1
+    return tuple(core.block_hashes(text, block_chars, max_blocks))
 
 
 def key_of(head: str, chars: int, *, block_chars: int, max_blocks: int, session: str | None = None) -> PromptKey:
     """The :class:`PromptKey` of a rendered prompt's head (its first ``block_chars x max_blocks``
-    characters) and its full length: chained block hashes, and for chat the conversation anchor."""
-    blocks = block_hashes(head, block_chars, max_blocks)
-    end = anchor_end(head)
-    if end is None or end > block_chars * max_blocks:
-        return PromptKey(blocks=blocks, chars=chars, session=session)
-    # the anchor's hash chains the last full block before its end with the rest of it: no
-    # second pass over the prompt
-    whole = end // block_chars
-    previous = blocks[whole - 1] if whole else 0
-    anchor = stable_hash("anchor", previous, head[whole * block_chars : end])
-    return PromptKey(blocks=blocks, chars=chars, session=session, anchor=anchor, anchor_chars=end)
+    characters) and its full length: chained block hashes, and for chat the conversation anchor (the
+    hash of the rendering through the first user message, chaining the last full block before its end
+    with the rest of it)."""
+    blocks, anchor, anchor_chars = core.prompt_hashes(head, block_chars, max_blocks)
+    return PromptKey(blocks=tuple(blocks), chars=chars, session=session, anchor=anchor, anchor_chars=anchor_chars)
 
 
 def prompt_key(
@@ -218,6 +181,4 @@ def prompt_key(
 
 def stable_hash(*parts: str | int) -> int:
     """A 64-bit hash that is the same in every process (unlike ``hash()``), for rendezvous."""
-    state = _BLAKE2B_8.copy()
-    state.update("\x00".join(str(part) for part in parts).encode("utf-8", "surrogatepass"))
-    return int.from_bytes(state.digest(), "big")
+    return core.stable_hash(*parts)

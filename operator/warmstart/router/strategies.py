@@ -3,6 +3,8 @@
 Every policy is pure apart from its own small memory (a round-robin cursor, the prefix index),
 does no I/O, and is unit-tested on hand-made snapshots. The proxy tries the candidates in order:
 the first is the choice, the next ones are used only when a replica refuses the connection.
+The prefix-aware rules below run in the routing core (``routing-core/src/picking.rs``, compiled);
+this module holds the simple policies and adapts snapshots and keys to the core.
 
 ``prefixaware`` (the interesting one):
 
@@ -50,18 +52,15 @@ placed by the anchor instead:
 
 from __future__ import annotations
 
-import functools
-import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from warmstart import _routing_core as core
 from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
-from warmstart.router.indexes import PrefixIndex
-from warmstart.router.prefixes import PromptKey, stable_hash
-from warmstart.router.shares import ShareMeter
+from warmstart.router.prefixes import PromptKey
 
 
 class ReplicaLoad(NamedTuple):
@@ -193,13 +192,7 @@ class LeastOutstandingPolicy(_Stateless):
 
 def rendezvous_order(seed: str | int, names: list[str]) -> list[str]:
     """Replicas by descending highest-random-weight score for ``seed`` (stable across processes)."""
-    return list(_rendezvous(seed, tuple(names)))
-
-
-@functools.lru_cache(maxsize=8192)
-def _rendezvous(seed: str | int, names: tuple[str, ...]) -> tuple[str, ...]:
-    # cached: a prefix's home order is asked for on every one of its requests (one hash per replica)
-    return tuple(sorted(names, key=lambda name: (-stable_hash(seed, name), name)))
+    return core.rendezvous_order(seed, names)
 
 
 class SessionPolicy(_Stateless):
@@ -221,163 +214,63 @@ class SessionPolicy(_Stateless):
 
 def load_ceiling(snapshot: Snapshot, epsilon: float, min_ceiling: int) -> int:
     """Bounded-load ceiling: max(min_ceiling, ceil((1+eps) x (in-flight + 1) / replicas))."""
-    if not snapshot.replicas:
-        return min_ceiling
-    mean = (snapshot.total_inflight + 1) / len(snapshot.replicas)
-    return max(min_ceiling, math.ceil((1.0 + epsilon) * mean - 1e-9))
+    return core.load_ceiling(snapshot.total_inflight, len(snapshot.replicas), epsilon, min_ceiling)
 
 
 def share_bound(recent_total: float, replicas: int, epsilon: float, slack: float) -> float:
     """Request-share ceiling: (1+eps) x (recent requests + 1) / replicas + slack."""
-    if replicas <= 0:
-        return slack
-    return (1.0 + epsilon) * (recent_total + 1.0) / replicas + slack
+    return core.share_bound(recent_total, replicas, epsilon, slack)
 
 
 class PrefixAwarePolicy:
-    """Longest cached prefix, bounded load, rendezvous homes and spill order (see module doc)."""
+    """Longest cached prefix, bounded load, rendezvous homes and spill order (see module doc); the
+    routing core's :class:`~warmstart._routing_core.PrefixPicker` decides."""
 
     strategy = RoutingStrategy.PREFIXAWARE
 
     def __init__(self, config: RouterConfig, rng: random.Random) -> None:
         self.cap = config.max_concurrent_requests
-        self.epsilon = config.load_epsilon
-        self.min_ceiling = config.load_min_ceiling
-        self.block_chars = config.block_chars
-        self.home_blocks = config.home_blocks
-        self.home_choices = config.home_choices
-        self.prefill_aware = config.prefill_aware
-        self.balance_epsilon = config.balance_epsilon
-        self.balance_slack = config.balance_slack
-        self.index = PrefixIndex(config.index_capacity_blocks)
-        self.shares = ShareMeter(config.balance_window)
+        self.index = core.PrefixIndex(config.index_capacity_blocks)
+        self.shares = core.ShareMeter(config.balance_window)
+        self.picker = core.PrefixPicker(
+            cap=self.cap,
+            epsilon=config.load_epsilon,
+            min_ceiling=config.load_min_ceiling,
+            block_chars=config.block_chars,
+            home_blocks=config.home_blocks,
+            home_choices=config.home_choices,
+            prefill_aware=config.prefill_aware,
+            balance_epsilon=config.balance_epsilon,
+            balance_slack=config.balance_slack,
+            index=self.index,
+            shares=self.shares,
+        )
         self._short = LeastOutstandingPolicy(self.cap, rng)
 
     def choose(self, snapshot: Snapshot, key: PromptKey) -> Decision:
-        by_name = {replica.name: replica for replica in snapshot.replicas}
-        if key.anchor is not None:
-            return self._choose_conversation(snapshot, key, by_name)
-        if not key.blocks:  # shorter than one block: nothing to reuse, balance load instead
-            return self._short.choose(snapshot, key)
-        home = key.blocks[min(len(key.blocks), self.home_blocks) - 1]
-        order = _rendezvous(home, tuple(by_name))
-        rank = {name: position for position, name in enumerate(order)}
-        matched = self.index.match(key.blocks, by_name)
-        ranked = sorted(order, key=lambda name: -matched.get(name, 0)) if matched else list(order)  # stable
-        ceiling = self._ceiling(snapshot)
-        shares = self.shares
-        total = shares.total()
-        # a replica that holds part of the prompt may run ``slack`` requests ahead of the share
-        # bound, one that lacks it one request fewer: keeping a prefix where it is cached is worth
-        # a little more imbalance than placing it
-        placing = share_bound(total, len(by_name), self.balance_epsilon, max(0.0, self.balance_slack - 1))
-        keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
-        first, rest, spilled = self._split(
-            ranked, lambda _, name: keeping if name in matched else placing, ceiling, by_name
+        replicas = snapshot.replicas
+        picked = self.picker.choose(
+            [r.name for r in replicas],
+            [r.inflight for r in replicas],
+            [r.peers for r in replicas],
+            [r.prefill_chars for r in replicas],
+            key.blocks,
+            key.anchor,
+            key.anchor_chars,
+            key.chars,
         )
-        if first:
-            best_match = matched.get(first[0], 0)
-            if best_match == 0:
-                # cached nowhere eligible: the least loaded of the first few homes (power of choices); with
-                # prefill_aware a home busy prefilling hands a cold prompt to the next one, when that one is idle
-                head = first[: max(self.home_choices, 2 if self.prefill_aware else 1)]
-                by_load = self.home_choices > 1
-                best = min(
-                    head, key=lambda n: (self._backlog(by_name[n]), by_name[n].inflight if by_load else 0, rank[n])
-                )
-            else:
-                # several replicas hold the longest match: the one with the smallest recent request
-                # share (a shared prefix such as a system prompt spreads its users over its copies),
-                # then the one that has held it longest (a new replica does not pull existing
-                # prefixes away from their warm caches); with prefill_aware the shortest prefill
-                # backlog comes first
-                deepest = key.blocks[best_match - 1]
-                holders = [n for n in first if matched.get(n, 0) == best_match]
-                best = min(
-                    holders,
-                    key=lambda n: (self._backlog(by_name[n]), shares.recent(n), self.index.since(n, deepest), rank[n]),
-                )
-            if best != first[0]:
-                first.remove(best)
-                first.insert(0, best)
-        candidates = tuple(first + rest)
+        if picked is None:  # shorter than one block: nothing to reuse, balance load instead
+            return self._short.choose(snapshot, key)
+        candidates, matched, spilled = picked
         if not candidates:
             return Decision(())
-        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
-
-    def _choose_conversation(self, snapshot: Snapshot, key: PromptKey, by_name: dict[str, ReplicaLoad]) -> Decision:
-        """A chat request: placed by its conversation's anchor, not by where this router saw the
-        shared leading messages (see the module doc, "Conversations")."""
-        assert key.anchor is not None
-        order = _rendezvous(key.anchor, tuple(by_name))
-        matched = self.index.match(key.blocks, by_name)
-        holders = self.index.holders(key.anchor) & by_name.keys()
-        # where this router sent the conversation (deepest history first), then the anchor's order
-        ranked = sorted(order, key=lambda n: (0, -matched.get(n, 0)) if n in holders else (1, 0))
-        ceiling = self._ceiling(snapshot)
-        shares = self.shares
-        total = shares.total()
-        keeping = share_bound(total, len(by_name), self.balance_epsilon, self.balance_slack)
-        placing = share_bound(total, len(by_name), self.balance_epsilon, 0.0)
-        # a holder has this conversation's own history when it matches a whole block past the anchor's
-        # last one, or when it is the anchor's only holder; several holders and no history: an opening
-        # many conversations share (the same first question), spread like a hot prefix
-        past_anchor = -(-key.anchor_chars // self.block_chars)  # blocks that hold some of the anchor
-        own = {n for n in holders if len(holders) == 1 or matched.get(n, 0) > past_anchor}
-
-        def bound(position: int, name: str) -> float:
-            if not key.fresh and (name in own or (position == 0 and not holders)):
-                return math.inf  # a conversation stays where it is; only the burst ceiling and the cap move it
-            if name in holders:
-                return keeping  # a repeated first turn or opening is a hot prefix: keep it within the slack
-            return placing  # a new conversation: the share bound without slack
-
-        first, rest, spilled = self._split(ranked, bound, ceiling, by_name)
-        candidates = tuple(first + rest)
-        if not candidates:
-            return Decision(())
-        return Decision(candidates, matched_blocks=matched.get(candidates[0], 0), spilled=spilled)
-
-    def _split(
-        self,
-        ranked: list[str],
-        bound: Callable[[int, str], float],
-        ceiling: int,
-        by_name: dict[str, ReplicaLoad],
-    ) -> tuple[list[str], list[str], bool]:
-        """The ranked replicas under the burst ceiling and their share `bound(position, name)`, in rank order;
-        the others, least in flight first; and whether the best-ranked one was passed over (a spill)."""
-        first: list[str] = []
-        rest: list[str] = []
-        cap = self.cap
-        for position, name in enumerate(ranked):
-            replica = by_name[name]
-            if (
-                replica.load < ceiling
-                and (cap is None or replica.inflight < cap)
-                and self.shares.recent(name) < bound(position, name)
-            ):
-                first.append(name)
-            else:
-                rest.append(name)
-        spilled = bool(ranked) and (not first or first[0] != ranked[0])
-        rest.sort(key=lambda n: by_name[n].inflight)
-        return first, rest, spilled
-
-    def _ceiling(self, snapshot: Snapshot) -> int:
-        """The burst ceiling over every router's in-flight requests (the cap, this router's own, is apart)."""
-        return load_ceiling(snapshot, self.epsilon, self.min_ceiling)
-
-    def _backlog(self, replica: ReplicaLoad) -> int:
-        return replica.prefill_chars if self.prefill_aware else 0
+        return Decision(tuple(candidates), matched_blocks=matched, spilled=spilled)
 
     def placed(self, replica: str, key: PromptKey) -> None:
-        self.index.record(replica, key.blocks if key.anchor is None else (*key.blocks, key.anchor))
-        self.shares.add(replica)
+        self.picker.placed(replica, key.blocks, key.anchor)
 
     def forget(self, replica: str) -> None:
-        self.index.forget(replica)
-        self.shares.forget(replica)
+        self.picker.forget(replica)
 
 
 def build(config: RouterConfig, rng: random.Random | None = None) -> Policy:

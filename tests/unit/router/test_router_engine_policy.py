@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from warmstart._routing_core import chain_keys
 from warmstart.api.routers import RouterConfig
 from warmstart.router import kvevents
 from warmstart.router.engineload import EngineLoad
 from warmstart.router.enginerouting import EngineAwarePolicy, EngineState
-from warmstart.router.kvindex import chain_keys
 from warmstart.router.kvsubscribing import EventPorts, Follower, StreamState
 from warmstart.router.prefixes import PromptKey
 from warmstart.router.strategies import ReplicaLoad, Snapshot

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from warmstart.router.indexes import PrefixIndex
+from warmstart._routing_core import PrefixIndex
 
 
 def test_match_counts_leading_blocks_per_replica() -> None:

@@ -12,8 +12,8 @@ import socket
 import msgpack
 import pytest
 
+from warmstart._routing_core import EventIndex, chain_keys
 from warmstart.router import kvevents
-from warmstart.router.kvindex import EventIndex, chain_keys
 from warmstart.router.kvsubscribing import EventPorts, Follower
 from warmstart.sim import kvpublishing
 from warmstart.sim.engine import token_blocks
