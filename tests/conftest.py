@@ -26,8 +26,8 @@ take too.
 
 Run in parallel (``make test``: pytest-xdist, ``--dist loadgroup``), each worker is a session of its own: a worker
 that runs a cluster test starts its own cluster (the first worker reuses ``WARMSTART_KUBECONFIG``), since some tests
-restart the control plane or install cluster-wide CRDs. The tests of one cluster module form one group (its module
-fixtures start once); every real-node test is in one group, so one worker runs the host's single real node.
+restart the control plane or install cluster-wide CRDs. The tests of one module form one group (its module fixtures
+start once); every real-node test is in one group, so one worker runs the host's single real node.
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ import pathlib
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client, config
 
 import realnodelock
+import xdistgroups
 from warmstart.localcluster import building, running, versions
 
 #: the xdist group of every real-node test: one worker runs them all, as the host runs one real node
@@ -62,23 +64,29 @@ def _order(item: pytest.Item) -> tuple[bool, bool, bool, bool]:
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the tests (:func:`_order`) and group them for ``--dist loadgroup``: each cluster module is one group and
-    every real-node test is in one; a test that waits for a slow build (~12 min and more cold) gets time for it.
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the tests (:func:`_order`) and group them for ``--dist loadgroup``: each module is one group (its module
+    fixtures start once) but every real-node test is in one; a test that waits for a slow build (~12 min and more cold)
+    gets time for it.
 
     CI builds KEDA and the engine image in the background (.ci/run): the tests that need them run last, and wait
     for them through the build lock."""
     items.sort(key=_order)
+    groups = {}
     for item in items:
-        if item.get_closest_marker("realnode"):
-            item.add_marker(pytest.mark.xdist_group(REAL_NODE_GROUP))
-        elif item.get_closest_marker("cluster"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        real = item.get_closest_marker("realnode") is not None
+        groups[item.nodeid] = REAL_NODE_GROUP if real else item.nodeid.split("::", 1)[0]
         if item.get_closest_marker("keda") or item.get_closest_marker("engine"):
             timeout = item.get_closest_marker("timeout")
             own = float(timeout.args[0]) if timeout and timeout.args else float(item.config.getini("timeout") or 0)
             item.add_marker(pytest.mark.timeout(max(own, BUILD_WAIT_SECONDS)), append=False)
+    xdistgroups.write(config, groups)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` schedules the groups of :func:`pytest_collection_modifyitems` (:mod:`xdistgroups`)."""
+    return xdistgroups.GroupScheduling(config, log) if xdistgroups.is_controller(config) else None
 
 
 def _reused_kubeconfig() -> str | None:
@@ -117,6 +125,55 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
 def pytest_sessionfinish() -> None:
     """The session's real-node cluster stopped with its fixtures: the host's real node is free again."""
     REAL_NODE_LOCK.release()
+
+
+class TestTimes:
+    """``WARMSTART_TEST_TIMES=FILE``: every session (each worker) appends where its time goes, one tab-separated line
+    per test phase and per fixture setup of at least :data:`SLOW_FIXTURE_SECONDS` (bench/ci_breakdown.py sums them).
+
+    A plugin, not conftest hooks: a conftest's hooks miss the session-scoped fixtures (the clusters)."""
+
+    SLOW_FIXTURE_SECONDS = 0.5
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+    def _record(self, *fields: object) -> None:
+        with open(self._path, "a") as out:  # one short line per write: workers' lines do not interleave
+            out.write("\t".join(str(f) for f in (self._worker, *fields)) + "\n")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+    ) -> Iterator[object]:
+        """How long a slow fixture's own setup took (the fixtures it depends on are set up before)."""
+        started = time.time()
+        try:
+            return (yield)
+        finally:
+            seconds = time.time() - started
+            if seconds >= self.SLOW_FIXTURE_SECONDS:
+                where = request.node.nodeid
+                self._record("fixture", f"{started:.1f}", f"{seconds:.2f}", fixturedef.scope, fixturedef.argname, where)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Each phase (setup, call, teardown) of each test, with its start."""
+        if not hasattr(report, "node"):  # in a parallel run the worker records its own, not the controller
+            self._record(report.when, f"{report.start:.1f}", f"{report.duration:.2f}", report.outcome, report.nodeid)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if xdistgroups.is_controller(config):
+        xdistgroups.controller_setup()
+    times = os.environ.get("WARMSTART_TEST_TIMES")
+    if times:
+        config.pluginmanager.register(TestTimes(times), "warmstart-test-times")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if xdistgroups.is_controller(config):
+        xdistgroups.controller_cleanup()
 
 
 @pytest.fixture(scope="session")
