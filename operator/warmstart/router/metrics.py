@@ -6,8 +6,13 @@ numbers on the event loop); the rest are prometheus_client's own metrics.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from collections.abc import Iterator
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from warmstart import _routing_core as core
 from warmstart.router.loopmetrics import CounterValue, GaugeValue, HistogramValue, LoopCounter, LoopGauge, LoopHistogram
 
 #: Approximate characters per token, used only to express matched prefixes in tokens.
@@ -15,6 +20,18 @@ CHARS_PER_TOKEN = 4
 
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _FAST_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class CorePanics(Collector):
+    """``warmstart_router_core_panics_total``: panics inside the routing core, read from the core at scrape time."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "warmstart_router_core_panics",
+            "Panics inside the compiled routing core, each turned into an error for its request (a 500 from the "
+            "proxy, the picker's failure mode) or a dropped KV-event batch; counted for the whole process.",
+            value=core.panics(),
+        )
 
 
 class RouterMetrics:
@@ -104,6 +121,7 @@ class RouterMetrics:
             ["placement"],
             registry=self.registry,
         )
+        self.registry.register(CorePanics())
         self.prompt_tokens = self.prefix_tokens.labels("prompt")
         self.matched_tokens = self.prefix_tokens.labels("matched")
 

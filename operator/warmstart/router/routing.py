@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from warmstart import _routing_core as core
 from warmstart.api.routers import RouterConfig
 from warmstart.api.strategies import RoutingStrategy
 from warmstart.router import strategies
@@ -223,7 +224,13 @@ class Router:
             snapshot = strategies.with_peers(snapshot, self.peer_inflight)
         if only is not None:
             snapshot = strategies.Snapshot(tuple([replica for replica in snapshot.replicas if replica.name in only]))
-        decision = policy.choose(snapshot, key)
+        try:
+            decision = policy.choose(snapshot, key)
+        except core.CoreError:
+            # the routing core failed (counted in warmstart_router_core_panics_total): this request gets an error
+            # from its caller; the slot admission granted it was never taken, so the queue moves on
+            self.admission.wake()
+            raise
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         if decision.candidates:
             if decision.spilled:

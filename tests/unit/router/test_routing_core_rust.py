@@ -1,4 +1,4 @@
-"""The routing core's own rules, checked in Rust: ``cargo test`` over routing-core/ (hashing, indexes, KV events, the pick).
+"""The routing core's own rules, checked in Rust: ``cargo test`` over routing-core/ (hashing, indexes, events, pick).
 
 The Rust tests state the documented rules on hand-made inputs without Python; the Python tests beside
 this one check the same core through the extension the router imports.
