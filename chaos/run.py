@@ -5,7 +5,8 @@
 
 Scenario groups: operator SIGKILL (seed / rollout / deletion), the active one of two operator replicas SIGKILLed
 during a 500-node warm-up (peering), kube-apiserver and etcd restarts, node faults
-mid-preload, preload faults (kill -9, ENOSPC, S3 5xx/slow/cut), router faults (10,000 requests), and the real node
+mid-preload, preload faults (kill -9, ENOSPC, S3 5xx/slow/cut), router faults (a synced router SIGKILLed under load,
+10,000 requests), and the real node
 (preload container and operator killed). Groups on kwok use the cluster of --dir if one runs there, else start one
 in a temporary directory and stop it at the end. The real-node group reuses the real-node cluster of
 --real-kubeconfig if one runs there, else its tests start one of their own (a few minutes); either way under the
@@ -165,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs += chaos_preload.run_all(sizes["kills"], sizes["enospc"], sizes["s3"], args.seed, deadline, _print)
             elif group == "router":
                 import chaos_router
+                import chaos_routersync
 
+                # first: a few short runs (one kill each), then the 10,000 requests fill the group's share
+                runs += chaos_routersync.run_all(1 if args.quick else 3, 1000, args.seed, deadline, _print)
                 runs += chaos_router.run_all(sizes["batches"], 1000, args.seed, deadline, _print)
             elif group == "operator":
                 import chaos_operator
