@@ -7,7 +7,8 @@ Fleet: ``--engines`` llama-server processes (the engine image's own binary, see
 bounded host-memory prompt cache (``--cache-ram``), serving SmolLM2-135M-Instruct. Every engine is restarted
 before each run, so each router starts from empty caches. Routers, one process each: warmstart prefixaware,
 random and roundrobin, and SGLang cache_aware. Workloads: ``documents`` (shared document prefixes of about
-1,000 tokens with short questions, open loop) and ``chat`` (multi-turn conversations, closed loop per user).
+1,000 tokens with short questions; open loop at ``--rate``, or ``--concurrency`` clients in a closed loop) and
+``chat`` (multi-turn conversations, closed loop per user).
 
 Per request the client measures TTFT and reads what the engine reports in its last streamed event: ``prompt_n``
 (prompt tokens computed) and ``cache_n`` (prompt tokens reused); the hit ratio is reused / (reused + computed).
@@ -139,6 +140,15 @@ async def run_documents(session: aiohttp.ClientSession, url: str, args: argparse
         except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as error:
             samples.append(Sample("documents", group, sent, None, "", 0, 0, type(error).__name__))
 
+    if args.concurrency > 0:  # closed loop: each client sends its next request when its last one is answered
+        queue = list(reversed(items))
+
+        async def client() -> None:
+            while queue:
+                await one(*queue.pop())
+
+        await asyncio.gather(*(client() for _ in range(args.concurrency)))
+        return samples
     tasks = []
     for group, prompt in items:
         tasks.append(asyncio.create_task(one(group, prompt)))
@@ -466,6 +476,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--per-group", type=int, default=6, help="questions per document")
     group.add_argument("--doc-words", type=int, default=700, help="words per document (~1.4 tokens each)")
     group.add_argument("--rate", type=float, default=0.5, help="documents workload: requests per second")
+    group.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="documents workload: N clients in a closed loop instead of --rate's open loop (0: open loop)",
+    )
     group.add_argument("--max-tokens", type=int, default=8)
     group.add_argument("--chat-users", type=int, default=6)
     group.add_argument("--chat-turns", type=int, default=5)

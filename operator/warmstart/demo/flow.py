@@ -1,23 +1,22 @@
 """The demo's steps, in order; any step that fails stops the demo with a non-zero exit and says which step.
 
-1. the control plane (kwok GPU nodes) plus ONE REAL node, its registry and S3 server (`cluster up --real-nodes 1`);
-2. the project image built from the Dockerfile and pushed; a synthetic model uploaded to the S3 server; the real
-   node's scale-out of one replica timed with a warm and a cold cache, image pre-pulled and not (bench/scaleout.py
-   --runs 1);
-3. the CRDs and the operator (a host process, watching the demo's namespace);
-4. the seed endpoint on the real node: the preload Job really downloads the model into the node's hostPath, the
-   gate opens, the model pod's `--if-missing` init container finds the weights and `warmstart sim --model-dir`
-   reads them before it reports Ready; the facts printed are read from the cluster;
-5. a real model: llama.cpp's server (images/llamacpp, compiled once) serves SmolLM2-135M from the node cache
-   (examples/09-llamacpp): one real completion, the same long prompt cold and warm in the engine's prompt cache, and
-   the replica's creation-to-Ready time on a warm and on a cold node cache; then random vs prefixaware in front of
-   two engine processes on the host (the same binary), with the hit ratio the engines report;
-6. scale-out beyond the warm fleet: kwok nodes of the same type join, the endpoint scales 1 -> 3; warm and cold
-   pod counts from the endpoint's status;
-7. `random` vs `prefixaware` routing on simulated replicas (bench/routing.py --quick).
+It tells the seed's story on real parts only, and ends with a table of every figure it measured and its goal:
+
+0. the project's ``bench`` extra (SGLang's router) in this environment, installed if missing;
+1. the control plane plus ONE REAL node, its registry and S3 server (`cluster up --real-nodes 1`); the project image
+   built from the Dockerfile and pushed; a synthetic model uploaded to the S3 server;
+2. warm vs cold scale-out: one replica on the real node timed with a warm and a cold cache, image pre-pulled and not
+   (bench/scaleout.py --runs 1); then the CRDs, the operator and the seed endpoint: the preload Job really downloads
+   the model into the node's hostPath, the gate opens, the model pod's `--if-missing` init container finds the
+   weights and `warmstart sim --model-dir` reads them before it reports Ready;
+3. a real model: llama.cpp's server (images/llamacpp, compiled once) serves SmolLM2-135M from the node cache
+   (examples/09-llamacpp): one real completion through the endpoint's Service and router, and the same long prompt
+   twice, cold and warm in the engine's prompt cache;
+4. random vs prefixaware vs SGLang's cache_aware in front of 2 real engines on the host (:mod:`comparing`);
+5. the summary table (:mod:`summary`).
 
 `--dir` of a running cluster with one real node reuses it (nothing of it is stopped); the demo then works in its own
-namespace and removes what it added (namespace, kwok nodes, cache directory) at the end.
+namespace and removes what it added (namespace, cache directory) at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import logging
 import os
 import pathlib
@@ -40,12 +40,12 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from warmstart.api import API_VERSION, nodelabels, preloading
+from warmstart.api import API_VERSION, nodelabels
 from warmstart.api.crds import KINDS, crd
 from warmstart.controllers.storage import Store, load_api_client
-from warmstart.demo import facts, realengine, seed
+from warmstart.demo import comparing, extras, facts, realengine, seed, summary
 from warmstart.demo.table import Table
-from warmstart.localcluster import building, imaging, models, nodes, pushing, running
+from warmstart.localcluster import building, imaging, models, pushing, running, versions
 from warmstart.render import labels
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -53,7 +53,7 @@ SEED = ROOT / "examples" / "01-seed" / "inference-endpoint-config.yaml"
 NAME = "example-model"
 BUCKET = "warmstart-demo"
 PRELOAD_SECONDS = "6s"
-SCALE_TO = 3
+OUT = ROOT / "bench" / "out" / "demo"
 
 
 class StepFailed(SystemExit):
@@ -124,7 +124,7 @@ class Demo:
         self.operator_log = operator_log
         self.operator: subprocess.Popen[bytes] | None = None
         self.table = Table(self.store, NAME, namespace)
-        self.kwok_nodes: list[str] = []
+        self.figures: list[summary.Figure] = []
 
     def endpoint(self) -> dict[str, Any]:
         return self.store.get(API_VERSION, "InferenceEndpointConfig", NAME, self.namespace) or {}
@@ -156,12 +156,16 @@ class Demo:
         return found
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> list[summary.Figure]:
+    """Every step in order; returns the figures measured (the demo's own time is added by :func:`main`)."""
     directory: pathlib.Path = args.dir.resolve()
     reused = running.running_cluster(directory)
+    if args.engine and not args.skip_routing:
+        with step("the project's bench extra (SGLang's router, compared against below) in this environment"):
+            print(f"    installed: {', '.join(extras.install()) or 'nothing; already there'}")
     with step("local control plane, kwok GPU nodes and one REAL node (registry, S3 server, containerd, kubelet)"):
-        if building.missing():
-            print("    first time: building the control plane and node binaries from Go modules (~30 min on 2 cores)")
+        if building.missing(versions.CONTROL_PLANE + versions.REAL_NODES):
+            print("    first time: building the control plane and node binaries from Go modules (~10 min on 2 cores)")
         cluster = running.up(directory, real_nodes=1, timeout=300.0)
         assert cluster.real is not None
         real = cluster.real
@@ -170,7 +174,7 @@ def run(args: argparse.Namespace) -> None:
     host_path = real.hostpath_root / f"demo-{namespace}"
     demo = Demo(cluster, namespace, directory / f"operator-{namespace}.log")
     try:
-        with step("the project image from the Dockerfile (buildah; first time ~3-6 min), pushed to the registry"):
+        with step("the project image from the Dockerfile (buildah; first time ~2 min), pushed to the registry"):
             image = pushing.push(imaging.project_image(), real.registry)
             print(f"    {image}")
         with step(f"a synthetic {args.model_gib:g} GiB model in the S3 server"):
@@ -180,10 +184,12 @@ def run(args: argparse.Namespace) -> None:
         if not args.skip_bench:
             # before the endpoint runs: a running pod of the same image would keep its layers on the node, and the
             # "image not pulled" runs would find them there
-            with step("the real node's scale-out of one replica, warm vs cold (bench/scaleout.py --runs 1)"):
-                out = ROOT / "bench" / "out" / "demo"
+            with step("warm vs cold scale-out: one replica on the real node (bench/scaleout.py --runs 1)"):
+                report = OUT / "scaleout-report.json"
                 bench = [sys.executable, str(ROOT / "bench" / "scaleout.py"), "--dir", str(directory), "--runs", "1"]
-                subprocess.run([*bench, "--model-gib", f"{args.model_gib:g}", "--out", str(out)], check=True)
+                bench += ["--model-gib", f"{args.model_gib:g}", "--out", str(OUT), "--json", str(report)]
+                subprocess.run(bench, check=True)
+                demo.figures += summary.scaleout(json.loads(report.read_text()))
         with step("the CRDs, and the operator"):
             if namespace != "default":
                 demo.core.create_namespace({"metadata": {"name": namespace}})
@@ -205,40 +211,12 @@ def run(args: argparse.Namespace) -> None:
             host_path=str(host_path),
         )
         with step(f"the seed endpoint on the real node ({real.instance_type}): real preload, real simulator"):
-            demo.store.apply(manifest)
-            wait(lambda: facts_state(demo) == "DeploymentComplete", 600, "DeploymentComplete", tick=demo.tick)
-            demo.tick()
-            mdcc_nodes = preload_results(demo)
-            for node in mdcc_nodes:
-                size, seconds = (node.get("bytes") or 0) / 1024**3, node.get("seconds") or 0
-                print(f"    preload Job on {node['node']}: {node['state']}, {size:.2f} GiB in {seconds:.1f} s")
-            found = demo.report_pods()
-            if not any(f.real and f.init_reason == "AlreadyPresent" for f in found):
-                raise StepFailed("demo: the model pod on the real node did not find its weights warm")
-        if args.engine:  # before kwok nodes of the same type join: its one replica stays on the real node
+            run_seed(demo, manifest)
+        if args.engine:
             run_engine(demo, real, namespace, host_path)
-        with step(f"scale-out beyond the warm fleet: 2 kwok {real.instance_type} nodes join, 1 -> {SCALE_TO} replicas"):
-            demo.kwok_nodes = nodes.create_nodes(
-                demo.api, f"{real.instance_type}=2", prefix="demo" if namespace == "default" else namespace
-            )
-            nodes.wait_ready(demo.api, demo.kwok_nodes)
-            demo.store.merge_patch(
-                API_VERSION, "InferenceEndpointConfig", NAME, {"spec": {"replicas": SCALE_TO}}, namespace
-            )
-            wait(
-                lambda: demo.endpoint().get("status", {}).get("availableReplicas") == SCALE_TO,
-                300,
-                f"{SCALE_TO} replicas",
-                tick=demo.tick,
-            )
-            demo.tick()
-            warm, cold = facts.placement(demo.endpoint())
-            print(f"    the operator counts {warm} warm and {cold} cold pods:")
-            demo.report_pods()
-        if not args.skip_routing:
-            with step("routing: random vs prefixaware on 8 simulated vLLM replicas (bench/routing.py --quick)"):
-                subprocess.run([sys.executable, str(ROOT / "bench" / "routing.py"), "--quick"], check=True)
-                print(f"    plots: {ROOT / 'bench' / 'out'}/*.png")
+            if not args.skip_routing:
+                with step("random vs prefixaware vs SGLang cache_aware on 2 real llama.cpp engines (host processes)"):
+                    demo.figures += summary.routing(comparing.run(OUT / "routing-llamacpp.json"))
     finally:
         try:
             cleanup(demo, reused is not None, host_path)
@@ -252,6 +230,24 @@ def run(args: argparse.Namespace) -> None:
         else f"done. The cluster is still running: export KUBECONFIG={cluster.kubeconfig}; "
         "kubectl get iec,mdcc,mic -A; stop it with `make cluster-down`"
     )
+    return demo.figures
+
+
+def run_seed(demo: Demo, manifest: dict[str, Any]) -> None:
+    """The seed endpoint: its preload on the real node, then a model pod that finds the weights in place."""
+    demo.store.apply(manifest)
+    wait(lambda: facts_state(demo) == "DeploymentComplete", 600, "DeploymentComplete", tick=demo.tick)
+    demo.tick()
+    done, seconds = 0, 0.0
+    for node in preload_results(demo):
+        size, took = (node.get("bytes") or 0), float(node.get("seconds") or 0)
+        print(f"    preload Job on {node['node']}: {node['state']}, {size / 1024**3:.2f} GiB in {took:.1f} s")
+        done, seconds = done + size, seconds + took
+    found = demo.report_pods()
+    warm = any(f.real and f.init_reason == "AlreadyPresent" for f in found)
+    demo.figures.append(summary.preload(done, seconds, warm))
+    if not warm:
+        raise StepFailed("demo: the model pod on the real node did not find its weights warm")
 
 
 def run_engine(demo: Demo, real: Any, namespace: str, host_path: pathlib.Path) -> None:
@@ -272,27 +268,13 @@ def run_engine(demo: Demo, real: Any, namespace: str, host_path: pathlib.Path) -
         wait(routed, 120, f"{realengine.NAME}'s Service to lead to its router pods", tick=demo.tick)
         url = realengine.service_url(demo.core, namespace)
         print(f"    through the endpoint's Service and its prefix-aware router, {url}:")
-        realengine.show_completion(url)
-        realengine.show_prompt_cache(url)
-    with step("the engine replica's start: creation to Ready on a warm, then on a cold node cache"):
-        body = demo.store.get(API_VERSION, "InferenceEndpointConfig", realengine.NAME, namespace) or {}
-        key = ((body.get("status") or {}).get("resolved") or {}).get("weightsCacheKey", "")
-        waiter = functools.partial(_wait_ticking, demo)
-        warm = realengine.pod_to_ready(demo.store, namespace, waiter, None)
-        cold = realengine.pod_to_ready(
-            demo.store, namespace, waiter, pathlib.Path(preloading.model_dir(str(host_path), key))
+        demo.figures.append(summary.completion(realengine.show_completion(url).text.strip()))
+        first, second = realengine.show_prompt_cache(url)
+        demo.figures.append(
+            summary.prompt_cache(
+                first.ttft * 1000, second.ttft * 1000, second.cached_tokens, second.cached_tokens + second.prompt_tokens
+            )
         )
-        print(f"    warm node: {warm:.0f} s; cold node (the pod downloads the model first): {cold:.0f} s")
-    with step("random vs prefixaware on 2 real engines (host processes; bench/routing.py --fleet llamacpp, small)"):
-        bench = [sys.executable, str(ROOT / "bench" / "routing.py"), "--fleet", "llamacpp", "--runs", "1"]
-        bench += ["--groups", "4", "--per-group", "3", "--llamacpp-workloads", "documents", "--skip-calibration"]
-        bench += ["--routers", "warmstart prefixaware", "warmstart random"]
-        bench += ["--results", str(ROOT / "bench" / "out" / "demo" / "routing-llamacpp.json")]
-        subprocess.run(bench, check=True)
-
-
-def _wait_ticking(demo: Demo, probe: Callable[[], Any], timeout: float, what: str) -> Any:
-    return wait(probe, timeout, what, tick=demo.tick)
 
 
 def facts_state(demo: Demo) -> str:
@@ -308,8 +290,8 @@ def preload_results(demo: Demo) -> list[dict[str, Any]]:
 
 def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
     """Stop the operator; on a reused cluster first delete what the demo added, while the operator still runs (it
-    removes its finalizers and the node's cache), then the namespace, the kwok nodes, the cache directory and the
-    node label that advertised it."""
+    removes its finalizers and the node's cache), then the namespace, the cache directory and the node label that
+    advertised it."""
     key = ((demo.endpoint().get("status") or {}).get("resolved") or {}).get("weightsCacheKey", "")
     keys = [key, _weights_key(demo, realengine.NAME)]
     if reused and demo.operator is not None and demo.operator.poll() is None:
@@ -334,7 +316,6 @@ def cleanup(demo: Demo, reused: bool, host_path: pathlib.Path) -> None:
     if demo.namespace != "default":
         with contextlib.suppress(client.ApiException):  # not created if an earlier step failed
             demo.core.delete_namespace(demo.namespace, propagation_policy="Background")
-    nodes.delete_nodes(demo.api, demo.kwok_nodes)
     shutil.rmtree(host_path, ignore_errors=True)
     for found in filter(None, keys):  # the node's label for a cache that is gone with the directory
         label = nodelabels.weights_ready_label(found)
@@ -361,12 +342,21 @@ def main(argv: list[str]) -> int:
         help="serve the real llama.cpp engine on the real node (default; its image compiles on the first run, "
         "docs/engine.md); --no-engine leaves it out",
     )
-    parser.add_argument("--skip-routing", action="store_true", help="skip the router comparison")
+    parser.add_argument(
+        "--skip-routing",
+        action="store_true",
+        help="skip the router comparison on the real engines (and the bench extra)",
+    )
     args = parser.parse_args(argv)
     progress = logging.getLogger("warmstart.localcluster")  # builds report component and elapsed time here
     progress.setLevel(logging.INFO)
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("    %(message)s"))
     progress.addHandler(handler)
-    run(args)
+    caches_warm = not building.missing(versions.CONTROL_PLANE + versions.REAL_NODES)
+    started = time.monotonic()
+    figures = run(args)
+    figures.append(summary.duration(time.monotonic() - started, caches_warm))
+    say("every figure this run measured, with its goal")
+    print(summary.render(figures), flush=True)
     return 0

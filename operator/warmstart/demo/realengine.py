@@ -75,15 +75,16 @@ def service_url(core: client.CoreV1Api, namespace: str) -> str:
     return f"http://{service.spec.cluster_ip}:{service.spec.ports[0].port}"
 
 
-def show_completion(url: str) -> None:
+def show_completion(url: str) -> engine.Answer:
     """One real chat-less completion, printed as the model wrote it."""
     prompt = "The three primary colors are"
     answer = engine.ask(url, prompt, model=enginemodel.MODEL_NAME, max_tokens=24)
     print(f"    prompt:     {prompt!r}", flush=True)
     print(f"    completion: {answer.text.strip()!r}", flush=True)
+    return answer
 
 
-def show_prompt_cache(url: str) -> None:
+def show_prompt_cache(url: str) -> tuple[engine.Answer, engine.Answer]:
     """The same long prompt twice: the first computes every token, the second reuses them from the engine's cache."""
     prompt = engine.long_prompt(600)
     cold = engine.ask(url, prompt, model=enginemodel.MODEL_NAME, max_tokens=8)
@@ -96,6 +97,7 @@ def show_prompt_cache(url: str) -> None:
         )
     if warm.ttft > 0:
         print(f"    the prompt cache cuts time to first token {cold.ttft / warm.ttft:.0f}x on this prompt", flush=True)
+    return cold, warm
 
 
 def pod_to_ready(store: Store, namespace: str, wait: Waiter, cache: pathlib.Path | None) -> float:
