@@ -8,22 +8,11 @@
 //! peer router's): a key counts as held by a replica until `expiry`, or until that replica's events
 //! confirm the key (the confirmed entry then follows the events alone, so a later removal applies).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 use crate::events::{EngineHash, Event};
 use crate::hashing::{chained, ROOT};
 use crate::names::{longest_prefix, Id, Names};
-
-/// An expiry time that orders like a float (times are finite).
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-struct Time(f64);
-impl Eq for Time {}
-impl Ord for Time {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
 
 /// Per-replica sets of block keys built from KV events, with speculative entries and a longest-prefix lookup.
 #[derive(Debug)]
@@ -33,8 +22,11 @@ pub struct EventIndex {
     keys: HashMap<Id, HashMap<u64, u32>>,
     engine: HashMap<Id, HashMap<EngineHash, Option<u64>>>,
     holders: HashMap<u64, Vec<Id>>,
+    /// key -> (replica, expiry); an expired entry is ignored at once and swept out later (amortized)
     speculative: HashMap<u64, Vec<(Id, f64)>>,
-    expiries: BinaryHeap<Reverse<(Time, u64, Id)>>,
+    /// entries speculated since the last sweep, and keys left by it: a sweep runs when the first outnumber the second
+    since_sweep: usize,
+    after_sweep: usize,
     /// Blocks not indexed because their parent was unknown.
     pub orphans: u64,
     /// Blocks not indexed because the engine's block size differs from the router's.
@@ -50,7 +42,8 @@ impl EventIndex {
             engine: HashMap::new(),
             holders: HashMap::new(),
             speculative: HashMap::new(),
-            expiries: BinaryHeap::new(),
+            since_sweep: 0,
+            after_sweep: 0,
             orphans: 0,
             mismatched: 0,
         }
@@ -173,24 +166,27 @@ impl EventIndex {
                 Some(entry) => entry.1 = expiry,
                 None => entries.push((id, expiry)),
             }
-            self.expiries.push(Reverse((Time(expiry), key, id)));
         }
+        self.since_sweep += keys.len();
     }
 
-    /// Drop speculative entries whose TTL has passed.
+    /// Drop speculative entries whose TTL has passed (a full sweep, run when enough were added since the last:
+    /// O(1) amortized per speculated key; lookups ignore expired entries meanwhile).
     pub fn expire(&mut self, now: f64) {
-        while let Some(Reverse((Time(expiry), key, id))) = self.expiries.peek().copied() {
-            if expiry > now {
-                break;
-            }
-            self.expiries.pop();
-            if let Some(entries) = self.speculative.get_mut(&key) {
-                entries.retain(|(other, until)| !(*other == id && *until <= now));
-                if entries.is_empty() {
-                    self.speculative.remove(&key);
-                }
-            }
+        if self.since_sweep <= self.after_sweep.max(1024) {
+            return;
         }
+        self.since_sweep = 0;
+        self.speculative.retain(|_, entries| {
+            entries.retain(|(_, until)| *until > now);
+            !entries.is_empty()
+        });
+        self.after_sweep = self.speculative.len();
+    }
+
+    /// Speculative entries, expired ones not yet swept included.
+    pub fn speculative_entries(&self) -> usize {
+        self.speculative.values().map(Vec::len).sum()
     }
 
     /// Leading blocks of `keys` each of `replicas` holds, by events or by an unexpired speculative entry.
@@ -202,7 +198,7 @@ impl EventIndex {
                 out.extend_from_slice(held);
             }
             if let Some(entries) = speculative.get(&key) {
-                out.extend(entries.iter().map(|(id, _)| *id));
+                out.extend(entries.iter().filter(|(_, until)| *until > now).map(|(id, _)| *id));
             }
             !out.is_empty()
         })
@@ -312,6 +308,17 @@ mod tests {
         index.apply("a", &stored(&[1, 2], None, &TOKENS[..4], 2));
         index.apply("a", &Event::BlockRemoved { block_hashes: vec![EngineHash::Int(2)] });
         assert_eq!(matched(&mut index, &keys, &["a"], 1.0), vec![("a".into(), 1)], "confirmed, then removed");
+    }
+
+    #[test]
+    fn expired_entries_are_swept_so_memory_stays_bounded() {
+        let mut index = EventIndex::new(2);
+        for round in 0..100u64 {
+            let keys: Vec<u64> = (round * 100..round * 100 + 100).collect();
+            index.speculate("a", &keys, round as f64 + 1.0);
+            index.expire(round as f64 + 0.5);
+        }
+        assert!(index.speculative_entries() <= 2 * 1024 + 100, "{}", index.speculative_entries());
     }
 
     #[test]

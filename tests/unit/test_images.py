@@ -51,6 +51,9 @@ def _mini_checkout(tmp_path: pathlib.Path) -> pathlib.Path:
         "pyproject.toml": '[project]\nname = "x"\nversion = "1.2.3"\n',
         "README.md": "x\n",
         "operator/pkg/mod.py": "A = 1\n",
+        "routing-core/Cargo.toml": "[package]\n",
+        "routing-core/Cargo.lock": "version = 4\n",
+        "routing-core/src/lib.rs": "\n",
     }.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)

@@ -1,7 +1,8 @@
 """Building the project's image from its own Dockerfile with buildah: no Docker daemon, chroot isolation.
 
 The build context is staged from the checkout: exactly the files ``.dockerignore`` lets through (the Dockerfile,
-``pyproject.toml``, ``README.md`` and ``operator/`` without bytecode or egg-info). The tag is
+``pyproject.toml``, ``README.md``, ``operator/`` without bytecode, egg-info or a compiled routing core, and the
+routing core's Rust sources). The tag is
 ``<project version>-<key>``, where the key hashes the staged context and the base image, so a changed source
 builds a new image and an unchanged one is found in the store without running buildah at all. ``--layers`` keeps
 intermediate layers, so a rebuild after a source change reuses the base and the busybox stage.
@@ -30,8 +31,17 @@ logger = logging.getLogger(__name__)
 REPOSITORY = "localhost/warmstart"
 DOCKERFILE = "Dockerfile"
 #: the build context: what .dockerignore admits (tests/unit/test_images.py keeps the two in step)
-CONTEXT = (DOCKERFILE, "pyproject.toml", "README.md", "operator")
-EXCLUDED = ("__pycache__", "*.pyc", "*.egg-info")
+CONTEXT = (
+    DOCKERFILE,
+    "pyproject.toml",
+    "README.md",
+    "operator",
+    "routing-core/Cargo.toml",
+    "routing-core/Cargo.lock",
+    "routing-core/src",
+)
+#: bytecode, egg-info and an editable install's compiled routing core (the image compiles its own)
+EXCLUDED = ("__pycache__", "*.pyc", "*.egg-info", "_routing_core*.so")
 BASE_ARGUMENT = "PYTHON_IMAGE"
 HOST_CA_BUNDLE = pathlib.Path("/etc/ssl/certs/ca-certificates.crt")
 MINUTES_COLD = 3
