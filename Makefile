@@ -11,7 +11,11 @@ TEST_WORKERS ?= 3
 
 .PHONY: demo test test-engine test-unit status-snapshots docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
-$(BIN)/warmstart: pyproject.toml
+# the install compiles the routing core (Rust, routing-core/): rustup's cargo when present, else Debian's
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+$(BIN)/warmstart: pyproject.toml routing-core/Cargo.lock $(wildcard routing-core/src/*.rs)
+	command -v cargo >/dev/null || (apt-get update -qq && apt-get install -y -qq rustc-web cargo-web)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
