@@ -28,11 +28,9 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import threading
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from kubernetes import client
 
 import apicounting
 import idle_minute
+import profiles
 from scale_fixtures import cleanup, delta, free_port, mdcc, operator_process, scrape_requests
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL
@@ -211,31 +210,6 @@ def _count_jobs(api: client.ApiClient, namespace: str) -> int:
     return len(json.loads(response.data).get("items") or [])
 
 
-def profiler(out: Path) -> list[str]:
-    """bench/stack_sampler.py around the operator: its on-CPU stacks at 20 Hz, written as
-    collapsed stacks every 3 s and when the operator exits."""
-    return [sys.executable, str(Path(__file__).with_name("stack_sampler.py")), "--out", str(out), "--rate", "20", "--"]
-
-
-def parse_stacks(raw: str) -> Counter[str]:
-    """Collapsed stacks (`frame;frame;... count` lines) as counts by stack."""
-    found: Counter[str] = Counter()
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            found[stack] += int(count)
-    return found
-
-
-def _stacks(path: Path) -> Counter[str]:
-    """The collapsed stacks a profile file holds so far (empty before its first write)."""
-    return parse_stacks(path.read_text()) if path.exists() else Counter()
-
-
-def _stack_lines(stacks: Counter[str]) -> str:
-    return "".join(f"{stack} {count}\n" for stack, count in stacks.most_common() if count > 0)
-
-
 def measure_fleet(
     api: client.ApiClient,
     kubeconfig: str,
@@ -273,7 +247,7 @@ def measure_fleet(
         port = free_port()
         log = out / f"operator-fleet-{size}.log"
         profile_out = out / f"profile-{size}.txt"
-        wrap = profiler(profile_out) if profile else None
+        wrap = profiles.profiler(profile_out) if profile else None
         with operator_process(str(sa_kubeconfig), namespace, port, log, CHART_SETTINGS, wrap) as proc:
             operator = psutil.Process(proc.pid)
             # the probe endpoint (no cache) on the last group, deployed before the fleet starts
@@ -284,7 +258,7 @@ def measure_fleet(
             while _observed(custom, namespace, PROBE)[1] < 1 and time.monotonic() < settle_until:
                 time.sleep(0.5)
             start_cpu = sum(operator.cpu_times()[:2])
-            stacks_before = _stacks(profile_out) if profile else None
+            stacks_before = profiles.stacks(profile_out) if profile else None
             idle = idle_minute.measure(api, operator, port)
             print(
                 f"{size}: idle operator CPU per 10 s: {idle.cpu_slices_s}; node events (API server): "
@@ -292,7 +266,9 @@ def measure_fleet(
                 flush=True,
             )
             if stacks_before is not None:  # the idle minute's own samples (the file is written every few seconds)
-                (out / f"profile-{size}-idle.txt").write_text(_stack_lines(_stacks(profile_out) - stacks_before))
+                (out / f"profile-{size}-idle.txt").write_text(
+                    profiles.stack_lines(profiles.stacks(profile_out) - stacks_before)
+                )
             uptime_start = apicounting.uptime()
             cpu_before = apicounting.cpu_seconds(pids)
             bench_before = apicounting.tree_cpu_seconds(psutil.Process().pid)
@@ -416,33 +392,3 @@ def print_fleet(figures: FleetFigures) -> None:
 
 def _gets(by_resource: dict[str, int]) -> dict[str, int]:
     return {key.split(" ", 1)[1]: n for key, n in by_resource.items() if key.startswith("GET ")}
-
-
-def summarize_profile(raw: str, top: int = 30) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
-    """The collapsed stacks' (`frame;frame;... count`) largest shares: warmstart's and kopf's functions counted once
-    per sample they are on the stack of (inclusive), and every function's own samples (self, the leaf frame)."""
-    total = 0
-    inclusive: dict[str, int] = {}
-    own: dict[str, int] = {}
-    for stack, count in parse_stacks(raw).items():
-        total += count
-        names = [frame.split(":")[0] + ")" if " (" in frame else frame for frame in stack.split(";")]
-        own[names[-1]] = own.get(names[-1], 0) + count
-        for name in set(names):
-            inclusive[name] = inclusive.get(name, 0) + count
-
-    def ranked(counts: dict[str, int], keep: Any) -> list[tuple[float, str]]:
-        best = sorted(counts.items(), key=lambda item: -item[1])
-        return [(100 * n / total, name) for name, n in best if keep(name)][:top]
-
-    return ranked(inclusive, lambda name: "warmstart/" in name or "kopf/" in name), ranked(own, lambda _: True)
-
-
-if __name__ == "__main__":
-    ours, leaves = summarize_profile(Path(sys.argv[1]).read_text())
-    print("inclusive, warmstart and kopf:")
-    for share, name in ours:
-        print(f"{share:5.1f}%  {name}")
-    print("self, every function:")
-    for share, name in leaves:
-        print(f"{share:5.1f}%  {name}")

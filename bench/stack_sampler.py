@@ -9,7 +9,7 @@ grew) and it is not waiting where it stands (in `select`, a socket or TLS read, 
 idle wait, a sleep). A thread that used CPU but is caught waiting did its work between two looks; those samples are
 counted under `(waiting since)`, so the share the profile cannot place is visible. The output, written every 3 s
 and at exit, is collapsed stacks (`thread;frame;...;frame count`, root first), the format of py-spy's raw output, so
-`fleet_scale.summarize_profile` reads both. Its own thread is left out (it is always caught working); py-spy at
+`profiles.summarize_profile` reads both. Its own thread is left out (it is always caught working); py-spy at
 20 Hz took 1.4 cores of these 2 and, stopped with its child, wrote nothing.
 """
 
