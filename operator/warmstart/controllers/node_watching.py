@@ -93,10 +93,12 @@ class NodeSnapshot:
     by_name: dict[str, tuple[NodeFacts]] = field(default_factory=dict)
     by_type: dict[str, tuple[str, ...]] = field(default_factory=dict)
     by_ready_label: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: instance type -> (how many changes its nodes had,); nodes.ANY_TYPE counts every node's
+    changes: dict[str, tuple[int]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, facts: list[NodeFacts]) -> NodeSnapshot:
-        """The indexes of these nodes (a listing)."""
+    def of(cls, facts: list[NodeFacts], previous: NodeSnapshot | None = None) -> NodeSnapshot:
+        """The indexes of these nodes (a listing); after `previous`, every instance type counts one more change."""
         by_type: dict[str, list[str]] = {}
         by_label: dict[str, list[str]] = {}
         for fact in facts:
@@ -105,10 +107,13 @@ class NodeSnapshot:
                 by_type.setdefault(itype, []).append(fact.name)
             for label in nodes.ready_labels(fact):
                 by_label.setdefault(label, []).append(fact.name)
+        before = previous.changes if previous else {}
+        changes = {t: (before.get(t, (0,))[0] + 1,) for t in {*before, *by_type, nodes.ANY_TYPE}}
         return cls(
             by_name={f.name: (f,) for f in facts},
             by_type={k: tuple(sorted(v)) for k, v in by_type.items()},
             by_ready_label={k: tuple(sorted(v)) for k, v in by_label.items()},
+            changes=changes,
         )
 
     def with_node(self, name: str, new: NodeFacts | None) -> NodeSnapshot | None:
@@ -133,7 +138,10 @@ class NodeSnapshot:
         for label in old_labels ^ new_labels:
             gone, came = (label, None) if label in old_labels else (None, label)
             by_label = _moved(by_label, name, gone, came)
-        return NodeSnapshot(by_name, by_type, by_label)
+        changes = dict(self.changes)
+        for itype in {t for t in (old_type, new_type, nodes.ANY_TYPE) if t is not None}:
+            changes[itype] = (changes.get(itype, (0,))[0] + 1,)
+        return NodeSnapshot(by_name, by_type, by_label, changes)
 
 
 def _moved(
@@ -177,6 +185,7 @@ class NodeInformer:
             nodes.NODE_FACTS: LiveIndex(lambda: self._snapshot.by_name),
             nodes.NODES_BY_INSTANCE_TYPE: LiveIndex(lambda: self._snapshot.by_type),
             nodes.NODES_BY_READY_LABEL: LiveIndex(lambda: self._snapshot.by_ready_label),
+            nodes.NODE_CHANGES: LiveIndex(lambda: self._snapshot.changes),
         }
 
     def start(self) -> None:
@@ -238,7 +247,7 @@ class NodeInformer:
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 break
-        self._snapshot = NodeSnapshot.of(found)
+        self._snapshot = NodeSnapshot.of(found, self._snapshot)
         NODE_LISTINGS.inc()
         version: str = page["metadata"]["resourceVersion"]
         log.info("node informer: %d nodes listed at resourceVersion %s", len(found), version)

@@ -23,6 +23,10 @@ from warmstart.api.scheduling import NodeAffinity, NodeSelectorOperator
 NODE_FACTS = "node_facts"
 NODES_BY_INSTANCE_TYPE = "nodes_by_instance_type"
 NODES_BY_READY_LABEL = "nodes_by_ready_label"
+#: instance type -> (changes its nodes had,), ANY_TYPE: every node's; what a reconcile read of the nodes is unchanged
+#: while these are
+NODE_CHANGES = "node_changes_by_instance_type"
+ANY_TYPE = "*"
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,13 @@ def candidates(
         for facts in _values(node_index, name):
             if isinstance(facts, NodeFacts) and not facts.deleting:
                 yield facts
+
+
+def changes_of(changes_index: Mapping[str, Any], instance_types: Collection[str] | None) -> tuple[int, ...]:
+    """The change counts of the nodes of `instance_types` (every node when None), from the NODE_CHANGES index: a
+    reconcile that read those nodes has nothing new to see of them while this stays the same."""
+    wanted = [ANY_TYPE] if instance_types is None else sorted(instance_types)
+    return tuple(next(iter(_values(changes_index, t)), 0) for t in wanted)
 
 
 def lookup(node_index: Mapping[str, Any], name: str) -> NodeFacts | None:

@@ -22,6 +22,7 @@ from warmstart.api.caches import (
     ModelDataCacheConfigSpec,
     ModelDataCacheConfigStatus,
 )
+from warmstart.api.states import NodeCacheState
 from warmstart.controllers import (
     fanout,
     fsx,
@@ -52,6 +53,7 @@ from warmstart.render import jobs as render_jobs
 from warmstart.render import weights_plans as planning
 from warmstart.render import weights_summaries as summaries
 from warmstart.render.context import RenderContext
+from warmstart.render.weights_observations import QUEUED
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,15 @@ class Memory:
     written: tuple[str, ModelDataCacheConfigStatus] | None = None
     #: Job name -> the uid the API server gave the Job this process applied (a tenant cannot make a Job of that uid)
     job_uids: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: the last pass left nothing that only a later pass could move on (see `settled`)
+    quiet: bool = False
+    #: what the last pass read of the nodes and of the model pods' demand, as `due` compares it
+    instance_types: frozenset[str] | None = None
+    node_changes: tuple[int, ...] = ()
+    #: the node changes when `due` last decided to reconcile (the pass that starts next reads at least those)
+    seen_changes: tuple[int, ...] = ()
+    demand_key: tuple[str, str] = ("", "")
+    demanded: frozenset[str] = frozenset()
 
 
 #: node facts, the Jobs by cache, NVMe usage, the nodes where model pods wait for a cache, and node names by instance
@@ -146,14 +157,50 @@ def trusted_preloads(
     )
 
 
-def due(body: Mapping[str, Any], memo: kopf.Memo, jobs_index: Mapping[Any, Any], resync_seconds: float) -> bool:
-    """Whether a tick should reconcile: this cache's Jobs changed, a retry is due, or the resync interval passed."""
+#: a settled cache (`settled`) whose nodes and demand did not change resyncs this many times less often
+QUIET_RESYNC_FACTOR = 6
+
+
+def due(
+    body: Mapping[str, Any],
+    memo: kopf.Memo,
+    jobs_index: Mapping[Any, Any],
+    resync_seconds: float,
+    node_changes: Mapping[str, Any],
+    demand_index: Mapping[Any, Any],
+) -> bool:
+    """Whether a tick should reconcile: this cache's Jobs changed, a retry is due, or the resync interval passed.
+
+    A cache whose last pass left it settled resyncs every QUIET_RESYNC_FACTOR intervals instead, unless a node of
+    its instance types changed (the node informer counts the changes) or model pods' demand for it did: a fleet of
+    caches waiting for their Jobs costs a tick's lookups, not a reconcile each every interval."""
     remembered = memory(memo)
     clock = time.monotonic()
     changed = tuple(own_jobs(jobs_index, owner(body), render_jobs.ROLE_PRELOAD)) != remembered.fingerprint
     retry = remembered.due is not None and clock >= remembered.due
-    stale = clock - remembered.last_run >= resync_seconds
-    return changed or retry or stale
+    since = clock - remembered.last_run
+    stale = since >= resync_seconds
+    if stale and remembered.quiet and since < resync_seconds * QUIET_RESYNC_FACTOR:
+        moved = nodes.changes_of(node_changes, remembered.instance_types) != remembered.node_changes
+        demanded = frozenset(demand_index.get(remembered.demand_key, ())) != remembered.demanded
+        stale = moved or demanded
+    if changed or retry or stale:  # what the pass will read of the nodes, taken before it reads them
+        remembered.seen_changes = nodes.changes_of(node_changes, remembered.instance_types)
+        return True
+    return False
+
+
+def settled(plan: planning.Plan, failed: Mapping[str, str]) -> bool:
+    """Whether a pass left nothing that only a later pass moves on: it acted on no node and every node's entry is
+    Ready or waits for its own Job (whose events wake the cache). A queued, failed or rechecked node depends on other
+    caches' usage, the source's throttle or a clock: those keep the regular resync."""
+    if plan.create or plan.delete or plan.label or failed:
+        return False
+    return all(
+        entry.state == NodeCacheState.READY
+        or (entry.state in (NodeCacheState.PENDING, NodeCacheState.DOWNLOADING) and entry.reason != QUEUED)
+        for entry in plan.status.nodes or []
+    )
 
 
 def retryable_reasons() -> frozenset[str]:
@@ -244,6 +291,7 @@ def _reconcile(
     indexes: Indexes,
 ) -> None:
     node_facts, jobs_index, usage_index, demand_index, type_index = indexes
+    remembered.node_changes = remembered.seen_changes
     meta = body["metadata"]
     old = _previous_status(body, remembered)
     refused = hostpaths.refusal(spec.host_path, ctx.allowed_host_paths)
@@ -266,6 +314,11 @@ def _reconcile(
     demanded = frozenset(demand_index.get((cache.namespace, key), ()))
     # only the nodes this cache can target: a reconcile reads its own nodes, not the whole fleet
     instance_types = nodes.targeted_instance_types(spec.node_selector, spec.node_affinity)
+    remembered.instance_types, remembered.demand_key, remembered.demanded = (
+        instance_types,
+        (cache.namespace, key),
+        demanded,
+    )
     candidates = nodes.candidates(node_facts, type_index, instance_types, demanded)
     matching = planning.target_nodes(spec, candidates, demanded)
     reachable, unavailable = _reachable(matching, spec, ctx)
@@ -312,6 +365,7 @@ def _reconcile(
     nvme_usage.export(meta["uid"], plan.status)
     remembered.last_run = clock
     remembered.fingerprint = fingerprint
+    remembered.quiet = settled(plan, failed)
     requeue = min(filter(None, (plan.requeue_after, NODE_RETRY_SECONDS if failed else None)), default=None)
     remembered.due = clock + requeue if requeue else None
     if plan.create or plan.delete or plan.label:

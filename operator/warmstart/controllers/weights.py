@@ -26,6 +26,7 @@ from warmstart.controllers import (
     cleaning,
     fsx,
     handling,
+    nodes,
     nvme_usage,
     preloading,
     source_throttling,
@@ -116,7 +117,14 @@ def _due(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> bool:
     """Whether this tick reconciles: this cache's Jobs changed in the index (their events wake the loop:
     controllers/waking.py), a retry is due, or the resync interval passed. Asked on the event loop every tick, so a
     fleet of idle caches takes no thread."""
-    return preloading.due(body, memo, indexes["weights_job_index"], memo.settings.resync_seconds)
+    return preloading.due(
+        body,
+        memo,
+        indexes["weights_job_index"],
+        memo.settings.resync_seconds,
+        indexes[nodes.NODE_CHANGES],
+        indexes["csi_demand_index"],
+    )
 
 
 def _reconcile_in_loop(body: kopf.Body, memo: kopf.Memo, indexes: dict[str, Any]) -> None:
