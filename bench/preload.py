@@ -9,9 +9,9 @@ checksums as S3 gives new objects. Against each server, into the same disk:
   1. `warmstart preload` (its own process; parallel ranged GETs, verification, fsync, atomic publish);
   2. boto3 `download_file` called sequentially per object, with fsync (the naive baseline, boto3 defaults);
   3. a preload killed -9 at 10%, 25%, 40%, 50% and 75% of the clean run's time (`--kill-points`), each followed
-     by the resume, timed against the clean run next to (1 - the fraction on disk at the kill), with the bytes it
-     kept and its fetch throughput, the median of `--resume-repeats` trials with the spread and the load average
-     (`preload_resume.py`).
+     by the resume, timed against a clean run made just before it next to (1 - the fraction on disk at the kill),
+     with the bytes it kept and its fetch throughput, the median of `--resume-repeats` trials with the spread and
+     the load average (`preload_resume.py`).
 
 Then a plain local copy with fsync (the loopback/disk limit), both in the kernel (`copy_file_range`, what
 `shutil.copyfile` does) and through user space (read into a buffer, `pwrite`: the best any downloader can do),
@@ -382,16 +382,11 @@ def compare(
     if not args.resume_only:
         runs.append(median(f"[{name}] boto3 download_file seq. + fsync", server_cpu, baseline, repeats))
         shutil.rmtree(baseline_dir)
-    clean = {
-        "reported": runs[0]["reported_seconds"],
-        "wall": runs[0]["process_wall_seconds"],
-        "fetch_rate": preload_resume.fetch_rate(runs[0]["message"]) or 0.0,
-    }
     weights = root / "warmstart" / "keys"
     points = preload_resume.trials(
         [float(f) for f in args.kill_points.split(",") if f],
         args.resume_repeats or repeats,
-        clean,
+        ours,
         preload_argv("bench", root, key, workdir / f"tlog-kill-{key}", flags),
         env,
         weights,
@@ -402,9 +397,9 @@ def compare(
         args.settle_after_kill,
     )
     summary = {
-        "clean_seconds": clean["reported"],
-        "clean_wall_seconds": clean["wall"],
-        "clean_fetch_mib_s": round(clean["fetch_rate"] / MIB, 1),
+        "clean_seconds": runs[0]["reported_seconds"],
+        "clean_wall_seconds": runs[0]["process_wall_seconds"],
+        "clean_fetch_mib_s": round((preload_resume.fetch_rate(runs[0]["message"]) or 0.0) / MIB, 1),
         "clean_runs": runs[0]["all_seconds"],
     }
     return runs, {**summary, "kill_points": points}
@@ -476,6 +471,7 @@ def main() -> int:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cpus": os.cpu_count(),
         "load_avg_at_start": os.getloadavg(),
+        "uptime_at_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
     }
     if not args.resume_only:
         figures["checksum_cpu_s_per_gib"] = checksum_cpu()
@@ -557,6 +553,7 @@ def main() -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         figures["load_avg_at_end"] = os.getloadavg()
+        figures["uptime_at_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         report(figures, args)
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
 """The resume after a kill -9 at several points of a download, for `bench/preload.py`.
 
-A trial: a clean staging directory, a preload killed -9 once a given fraction of the clean run's *time* has passed
-(from its start, interpreter included, as the clean run's wall time is measured), then the resume, timed from its
-own termination message like the clean runs. The bytes on disk at the kill (allocated blocks of the staged files)
-give the fraction arrived. Three goals per trial:
+A trial: a clean run (its own, right before: the machine is shared and its load moves, so each resume is set
+against a clean run made in the same minute), then from a clean staging directory a preload killed -9 once the
+given fraction of that clean run's *time* has passed (from its start, interpreter included, as the clean run's wall
+time is measured), then the resume, timed from its own termination message like the clean run. The bytes on disk at
+the kill (allocated blocks of the staged files) give the fraction arrived. Three goals per trial:
 
 - speed: resume <= (1 - fraction arrived) x clean + 0.5 s;
 - kept: the resume keeps (its result's `kept`) at least the bytes on disk at the kill - 8 MiB x connections;
@@ -70,7 +71,7 @@ def kill_after(argv: list[str], env: dict[str, str], staging: Path, seconds: flo
 def trials(
     fractions: Sequence[float],
     repeats: int,
-    clean: dict[str, float],  # the clean run's median reported seconds, wall seconds and fetch rate
+    clean_run: Callable[[], dict[str, Any]],  # a whole preload from nothing: its result
     kill_argv: list[str],
     env: dict[str, str],
     weights: Path,  # <root>/warmstart/keys
@@ -80,7 +81,8 @@ def trials(
     connections: int,
     settle_after_kill: bool = False,
 ) -> list[dict[str, Any]]:
-    """For each kill point, `repeats` trials (kill, then `resume()`, which runs the preload and returns its result).
+    """For each kill point, `repeats` trials: a clean run, the kill, then `resume()`, which runs the preload and
+    returns its result.
 
     With `settle_after_kill`, the killed run's dirty pages are written back (`sync`) before the resume is timed, as
     the kernel does during a Job's restart back-off (10 s and more); without it the resume's fsyncs wait on them."""
@@ -89,6 +91,12 @@ def trials(
         runs: list[dict[str, Any]] = []
         misses = 0
         while len(runs) < repeats and misses < repeats:
+            clean_result = clean_run()
+            clean = {
+                "reported": clean_result["reported_seconds"],
+                "wall": clean_result["process_wall_seconds"],
+                "fetch_rate": fetch_rate(clean_result["message"]) or 0.0,
+            }
             shutil.rmtree(weights / key, ignore_errors=True)
             load = os.getloadavg()[0]
             on_disk = kill_after(kill_argv, env, weights / key / ".staging", fraction * clean["wall"])
@@ -102,8 +110,13 @@ def trials(
             result = resume()
             seconds, arrived = result["reported_seconds"], on_disk / total
             rate = fetch_rate(result["message"])
+            goal = (1 - arrived) * clean["reported"] + GOAL_SLACK_SECONDS
             runs.append(
                 {
+                    "clean_seconds": round(clean["reported"], 3),
+                    "clean_wall_seconds": round(clean["wall"], 3),
+                    "clean_fetch_mib_s": round(clean["fetch_rate"] / (1 << 20), 1),
+                    "kill_after_seconds": round(fraction * clean["wall"], 3),
                     "arrived": round(arrived, 4),
                     "on_disk_bytes": on_disk,
                     "kept_bytes": result["kept"],
@@ -112,21 +125,22 @@ def trials(
                     "resume_seconds": round(seconds, 3),
                     "ratio": round(seconds / clean["reported"], 3),
                     "ideal_ratio": round(1 - arrived, 3),
-                    "goal_seconds": round((1 - arrived) * clean["reported"] + GOAL_SLACK_SECONDS, 3),
-                    "margin_seconds": round((1 - arrived) * clean["reported"] + GOAL_SLACK_SECONDS - seconds, 3),
+                    "goal_seconds": round(goal, 3),
+                    "margin_seconds": round(goal - seconds, 3),
                     "fetch_mib_s": round(rate / (1 << 20), 1) if rate else None,
                     "throughput_ratio": round(rate / clean["fetch_rate"], 3) if rate and clean["fetch_rate"] else None,
                     "load_avg": round(load, 2),
                     "settle_after_kill_seconds": round(settled, 3) if settle_after_kill else None,
+                    "clean_message": clean_result["message"],
                     "message": result["message"],
                 }
             )
         if runs:
-            points.append(summary(fraction, runs, clean))
+            points.append(summary(fraction, runs))
     return points
 
 
-def summary(fraction: float, runs: list[dict[str, Any]], clean: dict[str, float]) -> dict[str, Any]:
+def summary(fraction: float, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The median trial of one kill point (by its margin to the speed goal), the spread, and the goals at the
     median."""
     ordered = sorted(runs, key=lambda r: -r["margin_seconds"])
@@ -134,9 +148,7 @@ def summary(fraction: float, runs: list[dict[str, Any]], clean: dict[str, float]
     throughputs = sorted(r["throughput_ratio"] for r in runs if r["throughput_ratio"] is not None)
     return {
         "target": fraction,
-        "clean_seconds": round(clean["reported"], 3),
-        "clean_wall_seconds": round(clean["wall"], 3),
-        "kill_after_seconds": round(fraction * clean["wall"], 3),
+        "clean_seconds": mid["clean_seconds"],
         "median_ratio": mid["ratio"],
         "ratio_spread": [min(r["ratio"] for r in runs), max(r["ratio"] for r in runs)],
         "median_arrived": mid["arrived"],

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import importlib
 import os
+import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
@@ -71,16 +72,26 @@ def b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode()
 
 
+_buffers = threading.local()
+
+
+def _buffer() -> memoryview:
+    """This thread's read buffer (one allocation per thread: a re-check reads hundreds of parts)."""
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(READ_CHUNK))
+    return view
+
+
 def of_range(fd: int, offset: int, length: int, algorithm: str) -> str:
     """The hex digest of `length` bytes at `offset` of the open file `fd`, read in chunks (short file: no match)."""
     new = hasher(algorithm)
     assert new is not None
     h = new()
-    buf = bytearray(min(READ_CHUNK, max(length, 1)))
-    view = memoryview(buf)
+    view = _buffer()
     done = 0
     while done < length:
-        n = os.preadv(fd, [view[: min(len(buf), length - done)]], offset + done)
+        n = os.preadv(fd, [view[: min(len(view), length - done)]], offset + done)
         if n <= 0:
             return ""
         h.update(view[:n])
