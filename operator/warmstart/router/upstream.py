@@ -43,8 +43,12 @@ class _ClosedBeforeReply(UpstreamFailed):
 
 
 @functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
 def address(base: str) -> tuple[str, int, bytes, bytes]:
-    """(host, port, Host header, path prefix) of a replica's base URL ``http://host:port[/prefix]``."""
+    """(host, port, Host header, path prefix) of a replica's base URL ``http://host:port[/prefix]``.
+
+    Cached: it is asked for on every request, and parsing a URL cost more than the rest of the request head.
+    """
     parts = urlsplit(base)
     host = parts.hostname or "localhost"
     port = parts.port or 80
