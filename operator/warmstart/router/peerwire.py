@@ -170,4 +170,3 @@ def _uint(value: Any) -> bool:
 
 def _url(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_URL_CHARS
-
