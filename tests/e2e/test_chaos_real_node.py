@@ -18,6 +18,7 @@ import os
 import pathlib
 import signal
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 from kubernetes import client
 
 import realstack
+import sourcefaults
 from warmstart.api import GROUP, preloading
 from warmstart.api.preloading import Reason
 from warmstart.api.sources import ModelSourceConfig
@@ -45,6 +47,8 @@ def created(real_stack: realstack.Stack) -> Iterator[list[str]]:
 
 
 SIZES = {"config.json": 4096, **{f"model-0000{i}-of-00004.safetensors": 128 * realstack.MiB for i in range(1, 5)}}
+GATE_BYTES = 256 * realstack.MiB  # what the source passes before it holds, until the kill has landed
+KILL_AFTER = 128 * realstack.MiB  # staged bytes that the kill waits for (fewer than the gate passes)
 
 
 def _record(scenario: str, converged: bool, seconds: float, leaks: list[str], note: str) -> None:
@@ -117,7 +121,7 @@ def _sha256(path: pathlib.Path) -> str:
 
 
 def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
-    real_stack: realstack.Stack, created: list[str]
+    real_stack: realstack.Stack, created: list[str], request: pytest.FixtureRequest
 ) -> None:
     name = "kill-preload"  # one of realstack.CACHE_ROOTS: the cache root must be an allowed one exactly
     created.append(name)
@@ -126,6 +130,12 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
     manifest = realstack.sim_endpoint(
         name, real_stack, model, replicas=1, weights=True, host_path=host_path, router=False
     )
+    # the source is the real S3 server behind a gate that passes half the model's bytes and then holds: the kill
+    # always lands mid-download, however fast the first half arrives
+    pod_url = urllib.parse.urlsplit(real_stack.real.s3.pod_url)
+    gate = sourcefaults.Gate(pod_url.hostname or "", (pod_url.hostname or "", pod_url.port or 80), GATE_BYTES)
+    request.addfinalizer(gate.close)
+    manifest["spec"]["modelSourceConfig"]["s3Storage"]["endpointUrl"] = f"http://{pod_url.hostname}:{gate.port}"
     key = keys.weights_key_in(
         ModelSourceConfig.model_validate(manifest["spec"]["modelSourceConfig"]), host_path, real_stack.namespace, {}
     )
@@ -135,8 +145,8 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
     real_stack.create_endpoint(manifest)
 
     realstack.eventually(
-        lambda: _blocks(staging) > 32 * realstack.MiB if staging.exists() else None,
-        "the preload to have written 32 MiB",
+        lambda: _blocks(staging) > KILL_AFTER if staging.exists() else None,
+        f"the preload to have written {KILL_AFTER // realstack.MiB} MiB",
         240,
         real_stack.describe,
     )
@@ -154,6 +164,7 @@ def test_preload_container_killed_mid_download_converges_to_a_whole_cache(
         lambda: _preload_results(real_stack, key).get(uid), "the killed preload container terminated", 120
     )
     assert code == 128 + signal.SIGKILL, f"the killed preload container ended {code}, not by the kill"
+    gate.open()
 
     def resumed() -> dict[str, Any] | None:
         done = [body for code, body in _preload_results(real_stack, key).values() if code == 0]

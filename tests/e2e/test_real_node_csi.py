@@ -29,9 +29,7 @@ import hashlib
 import json
 import pathlib
 import shutil
-import socket
 import subprocess
-import threading
 import urllib.parse
 import urllib.request
 import uuid
@@ -44,6 +42,7 @@ from kubernetes import client, config
 
 import helming
 import realstack
+import sourcefaults
 from warmstart.api import GROUP, VERSION
 from warmstart.api.caches import MDCC_PLURAL
 from warmstart.localcluster import kubeconfigs, objectstore, running
@@ -258,29 +257,6 @@ def test_a_baseline_tenant_preloads_and_serves_through_the_driver_and_another_na
     peer.remove_endpoints([name], keep_pods=set())
 
 
-class _Hanging:
-    """A TCP server on the node's address that accepts connections and never answers: a tenant's slow source."""
-
-    def __init__(self, host: str) -> None:
-        self.server = socket.create_server((host, 0))
-        self.port = self.server.getsockname()[1]
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                return
-            self.held.append(connection)
-
-    def close(self) -> None:
-        self.server.close()
-        for connection in self.held:
-            connection.close()
-
-
 def _tenant_kubeconfig(stack: CsiStack, work: pathlib.Path) -> pathlib.Path:
     """A ServiceAccount of the tenant's namespace with the built-in `edit` role there (RBAC as in-cluster)."""
     core = client.CoreV1Api(stack.api)
@@ -339,7 +315,7 @@ def test_a_running_writer_is_out_of_a_tenants_reach_and_reaches_only_its_keys_tr
     realstack.eventually(refused_preload, "late's preload refused by the source", 300, stack.describe)
 
     node_ip = urllib.parse.urlsplit(stack.real.s3.pod_url).hostname or ""
-    hanging = _Hanging(node_ip)
+    hanging = sourcefaults.Hanging(node_ip)
     try:
         slow = realstack.upload_model(stack.real.s3, stack.bucket, "models/csi-slow", {"config.json": 64}, seed=23)
         manifest = realstack.sim_endpoint(
