@@ -32,6 +32,7 @@ start once); every real-node test is in one group, so one worker runs the host's
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import time
@@ -53,14 +54,21 @@ REAL_NODE_GROUP = "realnode"
 BUILD_WAIT_SECONDS = 2700
 
 
-def _order(item: pytest.Item) -> tuple[bool, bool, bool, bool]:
+#: each module's test time (seconds) in a measured run: the slow modules start first, so that none is left to run
+#: alone at the end; a module not in it counts as fast (regenerate: bench/ci_breakdown.py --module-seconds)
+MODULE_SECONDS: dict[str, float] = json.loads((pathlib.Path(__file__).parent / "module_seconds.json").read_text())
+
+
+def _order(item: pytest.Item) -> tuple[bool, bool, bool, bool, float]:
     """Where a test runs: the real-node group first (the longest: a worker starts on it at once), the llama.cpp
-    engine's tests last within it; then the other cluster tests; then the rest; the KEDA test last of all."""
+    engine's tests last within it; then the other cluster tests; then the rest; the KEDA test last of all. Within
+    each, the slowest modules first (:data:`MODULE_SECONDS`)."""
     return (
         item.get_closest_marker("keda") is not None,
         item.get_closest_marker("cluster") is None,
         item.get_closest_marker("realnode") is None,
         item.get_closest_marker("engine") is not None,
+        -MODULE_SECONDS.get(item.nodeid.split("::", 1)[0], 0.0),
     )
 
 
