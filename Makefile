@@ -21,8 +21,9 @@ $(BIN)/warmstart: pyproject.toml routing-core/Cargo.lock $(wildcard routing-core
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(BIN)/warmstart
 
-## demo: local control plane with one REAL node + CRDs + operator + the seed example on it (real preload, real
-## simulator), warm vs cold pods, the real node's warm vs cold start, router comparison (needs root)
+## demo: local control plane with one REAL node (needs root): warm vs cold scale-out, the seed example's real preload,
+## a real llama.cpp engine and its prompt cache, random vs prefixaware vs SGLang's router on 2 real engines (the demo
+## installs the bench extra into .venv), then a table of every figure with its goal
 demo: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
 	$(BIN)/warmstart demo --dir $(CLUSTER_DIR) $(DEMO_ARGS)

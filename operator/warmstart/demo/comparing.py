@@ -3,7 +3,7 @@
 It runs bench/routing.py ``--fleet llamacpp`` (bench/routing_llamacpp.py) on the host: two engine processes (the
 engine image's own binary), each router in turn in front of them, both engines restarted with empty caches before
 each router. The workload is sized so that one run takes about a minute and a half on 2 cores and its figures hold
-from run to run: 64 requests, 8 shared documents of about 200 tokens with 8 questions each, sent by 2 clients in a
+from run to run: 48 requests, 6 shared documents of about 200 tokens with 8 questions each, sent by 2 clients in a
 closed loop (the next request leaves when one is answered, so a busy machine slows the run instead of piling up a
 queue), and prompt caches that hold about half of the documents each: enough for the documents a prefix-aware router
 sends to an engine, too little for all of them.
@@ -20,7 +20,7 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ROUTERS = ("warmstart prefixaware", "warmstart random", "sglang cache_aware")
 WORKLOAD = {
-    "--groups": "8",
+    "--groups": "6",
     "--per-group": "8",
     "--doc-words": "150",
     "--cache-ram": "16",
