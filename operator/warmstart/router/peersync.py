@@ -204,7 +204,7 @@ class PeerSync:
         started = time.thread_time()
         for _ in range(READ_BATCH):
             # asking the socket is cheaper than the exception an empty read raises
-            if not pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if not int(pull.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
                 break
             self.receive(pull.recv_multipart(flags=zmq.NOBLOCK))
         else:
