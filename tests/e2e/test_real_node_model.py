@@ -73,8 +73,12 @@ def _deploy(
 @pytest.fixture(scope="module")
 def seed(real_stack: realstack.Stack) -> Iterator[Deployed]:
     deployed = _deploy(real_stack, "seed", SEED_SIZES, seed=3, replicas=2, weights=True, router=True)
-    real_stack.wait_state("seed", "DeploymentComplete", timeout=420)
-    yield deployed
+    try:
+        real_stack.wait_state("seed", "DeploymentComplete", timeout=420)
+        yield deployed
+    finally:
+        # the stack outlives this module: the next module on the real node expects it without our pods
+        real_stack.remove_endpoints(["seed"], keep_pods=set())
 
 
 def _terminated(status: Any) -> Any:

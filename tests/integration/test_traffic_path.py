@@ -133,11 +133,6 @@ def test_client_service_moves_to_the_router_and_back_without_a_gap(
             assert spec.cluster_ip == "None"
             assert ep.status(api_client, namespace, NAME)["routerName"] == ROUTER
 
-            # a Service of the name earlier versions gave the router's, but not this endpoint's (another endpoint's,
-            # named `routed-router`, or the user's): removing the router must leave it alone
-            foreign = {"metadata": {"name": ROUTER}, "spec": {"ports": [{"port": 80}], "selector": {"app": "other"}}}
-            client.CoreV1Api(api_client).create_namespaced_service(namespace, foreign)
-
             # off: back to the model pods first; the router goes only after that
             with _watching(api_client, namespace) as samples:
                 _routing(api_client, namespace, False)
@@ -157,18 +152,18 @@ def test_client_service_moves_to_the_router_and_back_without_a_gap(
                 "the router was deleted before the Service reached the model pods"
             )
             # the operator deletes the router's objects one after the other in the same pass: all of them go
-            leftovers = {
-                kind: models if kind == "service" else ROUTER
-                for kind in ("configmap", "poddisruptionbudget", "role", "service")
-            }
+            leftovers = [
+                *(("service", n) for n in (models, ROUTER)),  # the model pods' Service, the routers' peers Service
+                *((k, ROUTER) for k in ("configmap", "poddisruptionbudget", "role", "networkpolicy")),
+                ("secret", router.sync_secret_name(NAME)),
+            ]
 
             def left() -> list[str]:
                 return [
-                    k for k, n in leftovers.items() if kube.get(str(cluster.kubeconfig), k, n, namespace) is not None
+                    f"{k}/{n}" for k, n in leftovers if kube.get(str(cluster.kubeconfig), k, n, namespace) is not None
                 ]
 
             kube.wait_for(lambda: not left(), 60, what="every router object removed")
-            assert kube.get(str(cluster.kubeconfig), "service", ROUTER, namespace) is not None, "a foreign Service went"
             kube.wait_for(lambda: "routerName" not in ep.status(api_client, namespace, NAME), what="routerName gone")
 
 
