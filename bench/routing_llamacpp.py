@@ -38,7 +38,15 @@ import fleets
 import loading
 from warmstart.localcluster import enginemodel, imaging
 
-ROUTERS = ("warmstart prefixaware", "warmstart random", "warmstart roundrobin", "sglang cache_aware")
+ROUTERS = (
+    "warmstart prefixaware",
+    "warmstart random",
+    "warmstart roundrobin",
+    "sglang cache_aware",
+    "warmstart prefixaware x2-sync",
+)
+#: a label ending so runs that many router processes sharing their picks (peer sync); clients spread at random
+SYNCED = " x2-sync"
 WORDS = [
     *("cache", "node", "weights", "replica", "prefix", "engine", "token", "router", "prompt", "model", "server"),
     *("kernel", "memory", "disk", "queue", "batch", "shard", "tensor", "layer", "block", "stream", "latency"),
@@ -127,16 +135,20 @@ def sample(workload: str, group: int, sent: float, prompt: str, answer: tuple[An
     )
 
 
-async def run_documents(session: aiohttp.ClientSession, url: str, args: argparse.Namespace, seed: int) -> list[Sample]:
+async def run_documents(
+    session: aiohttp.ClientSession, urls: list[str], args: argparse.Namespace, seed: int
+) -> list[Sample]:
     items = documents_workload(args.groups, args.per_group, args.doc_words, seed)
     rng = random.Random(seed)
+    spread = random.Random(seed + 1)  # which router a request reaches (one unless several share their picks)
     samples: list[Sample] = []
     start = time.perf_counter()
 
     async def one(group: int, prompt: str) -> None:
         sent = time.perf_counter() - start
         try:
-            samples.append(sample("documents", group, sent, prompt, await ask(session, url, prompt, args.max_tokens)))
+            answer = await ask(session, spread.choice(urls), prompt, args.max_tokens)
+            samples.append(sample("documents", group, sent, prompt, answer))
         except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as error:
             samples.append(Sample("documents", group, sent, None, "", 0, 0, type(error).__name__))
 
@@ -157,8 +169,11 @@ async def run_documents(session: aiohttp.ClientSession, url: str, args: argparse
     return samples
 
 
-async def run_chat(session: aiohttp.ClientSession, url: str, args: argparse.Namespace, seed: int) -> list[Sample]:
+async def run_chat(
+    session: aiohttp.ClientSession, urls: list[str], args: argparse.Namespace, seed: int
+) -> list[Sample]:
     rng = random.Random(seed)
+    spread = random.Random(seed + 1)
     samples: list[Sample] = []
     start = time.perf_counter()
 
@@ -169,7 +184,7 @@ async def run_chat(session: aiohttp.ClientSession, url: str, args: argparse.Name
             history += f"User: question {turn} about item {rng.choice(WORDS)}?\nAssistant:"
             sent = time.perf_counter() - start
             try:
-                answer = await ask(session, url, history, args.max_tokens)
+                answer = await ask(session, spread.choice(urls), history, args.max_tokens)
                 samples.append(sample("chat", index, sent, history, answer))
                 history += answer[3] + "\n"
             except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as error:
@@ -257,7 +272,7 @@ async def calibrate(
                 before = await loading.replica_counters(session, urls)
                 router = await start_router(session, label, urls, logs)
                 try:
-                    samples = await run_documents(session, router.url, args, seed=run)
+                    samples = await run_documents(session, router.urls, args, seed=run)
                 finally:
                     router.stop()
                 after = await loading.replica_counters(session, urls)
@@ -336,10 +351,17 @@ class Engines:
 
 
 async def start_router(session: aiohttp.ClientSession, label: str, urls: list[str], logs: Path) -> Any:
-    kind, strategy = label.split(" ", 1)
+    kind, strategy = label.removesuffix(SYNCED).split(" ", 1)
     if kind == "sglang":
         return await fleets.start_sglang(session, strategy, urls, logs)
-    return await fleets.start_warmstart(session, strategy, urls, logs)
+    if not label.endswith(SYNCED):
+        return await fleets.start_warmstart(session, strategy, urls, logs)
+    first, *more = fleets.sync_args(2, logs)
+    router = await fleets.start_warmstart(session, strategy, urls, logs, args=first)
+    for flags in more:
+        router.peers.append(await fleets.start_warmstart(session, strategy, urls, logs, args=flags))
+    await asyncio.sleep(1.0)  # the peers' first heartbeats: each router has heard from the other
+    return router
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -362,7 +384,7 @@ async def main_async(args: argparse.Namespace) -> int:
                         router = await start_router(session, label, engines.urls, logs)
                         try:
                             runner = run_documents if workload == "documents" else run_chat
-                            samples = await runner(session, router.url, args, seed=run)
+                            samples = await runner(session, router.urls, args, seed=run)
                         finally:
                             router.stop()
                         summary = summarize(samples, args.engines)
@@ -466,6 +488,11 @@ def _print(report: dict[str, dict[str, dict[str, Any]]]) -> None:
         if sglang and mine:
             ratio = mine["ttft_p99"]["median"] / sglang["ttft_p99"]["median"]
             print(f"prefixaware p99 / sglang cache_aware p99 = {ratio:.2f} (goal <= 1)")
+        synced = per.get("warmstart prefixaware" + SYNCED)
+        if sglang and synced:
+            for key in ("ttft_p50", "ttft_p99"):
+                ratio = synced[key]["median"] / sglang[key]["median"]
+                print(f"2 synced prefixaware routers / one sglang cache_aware, {key[5:]}: {ratio:.2f} (goal <= 1)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
