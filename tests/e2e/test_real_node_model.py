@@ -417,8 +417,9 @@ def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
     cache_name = keys.weights_cache_name(key)
     cache_label = names.label_value(cache_name)
     objects = client.CustomObjectsApi(real_stack.api)
-    with _tainted(real_core, real_stack.node, COLD_TAINT):
-        try:
+    before = {p.metadata.uid for p in real_core.list_namespaced_pod(real_stack.namespace).items}
+    try:
+        with _tainted(real_core, real_stack.node, COLD_TAINT):
             real_stack.create_endpoint(manifest)
 
             def untargeted() -> dict[str, Any] | None:
@@ -470,7 +471,21 @@ def test_cold_node_model_pod_downloads_into_the_node_cache_as_65532_and_starts(
             ).items
             filled = [e.message for e in events if e.reason == filling.REASON]
             assert filled and f"filled node {real_stack.node}" in filled[0], filled
-        finally:
-            objects.delete_namespaced_custom_object(GROUP, VERSION, real_stack.namespace, realstack.PLURAL, name)
-            realstack.eventually(lambda: real_stack.endpoint(name) is None, "the cold endpoint to be deleted", 120)
-            shutil.rmtree(host_path, ignore_errors=True)
+    finally:
+        # after the taint is gone: the cache's cleanup Job (it mounts the root) must be done before the test
+        # removes that directory
+        real_stack.remove_endpoints([name], keep_pods=before)
+        realstack.eventually(
+            lambda: (
+                helming.get_or_none(
+                    lambda: objects.get_namespaced_custom_object(
+                        GROUP, VERSION, real_stack.namespace, MDCC_PLURAL, cache_name
+                    )
+                )
+                is None
+            ),
+            "the cold cache and its cleanup Job to be gone",
+            240,
+            real_stack.describe,
+        )
+        shutil.rmtree(host_path, ignore_errors=True)
