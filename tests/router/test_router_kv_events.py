@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+import zmq
 
 from eppharness import Stream, pick_of, request_body, request_headers
 from warmstart.api.routers import RouterConfig
@@ -53,21 +54,32 @@ def _port_triple() -> int:
     raise RuntimeError("no free ports")
 
 
+async def _replica(name: str, tokenizer: ModelTokenizer, events: bool) -> tuple[SimReplica, str, Any]:
+    """A replica on a free port triple; another worker may take a port between the probe and the bind: try again."""
+    for _ in range(20):
+        port = _port_triple()
+        publisher = None
+        try:
+            if events:
+                config = KVEventsConfig(True, "zmq", f"tcp://*:{port + EVENTS}", f"tcp://*:{port + REPLAY}")
+                publisher = Publisher(config)
+                publisher.start()
+            replica = SimReplica(name, FAST, tokenizer=tokenizer, publisher=publisher)
+            runner, _ = await serve_replica(replica, "127.0.0.1", port)
+            return replica, f"http://127.0.0.1:{port}", runner
+        except (OSError, zmq.ZMQError):
+            if publisher is not None:
+                await publisher.close()
+    raise RuntimeError("no free port triple after 20 tries")
+
+
 @pytest.fixture
 async def fleet(tmp_path: Path) -> AsyncIterator[tuple[Path, list[tuple[SimReplica, str]]]]:
     tokenizer_dir = tinytokenizer.build(tmp_path / "tokenizer")
     tokenizer = ModelTokenizer.from_dir(tokenizer_dir)
     started = []
     for i in range(3):
-        port = _port_triple()
-        publisher = None
-        if i < 2:  # the third replica publishes nothing (an engine without events)
-            config = KVEventsConfig(True, "zmq", f"tcp://*:{port + EVENTS}", f"tcp://*:{port + REPLAY}")
-            publisher = Publisher(config)
-            publisher.start()
-        replica = SimReplica(f"r{i}", FAST, tokenizer=tokenizer, publisher=publisher)
-        runner, _ = await serve_replica(replica, "127.0.0.1", port)
-        started.append((replica, f"http://127.0.0.1:{port}", runner))
+        started.append(await _replica(f"r{i}", tokenizer, events=i < 2))  # the third publishes nothing
     yield tokenizer_dir, [(replica, url) for replica, url, _ in started]
     for replica, _, runner in started:
         await runner.cleanup()
