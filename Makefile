@@ -9,6 +9,14 @@ REAL_NODES ?= 0
 # make test's parallel pytest-xdist workers (0: one process); each worker that runs a cluster test starts its own
 TEST_WORKERS ?= 3
 
+# the real-node tests need the host's containerd and the real node's address: a cluster `make demo` or
+# `make cluster-up` left running in CLUSTER_DIR holds both, so the tests stop it first (and say so)
+define STOP_LOCAL_CLUSTER
+@if $(BIN)/warmstart cluster status --dir $(CLUSTER_DIR) >/dev/null 2>&1; then \
+	echo "stopping the cluster running in $(CLUSTER_DIR) (make demo's): the real-node tests need the host's containerd"; \
+	$(BIN)/warmstart cluster down --dir $(CLUSTER_DIR); fi
+endef
+
 .PHONY: demo test test-engine test-unit status-snapshots docs crds csi-protos cluster-build cluster-up cluster-down cluster-status cluster-image lint bench chaos clean
 
 # the install compiles the routing core (Rust, routing-core/): rustup's cargo when present, else Debian's
@@ -33,11 +41,13 @@ demo: $(BIN)/warmstart
 ## KEDA test last; the first worker reuses a running cluster if WARMSTART_KUBECONFIG is set, the others start their own
 test: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
+	$(STOP_LOCAL_CLUSTER)
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 ## test-engine: only the real llama.cpp engine on the real node (compiles the engine image first: long on a cold machine)
 test-engine: $(BIN)/warmstart
 	bash scripts/install-host-packages.sh
+	$(STOP_LOCAL_CLUSTER)
 	$(BIN)/pytest -q -m engine
 
 test-unit: $(BIN)/warmstart
